@@ -1,0 +1,90 @@
+#include "cli_common.h"
+
+#include <unistd.h>
+
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include "mambacpp/error.h"
+
+namespace mambacpp::cli {
+
+void add_model_options(CLI::App& cmd, ModelOptions& opts) {
+  cmd.add_option("-m,--model", opts.model_dir, "model directory (config.json + *.safetensors); default: the shipped model");
+  cmd.add_option("--device", opts.device, "auto (GPU when usable), cpu or cuda")
+      ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
+      ->capture_default_str();
+  cmd.add_option("--dtype", opts.dtype, "weight dtype on the GPU: bf16, fp16 or fp32")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+      ->capture_default_str();
+  cmd.add_option("-t,--threads", opts.threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd.add_option("--batch-tokens", opts.max_batch_tokens, "tokens per internal prefill piece (bounds memory)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+}
+
+bool stderr_is_terminal() { return isatty(STDERR_FILENO) != 0; }
+
+std::unique_ptr<Model> load_model(const ModelOptions& opts) {
+  LoadOptions lo;
+  lo.device = parse_device_choice(opts.device);
+  lo.weight_dtype = parse_dtype(opts.dtype);
+  lo.threads = opts.threads;
+  lo.max_batch_tokens = opts.max_batch_tokens;
+  lo.progress = stderr_is_terminal();
+  const std::string dir = opts.model_dir.empty() ? default_model_dir() : opts.model_dir;
+  if (lo.progress) std::cerr << "loading " << dir << " ..." << std::flush;
+  auto model = Model::load(dir, lo);
+  if (lo.progress) std::cerr << " done (" << model->device_description() << ")\n";
+  return model;
+}
+
+std::vector<int32_t> read_token_file(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("--tokens-file: cannot open '", path, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::string text = ss.str();
+  for (char& ch : text)
+    if (ch == ',') ch = ' ';
+  std::istringstream words(text);
+  std::vector<int32_t> ids;
+  std::string w;
+  while (words >> w) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(w, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != w.size() || v < INT32_MIN || v > INT32_MAX)
+      fail("--tokens-file '", path, "': expected integer token ids separated by spaces or commas, found '", w,
+           "' at token ", ids.size());
+    ids.push_back(static_cast<int32_t>(v));
+  }
+  return ids;
+}
+
+std::vector<int64_t> parse_chunks(const std::string& text, const std::string& option) {
+  std::vector<int64_t> out;
+  std::istringstream ss(text);
+  std::string part;
+  while (std::getline(ss, part, ',')) {
+    size_t used = 0;
+    long long v = 0;
+    try {
+      v = std::stoll(part, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != part.size() || v <= 0)
+      fail(option, ": expected positive lengths separated by commas (e.g. 3,1,17), found '", part, "'");
+    out.push_back(v);
+  }
+  if (out.empty()) fail(option, ": expected at least one length");
+  return out;
+}
+
+}  // namespace mambacpp::cli

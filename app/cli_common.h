@@ -1,0 +1,36 @@
+// Options every subcommand shares (declared once: name, default, help) and the helpers that act on them.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "mambacpp/model.h"
+
+namespace mambacpp::cli {
+
+struct ModelOptions {
+  std::string model_dir;  // empty: the shipped default model
+  std::string device = "auto";
+  std::string dtype = "bf16";  // weights on the GPU
+  int threads = 0;
+  int64_t max_batch_tokens = 2048;
+};
+
+// Adds --model, --device, --dtype, --threads, --batch-tokens to a subcommand.
+void add_model_options(CLI::App& cmd, ModelOptions& opts);
+
+// Loads the model the options name (progress on stderr when it is a terminal).
+std::unique_ptr<Model> load_model(const ModelOptions& opts);
+
+// Reads whitespace- or comma-separated token ids; throws Error naming the file and the bad token.
+std::vector<int32_t> read_token_file(const std::string& path);
+
+// Parses "N,N,..." into positive lengths; throws Error naming the option.
+std::vector<int64_t> parse_chunks(const std::string& text, const std::string& option);
+
+bool stderr_is_terminal();
+
+}  // namespace mambacpp::cli

@@ -1,0 +1,12 @@
+// Each subcommand registers its options on the app and, when chosen, sets `run` to the work it does.
+#pragma once
+
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace mambacpp::cli {
+
+CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run);
+
+}  // namespace mambacpp::cli

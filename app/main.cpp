@@ -1,0 +1,28 @@
+// mambacpp: one binary, subcommands. Errors from the library arrive as mambacpp::Error and end the process with a
+// message on stderr and exit code 1; bad command lines get CLI11's message and its exit code.
+#include <iostream>
+
+#include "commands.h"
+#include "mambacpp/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"mambacpp: Mamba-1 / Mamba-2 inference"};
+  app.require_subcommand(1);
+  std::function<void()> run;
+  mambacpp::cli::add_logits_command(app, run);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  }
+  try {
+    if (run) run();
+  } catch (const mambacpp::Error& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  }
+  return 0;
+}

@@ -1,0 +1,104 @@
+// The public model API: load a checkpoint directory, create a state cache, run a stateful forward pass.
+//
+//   auto model = mambacpp::Model::load("models/default");
+//   auto state = model->create_state(/*n_slots=*/1);
+//   std::vector<int32_t> ids = {...};
+//   auto out = model->forward(*state, {mambacpp::Sequence::tokens(ids, /*slot=*/0)}, mambacpp::Output::LastLogits);
+//
+// Weights are immutable after load; all per-sequence state lives in StateCache, so one model serves many states.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "mambacpp/config.h"
+#include "mambacpp/state.h"
+#include "mambacpp/tensor.h"
+
+namespace mambacpp {
+
+class Backend;
+struct ModelWeights;
+
+enum class DeviceChoice : uint8_t { Auto, CPU, CUDA };
+DeviceChoice parse_device_choice(const std::string& s);  // "auto" | "cpu" | "cuda"; throws otherwise
+
+struct LoadOptions {
+  DeviceChoice device = DeviceChoice::Auto;
+  DType weight_dtype = DType::BF16;  // GPU only: dtype of the weights on the device (CPU keeps the stored dtype)
+  int threads = 0;                   // CPU threads; 0 = all hardware threads
+  bool progress = false;             // report loading progress on stderr
+  int64_t max_batch_tokens = 2048;   // prefill runs in pieces of at most this many tokens (bounds memory)
+};
+
+// One sequence of a forward call: token ids or embeddings [L, d_model], continuing from state slot `slot`.
+struct Sequence {
+  int64_t slot = 0;
+  std::span<const int32_t> token_ids;  // either this...
+  TensorView embeddings;               // ...or this: [L, d_model] f32/f16/bf16 on the host
+
+  static Sequence tokens(std::span<const int32_t> ids, int64_t slot = 0) { return {slot, ids, {}}; }
+  static Sequence embeds(const TensorView& e, int64_t slot = 0) { return {slot, {}, e}; }
+  int64_t length() const { return token_ids.empty() ? (embeddings.ndim ? embeddings.dim(0) : 0) : static_cast<int64_t>(token_ids.size()); }
+};
+
+enum class Output : uint8_t {
+  None,        // only advance the state
+  LastLogits,  // logits of each sequence's last position: [n_seqs, vocab]
+  AllLogits,   // logits of every position: [sum L, vocab], sequences in order
+  Hidden,      // final hidden states (after norm_f) of every position: [sum L, d_model]
+};
+
+struct ForwardResult {
+  std::vector<float> values;  // row-major [rows, cols]
+  int64_t rows = 0;
+  int64_t cols = 0;
+  std::span<const float> row(int64_t i) const { return {values.data() + i * cols, static_cast<size_t>(cols)}; }
+};
+
+class Model {
+ public:
+  // Loads config.json + safetensors (single file or sharded) from `dir`. Throws Error with a clear message.
+  static std::unique_ptr<Model> load(const std::string& dir, const LoadOptions& options = {});
+  ~Model();
+  Model(const Model&) = delete;
+  Model& operator=(const Model&) = delete;
+
+  const ModelConfig& config() const;
+  Device device() const;
+  std::string device_description() const;
+  const std::string& directory() const;
+
+  // A state cache with `n_slots` independent sequences, all fresh (zero state).
+  std::unique_ptr<StateCache> create_state(int64_t n_slots, DType state_dtype = DType::F32) const;
+
+  // Runs each sequence from its slot's state, updates the state, and returns the requested output.
+  // Sequences in one call must use distinct slots. Throws Error on bad input (token out of range, wrong
+  // embedding width or dtype, L == 0, slot out of range), before touching any state.
+  ForwardResult forward(StateCache& state, std::span<const Sequence> seqs, Output output) const;
+
+  // Convenience for a uniform batch: token ids [B, L] (i32/i64) or embeddings [B, L, d_model] (f32/f16/bf16) on
+  // the host; row b uses slot b.
+  ForwardResult forward(StateCache& state, const TensorView& input, Output output) const;
+
+  // A 64-bit hash of every weight byte and the config (computed once, on first use). State files carry it.
+  uint64_t weights_hash() const;
+
+  // For the library's own layers (MambaBlock, engine); not needed by users.
+  Backend& backend() const;
+  const ModelWeights& weights() const;
+
+ private:
+  struct Impl;
+  explicit Model(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+// The directory of the model shipped with mambacpp (models/default), found next to the source tree, the installed
+// data dir, or via $MAMBACPP_MODEL. Throws when none exists.
+std::string default_model_dir();
+
+}  // namespace mambacpp

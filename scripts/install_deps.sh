@@ -1,0 +1,14 @@
+#!/usr/bin/env bash
+# Installs the Debian packages mambacpp builds against. CUDA (nvcc, cuBLAS) is optional and not installed here: when
+# nvcc is on PATH (or in /usr/local/cuda/bin) the CUDA backend is built too.
+set -euo pipefail
+packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
+          libpcre2-dev)
+missing=()
+for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
+if ((${#missing[@]})); then
+  sudo=""
+  [ "$(id -u)" -ne 0 ] && sudo="sudo"
+  $sudo apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}"
+fi

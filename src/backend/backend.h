@@ -1,0 +1,147 @@
+// The backend seam. The model (src/model/) is written once against this table of operations; each backend
+// (src/backend/cpu/, src/backend/cuda/) fills it. A backend may also offer fused operations (a whole mixer step in
+// one kernel): the model asks for them through the `fused_*` hooks and falls back to the plain ops when they
+// return false.
+//
+// Conventions for every op:
+// - Activations are f32, laid out as packed tokens: dim 0 is the token index t in [0, T) of a BatchLayout, with
+//   each sequence's tokens contiguous and in order. Views may have a row stride (column slices of a wider buffer).
+// - Weights come in their stored dtype (f32, f16 or bf16) and are converted on the fly inside the kernels.
+// - State tensors have dim 0 = slot; each sequence reads its initial state from its slot and writes its final
+//   state back there. State dtype is f32 (or bf16 where a backend supports it).
+// - All pointers in views live on the backend's device, except where a comment says "host".
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mambacpp/tensor.h"
+
+namespace mambacpp {
+
+// One sequence of a packed batch: rows [start, start + len) belong to it, and it uses state slot `slot`.
+struct SeqSpan {
+  int64_t start = 0;
+  int64_t len = 0;
+  int64_t slot = 0;
+};
+
+// The sequences of one forward piece. `seqs` is the host copy; a device backend may keep its own copy in
+// `device_seqs` (filled by Backend::prepare_batch) so kernels can read it.
+struct BatchLayout {
+  std::vector<SeqSpan> seqs;
+  int64_t total_tokens = 0;
+  void* device_seqs = nullptr;  // owned by the backend; valid after prepare_batch until the next one
+};
+
+// Mamba-1 selective scan over each sequence, fused with the D skip and the silu(z) gate:
+//   dt = softplus(dt_raw + dt_bias);  h = exp(dt * A) * h + dt * B * x;  y = (C . h + D * x) * silu(z)
+struct Mamba1ScanArgs {
+  TensorView x;        // [T, d_inner] conv output
+  TensorView dt;       // [T, d_inner] dt_proj output before its bias
+  TensorView A_log;    // [d_inner, d_state] weight; A = -exp(A_log)
+  TensorView B;        // [T, d_state] (strided slice of x_proj output)
+  TensorView C;        // [T, d_state] (strided slice of x_proj output)
+  TensorView D;        // [d_inner] weight
+  TensorView dt_bias;  // [d_inner] weight (dt_proj.bias)
+  TensorView z;        // [T, d_inner] gate (strided slice of in_proj output)
+  TensorView state;    // [n_slots, d_inner, d_state]
+  TensorView y;        // [T, d_inner] output
+};
+
+// Mamba-2 state-space dual: chunked SSD for multi-token sequences, the recurrent step for single tokens.
+//   dt = clamp(softplus(dt_raw + dt_bias), dt_min, dt_max);  H = exp(dt * A) * H + dt * x (x) B;  y = H . C + D * x
+// Head h reads group h / (n_heads / n_groups). No gate here (the gated RMSNorm follows).
+struct Mamba2ScanArgs {
+  TensorView x;        // [T, n_heads * head_dim] (strided slice of the conv output)
+  TensorView dt;       // [T, n_heads] raw (strided slice of in_proj output)
+  TensorView A_log;    // [n_heads] weight
+  TensorView B;        // [T, n_groups * d_state] (strided slice of the conv output)
+  TensorView C;        // [T, n_groups * d_state] (strided slice of the conv output)
+  TensorView D;        // [n_heads] weight
+  TensorView dt_bias;  // [n_heads] weight
+  float dt_min = 0.0f;
+  float dt_max = 0.0f;  // +inf when unlimited
+  int64_t n_heads = 0, head_dim = 0, n_groups = 0, d_state = 0;
+  int64_t chunk_size = 256;
+  TensorView state;    // [n_slots, n_heads, head_dim, d_state]
+  TensorView y;        // [T, n_heads * head_dim] output
+};
+
+class Backend {
+ public:
+  virtual ~Backend() = default;
+  virtual Device device() const = 0;
+  virtual std::string description() const = 0;  // e.g. "CPU (8 threads)" or "NVIDIA H200 (sm_90)"
+
+  // ---- Memory -------------------------------------------------------------------------------------------------
+  virtual void* allocate(size_t bytes) = 0;
+  virtual void deallocate(void* p) = 0;
+  virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
+  virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
+  virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  virtual void fill_zero(void* dst, size_t bytes) = 0;
+  virtual void synchronize() = 0;
+
+  // Makes a weight usable on this backend. `host` is a view of mmap'd checkpoint data. The CPU backend returns the
+  // view itself (no copy: weights stay mmap'd in their stored dtype); a device backend copies it, possibly
+  // converting to its weight dtype, and owns the copy for its lifetime.
+  virtual TensorView adopt_weight(const TensorView& host) = 0;
+
+  // Makes `layout.seqs` readable by kernels (a device backend uploads it into layout.device_seqs).
+  virtual void prepare_batch(BatchLayout& layout) = 0;
+
+  // ---- Ops ----------------------------------------------------------------------------------------------------
+  // out[t, :] = table[ids[t], :]. ids: [T] i32 on the device (validated by the caller).
+  virtual void embed(const TensorView& table, const TensorView& ids, TensorView out) = 0;
+  // out = src converted to f32 (src f32/f16/bf16, same shape).
+  virtual void to_f32(const TensorView& src, TensorView out) = 0;
+  // out[t, :] = x[t, :] * rsqrt(mean(x[t, :]^2) + eps) * w. x: [T, D], w: [D].
+  virtual void rmsnorm(const TensorView& x, const TensorView& w, float eps, TensorView out) = 0;
+  // acc[t, :] += x[t, :].
+  virtual void add_inplace(TensorView acc, const TensorView& x) = 0;
+  // y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]). x: [T, in], w: [out, in], bias: [out] or empty, y: [T, out].
+  virtual void linear(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView y) = 0;
+  // Causal depthwise conv1d + SiLU per sequence, starting from its slot's conv state (the last K-1 inputs before the
+  // sequence; zeros for a fresh slot) and leaving the last K-1 inputs there (also when len < K-1).
+  // x: [T, C] (strided), w: [C, 1, K] (stored layout), bias: [C] or empty, state: [n_slots, C, K-1], out: [T, C].
+  virtual void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
+                           const BatchLayout& batch, TensorView out) = 0;
+  virtual void mamba1_scan(const Mamba1ScanArgs& args, const BatchLayout& batch) = 0;
+  virtual void mamba2_ssd(const Mamba2ScanArgs& args, const BatchLayout& batch) = 0;
+  // Mamba-2 gated RMSNorm (norm_before_gate = false): g = y * silu(z); out = rmsnorm of g over each group of
+  // `group_size` channels, times w. y, z (strided), out: [T, d_inner]; w: [d_inner].
+  virtual void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size,
+                             float eps, TensorView out) = 0;
+  // out[i, :] = x[rows[i], :]; rows is a host array of n indices.
+  virtual void gather_rows(const TensorView& x, const int64_t* rows, int64_t n, TensorView out) = 0;
+};
+
+// Backends available in this build. make_cuda_backend throws a clear Error when CUDA is not compiled in or no
+// usable GPU is present; cuda_available() treats any CUDA error as "no GPU".
+std::unique_ptr<Backend> make_cpu_backend(int threads = 0);  // 0: all hardware threads
+bool cuda_available();
+std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype = DType::BF16);
+
+// RAII owner of one backend allocation.
+class DeviceBuffer {
+ public:
+  DeviceBuffer() = default;
+  DeviceBuffer(Backend& backend, size_t bytes);
+  ~DeviceBuffer();
+  DeviceBuffer(DeviceBuffer&& other) noexcept;
+  DeviceBuffer& operator=(DeviceBuffer&& other) noexcept;
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  void* data() const { return data_; }
+  size_t size() const { return size_; }
+
+ private:
+  Backend* backend_ = nullptr;
+  void* data_ = nullptr;
+  size_t size_ = 0;
+};
+
+}  // namespace mambacpp

@@ -1,0 +1,289 @@
+// CpuBackend: memory (64-byte aligned malloc), argument checks, and dispatch to the CPU kernels.
+// Every op checks what a caller can get wrong (dtypes, shapes, sequence spans, slots) and throws a mambacpp::Error
+// that names the op, what was expected and what was found.
+#include "backend/cpu/cpu_backend.h"
+
+#include <omp.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <cstring>
+#include <span>
+#include <vector>
+
+#include "backend/cpu/conv1d.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/selective_scan.h"
+#include "backend/cpu/ssd.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp {
+namespace {
+
+using cpu::Rows;
+using cpu::WeightRef;
+
+constexpr size_t kAlignment = 64;
+
+bool is_float_storage(DType t) {
+  return t == DType::F32 || t == DType::F16 || t == DType::BF16 || t == DType::F64;
+}
+
+// An f32 activation of `rows` x `cols` (2-D, possibly with a row stride).
+void check_act(const char* op, const char* name, const TensorView& v, int64_t rows, int64_t cols) {
+  if (v.empty()) fail(op, ": ", name, " is missing");
+  if (v.device != Device::CPU) fail(op, ": ", name, " must be on the CPU, found ", device_name(v.device));
+  if (v.dtype != DType::F32) fail(op, ": ", name, " must be f32, found ", dtype_name(v.dtype));
+  if (v.ndim != 2 || v.dim(0) != rows || v.dim(1) != cols)
+    fail(op, ": ", name, " must be [", rows, ", ", cols, "], found ", v.shape_string());
+  if (v.stride0() < cols) fail(op, ": ", name, " has row stride ", v.stride0(), " < its ", cols, " columns");
+}
+
+// A weight of `numel` elements in a float storage dtype; `optional` allows an empty view.
+WeightRef weight(const char* op, const char* name, const TensorView& v, int64_t numel, bool optional = false) {
+  if (v.empty()) {
+    if (optional) return {};
+    fail(op, ": weight ", name, " is missing");
+  }
+  if (!is_float_storage(v.dtype)) fail(op, ": weight ", name, " has dtype ", dtype_name(v.dtype), ", expected f32/f16/bf16");
+  if (!v.contiguous()) fail(op, ": weight ", name, " must be contiguous");
+  if (v.numel() != numel) fail(op, ": weight ", name, " must have ", numel, " elements, found ", v.shape_string());
+  return {v.data, v.dtype};
+}
+
+// f32 state [n_slots, inner...] whose row (one slot) holds `slot_elems` elements.
+float* state_ptr(const char* op, const char* name, const TensorView& s, int64_t slot_elems) {
+  if (s.empty()) fail(op, ": ", name, " state is missing");
+  if (s.dtype != DType::F32)
+    fail(op, ": ", name, " state has dtype ", dtype_name(s.dtype),
+         "; the CPU backend keeps state in f32 (a bf16 state is only supported by the CUDA backend)");
+  if (!s.contiguous() || s.row_size() != slot_elems)
+    fail(op, ": ", name, " state must be contiguous with ", slot_elems, " elements per slot, found ", s.shape_string());
+  return s.ptr<float>();
+}
+
+// Every sequence lies inside [0, T), uses a slot in [0, n_slots), and no two sequences share a slot.
+void check_batch(const char* op, const BatchLayout& batch, int64_t T, int64_t n_slots) {
+  std::vector<bool> used(static_cast<size_t>(n_slots), false);
+  for (const SeqSpan& s : batch.seqs) {
+    if (s.start < 0 || s.len < 0 || s.start + s.len > T)
+      fail(op, ": sequence rows [", s.start, ", ", s.start + s.len, ") outside the batch's ", T, " tokens");
+    if (s.slot < 0 || s.slot >= n_slots) fail(op, ": slot ", s.slot, " outside [0, ", n_slots, ")");
+    if (used[static_cast<size_t>(s.slot)]) fail(op, ": slot ", s.slot, " is used by two sequences of one batch");
+    used[static_cast<size_t>(s.slot)] = true;
+  }
+}
+
+template <class T>
+Rows<const T> crows(const TensorView& v) {
+  return {v.ptr<const T>(), v.stride0()};
+}
+template <class T>
+Rows<T> rows(const TensorView& v) {
+  return {v.ptr<T>(), v.stride0()};
+}
+
+}  // namespace
+
+CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {}
+
+std::string CpuBackend::description() const {
+  return "CPU (" + std::to_string(threads_) + (threads_ == 1 ? " thread)" : " threads)");
+}
+
+// ---- Memory -----------------------------------------------------------------------------------------------------
+
+void* CpuBackend::allocate(size_t bytes) {
+  const size_t rounded = (std::max<size_t>(bytes, 1) + kAlignment - 1) / kAlignment * kAlignment;
+  void* p = std::aligned_alloc(kAlignment, rounded);
+  if (!p) fail("CPU backend: out of memory allocating ", bytes, " bytes");
+  return p;
+}
+
+void CpuBackend::deallocate(void* p) { std::free(p); }
+
+void CpuBackend::copy_from_host(void* dst, const void* host_src, size_t bytes) {
+  if (bytes) std::memcpy(dst, host_src, bytes);
+}
+void CpuBackend::copy_to_host(void* host_dst, const void* src, size_t bytes) {
+  if (bytes) std::memcpy(host_dst, src, bytes);
+}
+void CpuBackend::copy(void* dst, const void* src, size_t bytes) {
+  if (bytes) std::memmove(dst, src, bytes);
+}
+void CpuBackend::fill_zero(void* dst, size_t bytes) {
+  if (bytes) std::memset(dst, 0, bytes);
+}
+
+// ---- Row ops ----------------------------------------------------------------------------------------------------
+
+void CpuBackend::embed(const TensorView& table, const TensorView& ids, TensorView out) {
+  if (table.ndim != 2) fail("embed: table must be 2-D, found ", table.shape_string());
+  const int64_t V = table.dim(0), D = table.dim(1);
+  WeightRef tab = weight("embed", "table", table, V * D);
+  if (ids.dtype != DType::I32 || ids.ndim != 1) fail("embed: ids must be 1-D i32, found ", ids.shape_string(), " ", dtype_name(ids.dtype));
+  const int64_t T = ids.dim(0);
+  check_act("embed", "out", out, T, D);
+  cpu::embed_f32(tab, V, ids.ptr<const int32_t>(), rows<float>(out), T, D, threads_);
+}
+
+void CpuBackend::to_f32(const TensorView& src, TensorView out) {
+  if (!is_float_storage(src.dtype)) fail("to_f32: source dtype ", dtype_name(src.dtype), " is not a float type");
+  if (out.dtype != DType::F32) fail("to_f32: out must be f32, found ", dtype_name(out.dtype));
+  if (src.ndim != out.ndim || src.numel() != out.numel())
+    fail("to_f32: shapes differ: ", src.shape_string(), " vs ", out.shape_string());
+  for (int i = 0; i < src.ndim; ++i)
+    if (src.dim(i) != out.dim(i)) fail("to_f32: shapes differ: ", src.shape_string(), " vs ", out.shape_string());
+  if (src.ndim == 0) return;
+  const int64_t n = src.dim(0), rs = src.row_size();
+  const size_t es = dtype_size(src.dtype);
+  for (int64_t r = 0; r < n; ++r)
+    convert_to_f32(static_cast<const char*>(src.data) + static_cast<size_t>(r * src.stride0()) * es, src.dtype,
+                   out.ptr<float>() + r * out.stride0(), rs);
+}
+
+void CpuBackend::rmsnorm(const TensorView& x, const TensorView& w, float eps, TensorView out) {
+  if (x.ndim != 2) fail("rmsnorm: x must be [T, D], found ", x.shape_string());
+  const int64_t T = x.dim(0), D = x.dim(1);
+  check_act("rmsnorm", "x", x, T, D);
+  check_act("rmsnorm", "out", out, T, D);
+  cpu::rmsnorm_f32(crows<float>(x), weight("rmsnorm", "w", w, D), eps, rows<float>(out), T, D, threads_);
+}
+
+void CpuBackend::add_inplace(TensorView acc, const TensorView& x) {
+  if (acc.ndim != 2) fail("add_inplace: acc must be [T, D], found ", acc.shape_string());
+  const int64_t T = acc.dim(0), D = acc.dim(1);
+  check_act("add_inplace", "acc", acc, T, D);
+  check_act("add_inplace", "x", x, T, D);
+  cpu::add_inplace_f32(rows<float>(acc), crows<float>(x), T, D, threads_);
+}
+
+void CpuBackend::linear(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView y) {
+  if (x.ndim != 2 || w.ndim != 2) fail("linear: x and w must be 2-D, found ", x.shape_string(), " and ", w.shape_string());
+  const int64_t T = x.dim(0), in = x.dim(1), outf = w.dim(0);
+  if (w.dim(1) != in) fail("linear: w must be [out, ", in, "], found ", w.shape_string());
+  check_act("linear", "x", x, T, in);
+  check_act("linear", "y", y, T, outf);
+  WeightRef wr = weight("linear", "w", w, outf * in);
+  WeightRef br = weight("linear", "bias", bias, outf, /*optional=*/true);
+  cpu::linear_f32(crows<float>(x), wr, br, rows<float>(y), T, in, outf, threads_);
+}
+
+void CpuBackend::gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size,
+                               float eps, TensorView out) {
+  if (y.ndim != 2) fail("gated_rmsnorm: y must be [T, d_inner], found ", y.shape_string());
+  const int64_t T = y.dim(0), D = y.dim(1);
+  if (group_size <= 0 || D % group_size != 0)
+    fail("gated_rmsnorm: group size ", group_size, " does not divide d_inner ", D);
+  check_act("gated_rmsnorm", "y", y, T, D);
+  check_act("gated_rmsnorm", "z", z, T, D);
+  check_act("gated_rmsnorm", "out", out, T, D);
+  cpu::gated_rmsnorm_f32(crows<float>(y), crows<float>(z), weight("gated_rmsnorm", "w", w, D), group_size, eps,
+                         rows<float>(out), T, D, threads_);
+}
+
+void CpuBackend::gather_rows(const TensorView& x, const int64_t* idx, int64_t n, TensorView out) {
+  if (x.ndim < 1 || out.ndim != x.ndim || out.dtype != x.dtype || out.dim(0) != n || out.row_size() != x.row_size())
+    fail("gather_rows: out must be [", n, ", ...] like x ", x.shape_string(), ", found ", out.shape_string());
+  const size_t row_bytes = static_cast<size_t>(x.row_size()) * dtype_size(x.dtype);
+  for (int64_t i = 0; i < n; ++i) {
+    if (idx[i] < 0 || idx[i] >= x.dim(0)) fail("gather_rows: row ", idx[i], " outside [0, ", x.dim(0), ")");
+    std::memcpy(static_cast<char*>(out.data) + static_cast<size_t>(i * out.stride0()) * dtype_size(x.dtype),
+                static_cast<const char*>(x.data) + static_cast<size_t>(idx[i] * x.stride0()) * dtype_size(x.dtype),
+                row_bytes);
+  }
+}
+
+// ---- Mixer ops --------------------------------------------------------------------------------------------------
+
+void CpuBackend::conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
+                             const BatchLayout& batch, TensorView out) {
+  const char* op = "conv1d_silu";
+  if (x.ndim != 2) fail(op, ": x must be [T, C], found ", x.shape_string());
+  const int64_t T = x.dim(0), C = x.dim(1);
+  if (w.ndim < 2 || w.dim(0) != C) fail(op, ": w must be [", C, ", 1, K], found ", w.shape_string());
+  const int64_t K = w.dim(w.ndim - 1);
+  if (K < 1 || K > cpu::kConvMaxKernel) fail(op, ": kernel width ", K, " outside [1, ", cpu::kConvMaxKernel, "]");
+  check_act(op, "x", x, T, C);
+  check_act(op, "out", out, T, C);
+  cpu::Conv1dParams<float> p;
+  p.x = crows<float>(x);
+  p.w = weight(op, "w", w, C * K);
+  p.bias = weight(op, "bias", bias, C, /*optional=*/true);
+  p.state = state_ptr(op, "conv", state, C * (K - 1));
+  p.out = rows<float>(out);
+  p.channels = C;
+  p.kernel = K;
+  p.threads = threads_;
+  check_batch(op, batch, T, state.dim(0));
+  cpu::conv1d_silu(p, std::span<const SeqSpan>(batch.seqs));
+}
+
+void CpuBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch) {
+  const char* op = "mamba1_scan";
+  if (a.x.ndim != 2 || a.A_log.ndim != 2) fail(op, ": x must be [T, d_inner] and A_log [d_inner, d_state]");
+  const int64_t T = a.x.dim(0), DI = a.x.dim(1), N = a.A_log.dim(1);
+  if (a.A_log.dim(0) != DI) fail(op, ": A_log must be [", DI, ", d_state], found ", a.A_log.shape_string());
+  check_act(op, "x", a.x, T, DI);
+  check_act(op, "dt", a.dt, T, DI);
+  check_act(op, "B", a.B, T, N);
+  check_act(op, "C", a.C, T, N);
+  check_act(op, "z", a.z, T, DI);
+  check_act(op, "y", a.y, T, DI);
+  cpu::Mamba1Params<float> p;
+  p.x = crows<float>(a.x);
+  p.dt = crows<float>(a.dt);
+  p.B = crows<float>(a.B);
+  p.C = crows<float>(a.C);
+  p.z = crows<float>(a.z);
+  p.A_log = weight(op, "A_log", a.A_log, DI * N);
+  p.D = weight(op, "D", a.D, DI);
+  p.dt_bias = weight(op, "dt_bias", a.dt_bias, DI);
+  p.state = state_ptr(op, "ssm", a.state, DI * N);
+  p.y = rows<float>(a.y);
+  p.d_inner = DI;
+  p.d_state = N;
+  p.threads = threads_;
+  check_batch(op, batch, T, a.state.dim(0));
+  cpu::mamba1_scan(p, std::span<const SeqSpan>(batch.seqs));
+}
+
+void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {
+  const char* op = "mamba2_ssd";
+  const int64_t NH = a.n_heads, P = a.head_dim, G = a.n_groups, N = a.d_state;
+  if (NH <= 0 || P <= 0 || G <= 0 || N <= 0 || NH % G != 0)
+    fail(op, ": bad sizes n_heads ", NH, ", head_dim ", P, ", n_groups ", G, ", d_state ", N,
+         " (all positive, n_groups dividing n_heads)");
+  if (a.chunk_size <= 0) fail(op, ": chunk_size must be positive, found ", a.chunk_size);
+  if (a.x.ndim != 2) fail(op, ": x must be [T, n_heads * head_dim], found ", a.x.shape_string());
+  const int64_t T = a.x.dim(0);
+  check_act(op, "x", a.x, T, NH * P);
+  check_act(op, "dt", a.dt, T, NH);
+  check_act(op, "B", a.B, T, G * N);
+  check_act(op, "C", a.C, T, G * N);
+  check_act(op, "y", a.y, T, NH * P);
+  cpu::Mamba2Params<float> p;
+  p.x = crows<float>(a.x);
+  p.dt = crows<float>(a.dt);
+  p.B = crows<float>(a.B);
+  p.C = crows<float>(a.C);
+  p.A_log = weight(op, "A_log", a.A_log, NH);
+  p.D = weight(op, "D", a.D, NH);
+  p.dt_bias = weight(op, "dt_bias", a.dt_bias, NH);
+  p.dt_min = a.dt_min;
+  p.dt_max = a.dt_max;
+  p.n_heads = NH;
+  p.head_dim = P;
+  p.n_groups = G;
+  p.d_state = N;
+  p.chunk_size = a.chunk_size;
+  p.state = state_ptr(op, "ssm", a.state, NH * P * N);
+  p.y = rows<float>(a.y);
+  p.threads = threads_;
+  check_batch(op, batch, T, a.state.dim(0));
+  cpu::mamba2_ssd(p, std::span<const SeqSpan>(batch.seqs));
+}
+
+std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }
+
+}  // namespace mambacpp

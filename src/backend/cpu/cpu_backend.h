@@ -1,0 +1,47 @@
+// The CPU backend: f32 compute with OpenMP, weights read in place in their stored dtype (f32/f16/bf16), state in
+// f32. This class only checks arguments and turns views into the raw-pointer parameters of the kernels
+// (conv1d.h, selective_scan.h, ssd.h, linear.cpp, norms.cpp, rows.cpp).
+#pragma once
+
+#include <string>
+
+#include "backend/backend.h"
+
+namespace mambacpp {
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(int threads);  // threads <= 0: all hardware threads
+
+  Device device() const override { return Device::CPU; }
+  std::string description() const override;
+  int threads() const { return threads_; }
+
+  void* allocate(size_t bytes) override;
+  void deallocate(void* p) override;
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
+  void copy(void* dst, const void* src, size_t bytes) override;
+  void fill_zero(void* dst, size_t bytes) override;
+  void synchronize() override {}
+  TensorView adopt_weight(const TensorView& host) override { return host; }
+  void prepare_batch(BatchLayout&) override {}
+
+  void embed(const TensorView& table, const TensorView& ids, TensorView out) override;
+  void to_f32(const TensorView& src, TensorView out) override;
+  void rmsnorm(const TensorView& x, const TensorView& w, float eps, TensorView out) override;
+  void add_inplace(TensorView acc, const TensorView& x) override;
+  void linear(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView y) override;
+  void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
+                   const BatchLayout& batch, TensorView out) override;
+  void mamba1_scan(const Mamba1ScanArgs& args, const BatchLayout& batch) override;
+  void mamba2_ssd(const Mamba2ScanArgs& args, const BatchLayout& batch) override;
+  void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size, float eps,
+                     TensorView out) override;
+  void gather_rows(const TensorView& x, const int64_t* rows, int64_t n, TensorView out) override;
+
+ private:
+  int threads_;
+};
+
+}  // namespace mambacpp

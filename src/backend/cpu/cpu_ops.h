@@ -1,0 +1,29 @@
+// The CPU backend's f32 row-wise ops (linear.cpp, norms.cpp, rows.cpp): raw pointers and row strides in, checked by
+// CpuBackend before the call. Weights are read in their stored dtype through WeightRef.
+#pragma once
+
+#include <cstdint>
+
+#include "backend/cpu/kernel_common.h"
+
+namespace mambacpp::cpu {
+
+// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]). x: [T, in], w: [out, in] contiguous, y: [T, out].
+// Each y[t, o] is summed in the same order whatever T is, so a row's result never depends on the rest of the batch.
+void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
+                int threads);
+
+// out[t, :] = x[t, :] * rsqrt(mean(x[t, :]^2) + eps) * w. x, out: [T, D].
+void rmsnorm_f32(Rows<const float> x, WeightRef w, float eps, Rows<float> out, int64_t T, int64_t D, int threads);
+
+// g = y * silu(z); out = g * rsqrt(mean over its group of g^2 + eps) * w, groups of `group_size` channels.
+void gated_rmsnorm_f32(Rows<const float> y, Rows<const float> z, WeightRef w, int64_t group_size, float eps,
+                       Rows<float> out, int64_t T, int64_t D, int threads);
+
+// acc[t, :] += x[t, :]. [T, D].
+void add_inplace_f32(Rows<float> acc, Rows<const float> x, int64_t T, int64_t D, int threads);
+
+// out[t, :] = table[ids[t], :] as f32. table: [V, D] contiguous in any float dtype. Throws on an id outside [0, V).
+void embed_f32(WeightRef table, int64_t V, const int32_t* ids, Rows<float> out, int64_t T, int64_t D, int threads);
+
+}  // namespace mambacpp::cpu

@@ -1,0 +1,28 @@
+// Row-wise data movement on the CPU: residual add and embedding lookup (rows converted from the table's dtype).
+#include "backend/cpu/cpu_ops.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp::cpu {
+
+void add_inplace_f32(Rows<float> acc, Rows<const float> x, int64_t T, int64_t D, int threads) {
+#pragma omp parallel for schedule(static) num_threads(threads) if (T * D > 65536)
+  for (int64_t t = 0; t < T; ++t) {
+    float* a = acc[t];
+    const float* b = x[t];
+#pragma omp simd
+    for (int64_t i = 0; i < D; ++i) a[i] += b[i];
+  }
+}
+
+void embed_f32(WeightRef table, int64_t V, const int32_t* ids, Rows<float> out, int64_t T, int64_t D, int threads) {
+  for (int64_t t = 0; t < T; ++t)
+    if (ids[t] < 0 || ids[t] >= V) fail("embed: token id ", ids[t], " at position ", t, " is outside [0, ", V, ")");
+  const size_t esize = dtype_size(table.dtype);
+#pragma omp parallel for schedule(static) num_threads(threads) if (T > 16)
+  for (int64_t t = 0; t < T; ++t) {
+    const void* row = static_cast<const char*>(table.data) + static_cast<size_t>(ids[t]) * static_cast<size_t>(D) * esize;
+    convert_to_f32(row, table.dtype, out[t], D);
+  }
+}
+
+}  // namespace mambacpp::cpu

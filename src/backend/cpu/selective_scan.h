@@ -1,0 +1,80 @@
+// Mamba-1 selective scan, sequential in time per channel, fused with the D skip and the silu(z) gate:
+//   dt = softplus(dt_raw[t, c] + dt_bias[c]);  A[c, n] = -exp(A_log[c, n])
+//   h[c, n] = exp(dt * A[c, n]) * h[c, n] + dt * B[t, n] * x[t, c]
+//   y[t, c] = (sum_n C[t, n] * h[c, n] + D[c] * x[t, c]) * silu(z[t, c])
+// The state h lives in the slot's state row and is updated in place. Parallel over (sequence, block of channels):
+// a block walks time once and reads each row's B and C once.
+#pragma once
+
+#include <algorithm>
+#include <span>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cpu/kernel_common.h"
+
+namespace mambacpp::cpu {
+
+template <class T>
+struct Mamba1Params {
+  Rows<const T> x;        // [T, d_inner]
+  Rows<const T> dt;       // [T, d_inner] before the bias
+  Rows<const T> B;        // [T, d_state]
+  Rows<const T> C;        // [T, d_state]
+  Rows<const T> z;        // [T, d_inner]
+  WeightRef A_log;        // [d_inner, d_state]
+  WeightRef D;            // [d_inner]
+  WeightRef dt_bias;      // [d_inner]
+  T* state = nullptr;     // [n_slots, d_inner, d_state]
+  Rows<T> y;              // [T, d_inner]
+  int64_t d_inner = 0, d_state = 0;
+  int threads = 1;
+};
+
+template <class T>
+void mamba1_scan(const Mamba1Params<T>& p, std::span<const SeqSpan> seqs) {
+  constexpr int64_t kBlock = 16;  // channels per task
+  const int64_t DI = p.d_inner, N = p.d_state;
+  const int64_t n_blocks = (DI + kBlock - 1) / kBlock;
+  const int64_t n_seqs = static_cast<int64_t>(seqs.size());
+
+#pragma omp parallel num_threads(p.threads)
+  {
+    std::vector<T> A(static_cast<size_t>(kBlock * N));  // this task's -exp(A_log) rows
+#pragma omp for collapse(2) schedule(dynamic)
+    for (int64_t s = 0; s < n_seqs; ++s) {
+      for (int64_t blk = 0; blk < n_blocks; ++blk) {
+        const SeqSpan seq = seqs[static_cast<size_t>(s)];
+        if (seq.len <= 0) continue;
+        const int64_t c0 = blk * kBlock, nc = std::min(kBlock, DI - c0);
+        for (int64_t i = 0; i < nc * N; ++i) A[static_cast<size_t>(i)] = -std::exp(weight_at<T>(p.A_log, c0 * N + i));
+        T D[kBlock], bias[kBlock];
+        for (int64_t c = 0; c < nc; ++c) {
+          D[c] = weight_at<T>(p.D, c0 + c);
+          bias[c] = weight_at<T>(p.dt_bias, c0 + c);
+        }
+        T* h0 = p.state + (seq.slot * DI + c0) * N;  // [nc, N]
+
+        for (int64_t t = seq.start; t < seq.start + seq.len; ++t) {
+          const T* Bt = p.B[t];
+          const T* Ct = p.C[t];
+          for (int64_t c = 0; c < nc; ++c) {
+            const T xv = p.x[t][c0 + c];
+            const T dtv = softplus(p.dt[t][c0 + c] + bias[c]);
+            const T dtx = dtv * xv;
+            const T* Ac = A.data() + c * N;
+            T* h = h0 + c * N;
+            T acc = 0;
+            for (int64_t n = 0; n < N; ++n) {
+              h[n] = std::exp(dtv * Ac[n]) * h[n] + dtx * Bt[n];
+              acc += Ct[n] * h[n];
+            }
+            p.y[t][c0 + c] = (acc + D[c] * xv) * silu(p.z[t][c0 + c]);
+          }
+        }
+      }
+    }
+  }
+}
+
+}  // namespace mambacpp::cpu

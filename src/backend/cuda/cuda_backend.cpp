@@ -1,0 +1,563 @@
+// The CUDA backend: owns the device copies of the weights, one stream, a cuBLAS handle (both created on first use)
+// and the scratch buffers the kernels need; checks each op's shapes, then calls the launchers of cuda_ops.h.
+// All work is enqueued on the one stream, so its order is the program order; copy_to_host and synchronize wait.
+//
+// Dtypes: activations f32; state f32 or bf16 (computed in f32); weights as adopt_weight made them (2-D matrices in
+// the backend's weight dtype, vectors and conv kernels in f32: they are a negligible share of the bytes and feed
+// exponentials, softplus and normalisations where 16-bit rounding would show).
+#include <cublas_v2.h>
+#include <cuda_runtime.h>
+
+#include <algorithm>
+#include <climits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_ops.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp {
+namespace cuda {
+
+void throw_cuda_error(cudaError_t err, const char* what, const char* file, int line) {
+  fail("CUDA error: ", cudaGetErrorName(err), " (", cudaGetErrorString(err), ") in ", what, " at ", file, ":", line);
+}
+
+void throw_cublas_error(int status, const char* what, const char* file, int line) {
+  fail("cuBLAS error: ", cublasGetStatusString(static_cast<cublasStatus_t>(status)), " (", status, ") in ", what,
+       " at ", file, ":", line);
+}
+
+// True when this binary's kernels can run on the current device (defined in elementwise.cu).
+bool kernels_loadable();
+
+}  // namespace cuda
+
+namespace {
+
+using namespace cuda;
+
+// A device buffer that only grows; reused across calls.
+struct Scratch {
+  void* ptr = nullptr;
+  size_t cap = 0;
+};
+
+bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
+class CudaBackend final : public Backend {
+ public:
+  CudaBackend(int device, DType weight_dtype) : device_(device), weight_dtype_(weight_dtype) {
+    cudaDeviceProp prop{};
+    MAMBACPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
+                   ", weights " + dtype_name(weight_dtype_) + ")";
+  }
+
+  ~CudaBackend() override {
+    // No throwing here: errors at teardown are ignored (the process may be exiting after a device fault).
+    if (stream_) cudaStreamSynchronize(stream_);
+    for (void* p : owned_) cudaFree(p);
+    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &rows_})
+      if (s->ptr) cudaFree(s->ptr);
+    if (cublas_) cublasDestroy(cublas_);
+    if (stream_) cudaStreamDestroy(stream_);
+    cudaGetLastError();
+  }
+
+  Device device() const override { return Device::CUDA; }
+  std::string description() const override { return description_; }
+
+  // ---- Memory -----------------------------------------------------------------------------------------------------
+  void* allocate(size_t bytes) override {
+    void* p = nullptr;
+    if (bytes == 0) return nullptr;
+    MAMBACPP_CUDA_CHECK(cudaMalloc(&p, bytes));
+    return p;
+  }
+  void deallocate(void* p) override {
+    if (p) MAMBACPP_CUDA_CHECK(cudaFree(p));
+  }
+  // Host memory here is pageable: cudaMemcpyAsync stages it before returning, so the caller may reuse it at once,
+  // and the copy still runs in stream order (after every kernel enqueued before it).
+  void copy_from_host(void* dst, const void* host_src, size_t bytes) override {
+    if (bytes) MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dst, host_src, bytes, cudaMemcpyHostToDevice, stream()));
+  }
+  void copy_to_host(void* host_dst, const void* src, size_t bytes) override {
+    if (!bytes) return;
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(host_dst, src, bytes, cudaMemcpyDeviceToHost, stream()));
+    MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+  }
+  void copy(void* dst, const void* src, size_t bytes) override {
+    if (bytes) MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
+  }
+  void fill_zero(void* dst, size_t bytes) override {
+    if (bytes) MAMBACPP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream()));
+  }
+  void synchronize() override { MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream())); }
+
+  TensorView adopt_weight(const TensorView& host) override {
+    if (host.device != Device::CPU) fail("adopt_weight: expected a host tensor, found one on ", device_name(host.device));
+    if (!host.contiguous()) fail("adopt_weight: expected a contiguous tensor, found row stride ", host.row_stride);
+    if (!is_float_dtype(host.dtype) && host.dtype != DType::F64)
+      fail("adopt_weight: expected an f32/f16/bf16/f64 weight, found ", dtype_name(host.dtype));
+    const DType target = host.ndim == 2 ? weight_dtype_ : DType::F32;
+    const int64_t n = host.numel();
+    TensorView dev = host;
+    dev.device = Device::CUDA;
+    dev.dtype = target;
+    dev.row_stride = 0;
+    dev.data = allocate(static_cast<size_t>(n) * dtype_size(target));
+    owned_.push_back(dev.data);
+    if (n == 0) return dev;
+
+    // f64 (rare) is narrowed on the host first; then the raw bytes go up in pieces through a staging buffer and
+    // are converted there. Stream order makes reusing the staging buffer for the next piece safe.
+    std::vector<float> narrowed;
+    const void* src = host.data;
+    DType from = host.dtype;
+    if (from == DType::F64) {
+      narrowed.resize(static_cast<size_t>(n));
+      convert_to_f32(host.data, DType::F64, narrowed.data(), n);
+      src = narrowed.data();
+      from = DType::F32;
+    }
+    if (from == target) {
+      copy_from_host(dev.data, src, static_cast<size_t>(n) * dtype_size(target));
+    } else {
+      constexpr int64_t kPiece = int64_t(1) << 24;  // elements per piece (64 MiB of f32)
+      const int64_t piece = std::min(n, kPiece);
+      void* staging = nullptr;
+      MAMBACPP_CUDA_CHECK(cudaMalloc(&staging, static_cast<size_t>(piece) * dtype_size(from)));
+      for (int64_t i = 0; i < n; i += piece) {
+        const int64_t m = std::min(piece, n - i);
+        copy_from_host(staging, static_cast<const char*>(src) + static_cast<size_t>(i) * dtype_size(from),
+                       static_cast<size_t>(m) * dtype_size(from));
+        launch_convert(staging, from, static_cast<char*>(dev.data) + static_cast<size_t>(i) * dtype_size(target),
+                       target, m, stream());
+      }
+      MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+      MAMBACPP_CUDA_CHECK(cudaFree(staging));
+    }
+    if (!narrowed.empty()) MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    return dev;
+  }
+
+  // Uploads the spans, followed by a per-token map (sequence index of each packed row, -1 for rows in no sequence)
+  // that lets conv1d run one thread per (token, channel).
+  void prepare_batch(BatchLayout& layout) override {
+    const int64_t n = static_cast<int64_t>(layout.seqs.size());
+    int64_t n_tokens = 0;
+    for (const SeqSpan& s : layout.seqs) {
+      if (s.start < 0 || s.len < 0 || s.slot < 0)
+        fail("prepare_batch: expected non-negative start/len/slot, found start ", s.start, " len ", s.len, " slot ",
+             s.slot);
+      n_tokens = std::max(n_tokens, s.start + s.len);
+    }
+    if (n > INT32_MAX) fail("prepare_batch: at most 2^31-1 sequences per batch, found ", n);
+    const size_t seq_bytes = align(static_cast<size_t>(n) * sizeof(SeqSpan));
+    std::vector<unsigned char> host(seq_bytes + static_cast<size_t>(n_tokens) * sizeof(int32_t));
+    if (n) std::memcpy(host.data(), layout.seqs.data(), static_cast<size_t>(n) * sizeof(SeqSpan));
+    auto* map = reinterpret_cast<int32_t*>(host.data() + seq_bytes);
+    std::fill(map, map + n_tokens, -1);
+    for (int64_t s = 0; s < n; ++s) {
+      const SeqSpan& sp = layout.seqs[static_cast<size_t>(s)];
+      std::fill(map + sp.start, map + sp.start + sp.len, static_cast<int32_t>(s));
+    }
+    void* buf = grow(batch_, std::max<size_t>(host.size(), 1));
+    copy_from_host(buf, host.data(), host.size());
+    layout.device_seqs = buf;
+    token_seq_ = reinterpret_cast<const int32_t*>(static_cast<char*>(buf) + seq_bytes);
+    n_mapped_tokens_ = n_tokens;
+    n_prepared_seqs_ = n;
+    ++batch_generation_;
+  }
+
+  // ---- Ops --------------------------------------------------------------------------------------------------------
+  void embed(const TensorView& table, const TensorView& ids, TensorView out) override {
+    check_f32_2d(out, "embed: out");
+    need(table.ndim == 2 && is_float_dtype(table.dtype), "embed: table must be a 2-D float tensor, found ",
+         table.shape_string(), " ", dtype_name(table.dtype));
+    need(ids.dtype == DType::I32 && ids.numel() == out.dim(0), "embed: ids must be i32 [", out.dim(0), "], found ",
+         dtype_name(ids.dtype), " ", ids.shape_string());
+    need(table.dim(1) == out.dim(1), "embed: table width ", table.dim(1), " != out width ", out.dim(1));
+    launch_embed(weight(table), table.dim(1), ids.ptr<const int32_t>(), out.dim(0), rows(out), stream());
+  }
+
+  void to_f32(const TensorView& src, TensorView out) override {
+    need(is_float_dtype(src.dtype), "to_f32: expected f32/f16/bf16 input, found ", dtype_name(src.dtype));
+    need(out.dtype == DType::F32, "to_f32: out must be f32, found ", dtype_name(out.dtype));
+    need(src.numel() == out.numel() && src.ndim >= 1 && out.ndim >= 1 && src.dim(0) == out.dim(0),
+         "to_f32: shapes differ: ", src.shape_string(), " vs ", out.shape_string());
+    launch_to_f32(src.data, src.dtype, src.stride0(), src.dim(0), src.row_size(), F32Rows{out.ptr<float>(),
+                  out.stride0()}, stream());
+  }
+
+  void rmsnorm(const TensorView& x, const TensorView& w, float eps, TensorView out) override {
+    check_f32_2d(x, "rmsnorm: x");
+    check_f32_2d(out, "rmsnorm: out");
+    need(same_2d(x, out), "rmsnorm: x ", x.shape_string(), " vs out ", out.shape_string());
+    need(w.numel() == x.dim(1), "rmsnorm: w has ", w.numel(), " elements, expected ", x.dim(1));
+    launch_rmsnorm(crows(x), weight(w), eps, rows(out), x.dim(0), x.dim(1), stream());
+  }
+
+  void add_inplace(TensorView acc, const TensorView& x) override {
+    check_f32_2d(acc, "add_inplace: acc");
+    check_f32_2d(x, "add_inplace: x");
+    need(same_2d(acc, x), "add_inplace: acc ", acc.shape_string(), " vs x ", x.shape_string());
+    launch_add_inplace(rows(acc), crows(x), acc.dim(0), acc.dim(1), stream());
+  }
+
+  // T <= kGemvMaxRows: the GEMV kernel (exact products of the stored weights, f32 sums).
+  // Larger T, f32 weights: cublasGemmEx in plain f32 (CUBLAS_COMPUTE_32F with the default math mode: no TF32), so
+  // results match an f32 reference to ~1e-6 relative.
+  // Larger T, bf16/f16 weights: the tensor cores need both operands in the weight's dtype. Rounding x to bf16 would
+  // cost 2^-9 relative per activation (~1e-3 on every projection, compounding over layers, and making prefill
+  // differ from the f32-activation GEMV decode). Instead x = hi + lo (+ r, |r| <= 2^-17 |x| for bf16, 2^-22 for f16)
+  // with hi = round(x), lo = round(x - hi), and y = W.hi + W.lo: two GEMMs with f32 accumulation whose products are
+  // exact, so the op is as accurate as an f32 GEMM over the stored weights (~1e-5 relative) at twice the tensor-core
+  // work, still far cheaper than an f32 GEMM. What remains between bf16-weight logits and the fp32 CPU path is the
+  // rounding of the weights themselves (2^-9 relative each), which stays within ~1e-2 of the logits' range.
+  // f16 caveat: |x| > 65504 would overflow hi; projection inputs are normalised or gated activations, far below it.
+  void linear(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView y) override {
+    check_f32_2d(x, "linear: x");
+    check_f32_2d(y, "linear: y");
+    need(w.ndim == 2 && is_float_dtype(w.dtype) && w.contiguous(), "linear: w must be a contiguous 2-D float "
+         "tensor, found ", w.shape_string(), " ", dtype_name(w.dtype));
+    const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
+    need(w.dim(1) == in, "linear: w ", w.shape_string(), " does not take x ", x.shape_string());
+    need(y.dim(0) == T && y.dim(1) == out, "linear: y ", y.shape_string(), ", expected [", T, ", ", out, "]");
+    need(bias.empty() || bias.numel() == out, "linear: bias has ", bias.numel(), " elements, expected ", out);
+    if (T == 0 || out == 0) return;
+    const DevWeight b = bias.empty() ? DevWeight{} : weight(bias);
+    if (in == 0 || T <= kGemvMaxRows) {
+      launch_gemv(crows(x), weight(w), b, rows(y), T, in, out, stream());
+      return;
+    }
+    need(T <= INT_MAX && in <= INT_MAX && out <= INT_MAX && x.stride0() <= INT_MAX && y.stride0() <= INT_MAX,
+         "linear: dimensions beyond cuBLAS's 32-bit limits: x ", x.shape_string(), ", w ", w.shape_string());
+    const int m = static_cast<int>(out), n = static_cast<int>(T), k = static_cast<int>(in);
+    const float one = 1.0f, zero = 0.0f;
+    if (b.data) launch_broadcast_bias(b, rows(y), T, out, stream());
+    const float* beta0 = b.data ? &one : &zero;
+    // Column-major view: y^T [out, T] = w [in, out]^T . x^T [in, T].
+    if (w.dtype == DType::F32) {
+      MAMBACPP_CUBLAS_CHECK(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, CUDA_R_32F, k,
+                                         x.data, CUDA_R_32F, static_cast<int>(x.stride0()), beta0, y.data, CUDA_R_32F,
+                                         static_cast<int>(y.stride0()), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+      return;
+    }
+    const size_t half_bytes = static_cast<size_t>(T * in) * 2;
+    char* hi = static_cast<char*>(grow(split_, 2 * half_bytes));
+    char* lo = hi + half_bytes;
+    launch_split_hi_lo(crows(x), T, in, w.dtype, hi, lo, stream());
+    const cudaDataType_t ab = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    MAMBACPP_CUBLAS_CHECK(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, ab, k, hi, ab, k,
+                                       beta0, y.data, CUDA_R_32F, static_cast<int>(y.stride0()), CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+    MAMBACPP_CUBLAS_CHECK(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, ab, k, lo, ab, k,
+                                       &one, y.data, CUDA_R_32F, static_cast<int>(y.stride0()), CUBLAS_COMPUTE_32F,
+                                       CUBLAS_GEMM_DEFAULT));
+  }
+
+  void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
+                   const BatchLayout& batch, TensorView out) override {
+    check_f32_2d(x, "conv1d: x");
+    check_f32_2d(out, "conv1d: out");
+    need(same_2d(x, out), "conv1d: x ", x.shape_string(), " vs out ", out.shape_string());
+    const int64_t C = x.dim(1);
+    need(w.ndim >= 2 && w.dim(0) == C && w.numel() % C == 0, "conv1d: w ", w.shape_string(), " for ", C,
+         " channels");
+    const int64_t K = w.numel() / C;
+    need(K >= 1, "conv1d: kernel width must be >= 1");
+    need(bias.empty() || bias.numel() == C, "conv1d: bias has ", bias.numel(), " elements, expected ", C);
+    check_state(state, "conv1d: state", {C, K - 1});
+    const SeqSpan* seqs = device_seqs(batch, state.dim(0), x.dim(0), "conv1d");
+    Conv1dLaunch p;
+    p.x = crows(x);
+    p.w = weight(w);
+    p.bias = bias.empty() ? DevWeight{} : weight(bias);
+    p.state = state.data;
+    p.state_bf16 = state.dtype == DType::BF16;
+    p.out = rows(out);
+    p.T = std::min(x.dim(0), n_mapped_tokens_);
+    p.C = C;
+    p.K = K;
+    p.seqs = seqs;
+    p.token_seq = token_seq_;
+    p.n_seqs = n_prepared_seqs_;
+    launch_conv1d_silu(p, stream());
+  }
+
+  void mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch) override {
+    for (const TensorView* v : {&a.x, &a.dt, &a.B, &a.C, &a.z, &a.y}) check_f32_2d(*v, "mamba1_scan: activation");
+    const int64_t T = a.x.dim(0), DI = a.x.dim(1);
+    need(a.A_log.ndim == 2 && a.A_log.dim(0) == DI, "mamba1_scan: A_log ", a.A_log.shape_string(), " for d_inner ",
+         DI);
+    const int64_t N = a.A_log.dim(1);
+    for (const TensorView* v : {&a.dt, &a.z, &a.y})
+      need(v->dim(0) == T && v->dim(1) == DI, "mamba1_scan: expected [", T, ", ", DI, "], found ", v->shape_string());
+    for (const TensorView* v : {&a.B, &a.C})
+      need(v->dim(0) == T && v->dim(1) == N, "mamba1_scan: B/C expected [", T, ", ", N, "], found ",
+           v->shape_string());
+    need(a.D.numel() == DI && a.dt_bias.numel() == DI, "mamba1_scan: D/dt_bias must have ", DI, " elements");
+    check_state(a.state, "mamba1_scan: state", {DI, N});
+    Mamba1Launch p;
+    p.x = crows(a.x);
+    p.dt = crows(a.dt);
+    p.B = crows(a.B);
+    p.C = crows(a.C);
+    p.z = crows(a.z);
+    p.A_log = weight(a.A_log);
+    p.D = weight(a.D);
+    p.dt_bias = weight(a.dt_bias);
+    p.state = a.state.data;
+    p.state_bf16 = a.state.dtype == DType::BF16;
+    p.y = rows(a.y);
+    p.d_inner = DI;
+    p.d_state = N;
+    p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba1_scan");
+    p.n_seqs = n_prepared_seqs_;
+    launch_mamba1_scan(p, stream());
+  }
+
+  void mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) override {
+    const int64_t H = a.n_heads, P = a.head_dim, G = a.n_groups, N = a.d_state;
+    need(H > 0 && G > 0 && H % G == 0, "mamba2_ssd: n_heads ", H, " must be a positive multiple of n_groups ", G);
+    need(P >= 0 && N >= 0 && a.chunk_size > 0, "mamba2_ssd: bad head_dim ", P, " / d_state ", N, " / chunk_size ",
+         a.chunk_size);
+    for (const TensorView* v : {&a.x, &a.dt, &a.B, &a.C, &a.y}) check_f32_2d(*v, "mamba2_ssd: activation");
+    const int64_t T = a.x.dim(0);
+    need(a.x.dim(1) == H * P && a.y.dim(0) == T && a.y.dim(1) == H * P, "mamba2_ssd: x/y must be [", T, ", ",
+         H * P, "], found ", a.x.shape_string(), " / ", a.y.shape_string());
+    need(a.dt.dim(0) == T && a.dt.dim(1) == H, "mamba2_ssd: dt must be [", T, ", ", H, "], found ",
+         a.dt.shape_string());
+    for (const TensorView* v : {&a.B, &a.C})
+      need(v->dim(0) == T && v->dim(1) == G * N, "mamba2_ssd: B/C must be [", T, ", ", G * N, "], found ",
+           v->shape_string());
+    need(a.A_log.numel() == H && a.D.numel() == H && a.dt_bias.numel() == H,
+         "mamba2_ssd: A_log/D/dt_bias must have ", H, " elements");
+    check_state(a.state, "mamba2_ssd: state", {H, P, N});
+    Mamba2Launch p;
+    p.x = crows(a.x);
+    p.dt = crows(a.dt);
+    p.B = crows(a.B);
+    p.C = crows(a.C);
+    p.A_log = weight(a.A_log);
+    p.D = weight(a.D);
+    p.dt_bias = weight(a.dt_bias);
+    p.dt_min = a.dt_min;
+    p.dt_max = a.dt_max;
+    p.n_heads = H;
+    p.head_dim = P;
+    p.n_groups = G;
+    p.d_state = N;
+    p.chunk_size = a.chunk_size;
+    p.state = a.state.data;
+    p.state_bf16 = a.state.dtype == DType::BF16;
+    p.y = rows(a.y);
+    p.T = T;
+    p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba2_ssd");
+    p.n_seqs = n_prepared_seqs_;
+    if (p.n_seqs == 0) return;
+    const bool all_single = std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) {
+      return s.len == 1;
+    });
+    if (all_single) {
+      need(p.n_seqs <= INT_MAX && H <= 65535, "mamba2_ssd: too many sequences/heads for one launch");
+      launch_mamba2_step(p, stream());
+      return;
+    }
+    const int64_t n_chunks = upload_chunk_table(batch, a.chunk_size);
+    need(n_chunks <= INT_MAX && H <= 65535, "mamba2_ssd: too many chunks/heads for one launch");
+    SsdScratch sc;
+    sc.dt = static_cast<float*>(grow(ssd_dt_, static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(float)));
+    sc.cum = static_cast<double*>(grow(ssd_cum_, static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(double)));
+    sc.chunk_states = static_cast<float*>(
+        grow(ssd_states_, static_cast<size_t>(std::max<int64_t>(n_chunks * H * P * N, 1)) * sizeof(float)));
+    const auto* chunks = static_cast<const SsdChunk*>(chunk_table_.ptr);
+    const auto* seq_chunks = reinterpret_cast<const SsdSeqChunks*>(static_cast<const char*>(chunk_table_.ptr) +
+                                                                   chunk_seq_offset_);
+    launch_mamba2_chunked(p, chunks, n_chunks, seq_chunks, sc, stream());
+  }
+
+  void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size, float eps,
+                     TensorView out) override {
+    check_f32_2d(y, "gated_rmsnorm: y");
+    check_f32_2d(z, "gated_rmsnorm: z");
+    check_f32_2d(out, "gated_rmsnorm: out");
+    need(same_2d(y, z) && same_2d(y, out), "gated_rmsnorm: y ", y.shape_string(), ", z ", z.shape_string(),
+         ", out ", out.shape_string());
+    const int64_t D = y.dim(1);
+    need(group_size > 0 && D % group_size == 0, "gated_rmsnorm: group_size ", group_size, " must divide ", D);
+    need(w.numel() == D, "gated_rmsnorm: w has ", w.numel(), " elements, expected ", D);
+    launch_gated_rmsnorm(crows(y), crows(z), weight(w), group_size, eps, rows(out), y.dim(0), D, stream());
+  }
+
+  void gather_rows(const TensorView& x, const int64_t* host_rows, int64_t n, TensorView out) override {
+    need(x.ndim >= 1 && out.ndim >= 1 && x.dtype == out.dtype && x.row_size() == out.row_size() && out.dim(0) >= n,
+         "gather_rows: x ", x.shape_string(), " vs out ", out.shape_string());
+    const size_t es = dtype_size(x.dtype);
+    need(es == 2 || es == 4 || es == 8, "gather_rows: unsupported dtype ", dtype_name(x.dtype));
+    if (n <= 0) return;
+    for (int64_t i = 0; i < n; ++i)
+      need(host_rows[i] >= 0 && host_rows[i] < x.dim(0), "gather_rows: row ", host_rows[i], " outside [0, ",
+           x.dim(0), ")");
+    void* dev_rows = grow(rows_, static_cast<size_t>(n) * sizeof(int64_t));
+    copy_from_host(dev_rows, host_rows, static_cast<size_t>(n) * sizeof(int64_t));
+    launch_gather_rows(x.data, x.stride0(), static_cast<const int64_t*>(dev_rows), n, x.row_size(), es, out.data,
+                       out.stride0(), stream());
+  }
+
+ private:
+  template <class... Parts>
+  static void need(bool ok, const Parts&... parts) {
+    if (!ok) fail(parts...);
+  }
+  static size_t align(size_t n) { return (n + 255) & ~size_t(255); }
+  static void check_f32_2d(const TensorView& v, const char* what) {
+    need(v.ndim == 2 && v.dtype == DType::F32 && v.device == Device::CUDA, what,
+         ": expected a 2-D f32 tensor on cuda, found ", v.shape_string(), " ", dtype_name(v.dtype), " on ",
+         device_name(v.device));
+  }
+  static bool same_2d(const TensorView& a, const TensorView& b) { return a.dim(0) == b.dim(0) && a.dim(1) == b.dim(1); }
+  static void check_state(const TensorView& s, const char* what, std::initializer_list<int64_t> inner) {
+    need(s.dtype == DType::F32 || s.dtype == DType::BF16, what, ": state dtype must be f32 or bf16, found ",
+         dtype_name(s.dtype));
+    need(s.ndim == static_cast<int>(inner.size()) + 1 && s.contiguous(), what, ": expected a contiguous [n_slots",
+         inner.size() > 0 ? ", ..." : "", "] tensor, found ", s.shape_string());
+    int i = 1;
+    for (int64_t d : inner) {
+      need(s.dim(i) == d, what, ": dim ", i, " is ", s.dim(i), ", expected ", d, " (shape ", s.shape_string(), ")");
+      ++i;
+    }
+  }
+  static F32Rows rows(const TensorView& v) { return {v.ptr<float>(), v.stride0()}; }
+  static ConstF32Rows crows(const TensorView& v) { return {v.ptr<const float>(), v.stride0()}; }
+  static DevWeight weight(const TensorView& v) {
+    need(is_float_dtype(v.dtype), "weight dtype must be f32/f16/bf16, found ", dtype_name(v.dtype));
+    return {v.data, v.dtype};
+  }
+
+  // The device copy of the batch's spans, after checking that it is the one prepare_batch made for this batch and
+  // that every span fits the activations (T rows) and the state (n_slots).
+  const SeqSpan* device_seqs(const BatchLayout& b, int64_t n_slots, int64_t T, const char* op) const {
+    need(b.device_seqs != nullptr && b.device_seqs == batch_.ptr &&
+             static_cast<int64_t>(b.seqs.size()) == n_prepared_seqs_,
+         op, ": the batch was not prepared by this backend (call prepare_batch first)");
+    for (const SeqSpan& s : b.seqs)
+      need(s.slot < n_slots && s.start + s.len <= T, op, ": sequence (start ", s.start, ", len ", s.len, ", slot ",
+           s.slot, ") outside ", T, " rows / ", n_slots, " slots");
+    return static_cast<const SeqSpan*>(b.device_seqs);
+  }
+
+  // Cuts the batch's sequences into chunks of at most chunk_size tokens and uploads the table, unless it is already
+  // there for this batch and chunk size (every layer of a forward piece reuses it). Returns the number of chunks.
+  int64_t upload_chunk_table(const BatchLayout& b, int64_t chunk_size) {
+    if (chunk_table_generation_ == batch_generation_ && chunk_table_chunk_size_ == chunk_size) return n_chunks_;
+    std::vector<SsdChunk> chunks;
+    std::vector<SsdSeqChunks> per_seq(b.seqs.size());
+    for (size_t s = 0; s < b.seqs.size(); ++s) {
+      const SeqSpan& sp = b.seqs[s];
+      per_seq[s].first = static_cast<int32_t>(chunks.size());
+      for (int64_t off = 0; off < sp.len; off += chunk_size)
+        chunks.push_back({sp.start + off, static_cast<int32_t>(std::min(chunk_size, sp.len - off)),
+                          static_cast<int32_t>(s)});
+      per_seq[s].count = static_cast<int32_t>(chunks.size()) - per_seq[s].first;
+    }
+    chunk_seq_offset_ = align(chunks.size() * sizeof(SsdChunk));
+    std::vector<unsigned char> host(chunk_seq_offset_ + per_seq.size() * sizeof(SsdSeqChunks));
+    if (!chunks.empty()) std::memcpy(host.data(), chunks.data(), chunks.size() * sizeof(SsdChunk));
+    if (!per_seq.empty())
+      std::memcpy(host.data() + chunk_seq_offset_, per_seq.data(), per_seq.size() * sizeof(SsdSeqChunks));
+    void* buf = grow(chunk_table_, std::max<size_t>(host.size(), 1));
+    copy_from_host(buf, host.data(), host.size());
+    chunk_table_generation_ = batch_generation_;
+    chunk_table_chunk_size_ = chunk_size;
+    n_chunks_ = static_cast<int64_t>(chunks.size());
+    return n_chunks_;
+  }
+
+  // Grows a scratch buffer. The old one may still be read by enqueued kernels, so the stream drains first.
+  void* grow(Scratch& s, size_t bytes) {
+    if (bytes <= s.cap) return s.ptr;
+    if (s.ptr) {
+      MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+      MAMBACPP_CUDA_CHECK(cudaFree(s.ptr));
+      s.ptr = nullptr;
+      s.cap = 0;
+    }
+    const size_t cap = align(std::max(bytes, s.cap + s.cap / 2));
+    MAMBACPP_CUDA_CHECK(cudaMalloc(&s.ptr, cap));
+    s.cap = cap;
+    return s.ptr;
+  }
+
+  cudaStream_t stream() {
+    if (!stream_) MAMBACPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
+    return stream_;
+  }
+  cublasHandle_t cublas() {
+    if (!cublas_) {
+      MAMBACPP_CUBLAS_CHECK(cublasCreate(&cublas_));
+      MAMBACPP_CUBLAS_CHECK(cublasSetStream(cublas_, stream()));
+    }
+    return cublas_;
+  }
+
+  int device_ = 0;
+  DType weight_dtype_ = DType::BF16;
+  std::string description_;
+  cudaStream_t stream_ = nullptr;
+  cublasHandle_t cublas_ = nullptr;
+  std::vector<void*> owned_;  // adopted weights
+
+  Scratch batch_;  // SeqSpan[n] then the token -> sequence map
+  const int32_t* token_seq_ = nullptr;
+  int64_t n_mapped_tokens_ = 0;
+  int64_t n_prepared_seqs_ = 0;
+  uint64_t batch_generation_ = 0;
+
+  Scratch chunk_table_;  // SsdChunk[n_chunks] then SsdSeqChunks[n_seqs]
+  size_t chunk_seq_offset_ = 0;
+  int64_t n_chunks_ = 0;
+  uint64_t chunk_table_generation_ = ~uint64_t(0);
+  int64_t chunk_table_chunk_size_ = 0;
+
+  Scratch ssd_dt_, ssd_cum_, ssd_states_;  // mamba2_ssd's chunked path
+  Scratch split_;                          // linear: hi/lo halves of x
+  Scratch rows_;                           // gather_rows: row indices
+};
+
+}  // namespace
+
+// Any CUDA error (no driver, a driver older than the runtime, no device, a device our kernels cannot run on) means
+// "no GPU". cudaGetLastError() clears the runtime's last-error slot so nothing sticky is left behind.
+bool cuda_available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n <= 0) {
+    cudaGetLastError();
+    return false;
+  }
+  if (!cuda::kernels_loadable()) {
+    cudaGetLastError();
+    return false;
+  }
+  return true;
+}
+
+std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype) {
+  if (!is_float_dtype(weight_dtype))
+    fail("--device cuda: weight dtype must be fp32, fp16 or bf16, found ", dtype_name(weight_dtype));
+  if (!cuda_available())
+    fail("--device cuda: no usable CUDA GPU (no device, no driver, a driver older than CUDA ", CUDART_VERSION / 1000,
+         ".", (CUDART_VERSION % 1000) / 10, ", or a GPU older than this build's sm_90 target)");
+  int device = 0;
+  MAMBACPP_CUDA_CHECK(cudaGetDevice(&device));
+  return std::make_unique<CudaBackend>(device, weight_dtype);
+}
+
+}  // namespace mambacpp

@@ -1,0 +1,59 @@
+// Device-side building blocks shared by the CUDA kernels: loads of f32/f16/bf16 storage as float, the bf16 state
+// load/store, the scalar activations (softplus with torch's threshold, SiLU) and warp reductions.
+// Host-side error checks live in cuda_check.h.
+#pragma once
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "mambacpp/dtype.h"
+
+namespace mambacpp::cuda {
+
+// Element i of a float buffer of dtype t (f32, f16 or bf16; the caller has checked which) as float.
+__device__ __forceinline__ float load_f(const void* p, DType t, int64_t i) {
+  switch (t) {
+    case DType::BF16: return __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]);
+    case DType::F16: return __half2float(static_cast<const __half*>(p)[i]);
+    default: return static_cast<const float*>(p)[i];
+  }
+}
+
+// State buffers are f32 or bf16 (computed in f32 either way; bf16 rounds once when the state is written back).
+__device__ __forceinline__ float load_state(const void* p, bool bf16, int64_t i) {
+  return bf16 ? __bfloat162float(static_cast<const __nv_bfloat16*>(p)[i]) : static_cast<const float*>(p)[i];
+}
+__device__ __forceinline__ void store_state(void* p, bool bf16, int64_t i, float v) {
+  if (bf16) {
+    static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v);
+  } else {
+    static_cast<float*>(p)[i] = v;
+  }
+}
+
+// softplus(v) = log(1 + exp(v)); v itself above 20, as torch.nn.functional.softplus (threshold 20) does.
+__device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
+__device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(0xffffffffu, v, off);
+  return v;
+}
+
+// Sum over the whole block (blockDim.x a multiple of 32, at most 1024). `scratch` holds 32 floats. Every thread
+// gets the total. Contains __syncthreads: call it from all threads.
+__device__ __forceinline__ float block_sum(float v, float* scratch) {
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, n_warps = blockDim.x >> 5;
+  v = warp_sum(v);
+  __syncthreads();  // scratch may still be read by a previous call
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  float total = lane < n_warps ? scratch[lane] : 0.0f;
+  return warp_sum(total);
+}
+
+}  // namespace mambacpp::cuda

@@ -1,0 +1,132 @@
+// Launchers of the CUDA kernels, callable from plain C++ (cuda_backend.cpp). Pointers are device pointers; row
+// strides are in elements. Shapes and dtypes have been checked by CudaBackend before any launcher runs. Every
+// launcher enqueues on `stream` and checks the launch; none synchronises.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "mambacpp/dtype.h"
+
+namespace mambacpp::cuda {
+
+// A 2-D f32 activation: row t starts at data + t * stride.
+struct F32Rows {
+  float* data = nullptr;
+  int64_t stride = 0;
+};
+struct ConstF32Rows {
+  const float* data = nullptr;
+  int64_t stride = 0;
+};
+
+// A weight in its device dtype (f32, f16 or bf16). data == nullptr means absent (optional bias).
+struct DevWeight {
+  const void* data = nullptr;
+  DType dtype = DType::F32;
+};
+
+// ---- elementwise.cu ---------------------------------------------------------------------------------------------
+// dst[i] = src[i] converted (f32/f16/bf16 -> f32/f16/bf16), n contiguous elements.
+void launch_convert(const void* src, DType from, void* dst, DType to, int64_t n, cudaStream_t stream);
+// out[t, :] = table[ids[t], :]. table: [V, D] contiguous.
+void launch_embed(DevWeight table, int64_t D, const int32_t* ids, int64_t T, F32Rows out, cudaStream_t stream);
+// out = src as f32; src: [rows, cols] with a row stride in its own dtype.
+void launch_to_f32(const void* src, DType from, int64_t src_stride, int64_t rows, int64_t cols, F32Rows out,
+                   cudaStream_t stream);
+// acc[t, :] += x[t, :]. [T, D].
+void launch_add_inplace(F32Rows acc, ConstF32Rows x, int64_t T, int64_t D, cudaStream_t stream);
+// out[i, :] = x[rows[i], :] for element size 2, 4 or 8 bytes. rows: device array of n indices.
+void launch_gather_rows(const void* x, int64_t x_stride, const int64_t* rows, int64_t n, int64_t cols,
+                        size_t elem_size, void* out, int64_t out_stride, cudaStream_t stream);
+// y[t, :] = bias (f32 broadcast of each row), for the GEMM path's beta = 1 accumulation.
+void launch_broadcast_bias(DevWeight bias, F32Rows y, int64_t T, int64_t out, cudaStream_t stream);
+
+// ---- norms.cu ---------------------------------------------------------------------------------------------------
+void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D, cudaStream_t stream);
+void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps, F32Rows out,
+                          int64_t T, int64_t D, cudaStream_t stream);
+
+// ---- linear.cu --------------------------------------------------------------------------------------------------
+inline constexpr int64_t kGemvMaxRows = 8;  // T up to this goes through the hand-written GEMV
+// y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]) for T <= kGemvMaxRows. w: [out, in] contiguous.
+void launch_gemv(ConstF32Rows x, DevWeight w, DevWeight bias, F32Rows y, int64_t T, int64_t in, int64_t out,
+                 cudaStream_t stream);
+// Splits f32 activations into hi + lo parts of dtype `to` (bf16 or f16): hi = round(x), lo = round(x - hi).
+// hi, lo: [T, in] contiguous.
+void launch_split_hi_lo(ConstF32Rows x, int64_t T, int64_t in, DType to, void* hi, void* lo, cudaStream_t stream);
+
+// ---- conv1d.cu --------------------------------------------------------------------------------------------------
+struct Conv1dLaunch {
+  ConstF32Rows x;           // [T, C]
+  DevWeight w;              // [C, 1, K]
+  DevWeight bias;           // [C] or absent
+  void* state = nullptr;    // [n_slots, C, K-1], f32 or bf16
+  bool state_bf16 = false;
+  F32Rows out;              // [T, C]
+  int64_t T = 0, C = 0, K = 0;
+  const SeqSpan* seqs = nullptr;      // device, n_seqs
+  const int32_t* token_seq = nullptr; // device, [T]: sequence index of each token (-1: none)
+  int64_t n_seqs = 0;
+};
+void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream);
+
+// ---- mamba1_scan.cu ---------------------------------------------------------------------------------------------
+struct Mamba1Launch {
+  ConstF32Rows x, dt, B, C, z;  // [T, d_inner] / [T, d_state]
+  DevWeight A_log;              // [d_inner, d_state]
+  DevWeight D, dt_bias;         // [d_inner]
+  void* state = nullptr;        // [n_slots, d_inner, d_state]
+  bool state_bf16 = false;
+  F32Rows y;                    // [T, d_inner]
+  int64_t d_inner = 0, d_state = 0;
+  const SeqSpan* seqs = nullptr;  // device
+  int64_t n_seqs = 0;
+};
+void launch_mamba1_scan(const Mamba1Launch& p, cudaStream_t stream);
+
+// ---- mamba2_ssd.cu ----------------------------------------------------------------------------------------------
+// One chunk of one sequence (a row of the chunk table).
+struct SsdChunk {
+  int64_t start = 0;  // first token
+  int32_t len = 0;    // tokens in this chunk (1..chunk_size)
+  int32_t seq = 0;    // index into the batch's sequences
+};
+// The chunks of one sequence: rows [first, first + count) of the chunk table.
+struct SsdSeqChunks {
+  int32_t first = 0;
+  int32_t count = 0;
+};
+
+struct Mamba2Launch {
+  ConstF32Rows x;       // [T, n_heads * head_dim]
+  ConstF32Rows dt;      // [T, n_heads] raw
+  ConstF32Rows B, C;    // [T, n_groups * d_state]
+  DevWeight A_log, D, dt_bias;  // [n_heads]
+  float dt_min = 0.0f, dt_max = 0.0f;
+  int64_t n_heads = 0, head_dim = 0, n_groups = 0, d_state = 0, chunk_size = 256;
+  void* state = nullptr;  // [n_slots, n_heads, head_dim, d_state]
+  bool state_bf16 = false;
+  F32Rows y;              // [T, n_heads * head_dim]
+  int64_t T = 0;
+  const SeqSpan* seqs = nullptr;  // device
+  int64_t n_seqs = 0;
+};
+
+// Every sequence has length 1: the recurrent step, one block per (sequence, head).
+void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream);
+
+// Scratch for the chunked path (device): dt after softplus/clamp [T, n_heads] f32, the in-chunk inclusive cumsum of
+// dt * A [T, n_heads] f64, and one [head_dim, d_state] state per (chunk, head) in f32.
+struct SsdScratch {
+  float* dt = nullptr;
+  double* cum = nullptr;
+  float* chunk_states = nullptr;
+};
+// Multi-token batches: chunked SSD over the chunk table (device: chunks [n_chunks], seq_chunks [n_seqs]).
+void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                           const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream);
+
+}  // namespace mambacpp::cuda

@@ -1,0 +1,142 @@
+// Small memory-bound kernels: dtype conversion (weights at load), embedding gather, to_f32, add_inplace,
+// gather_rows and the bias broadcast of the GEMM path. Grid-stride loops with 64-bit indices; 2-D kernels put
+// rows on grid.y-strided loops and columns on threads so that every warp reads consecutive addresses.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace mambacpp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+int grid_for(int64_t n, int64_t cap = 65535) {
+  const int64_t blocks = (n + kThreads - 1) / kThreads;
+  return static_cast<int>(blocks < 1 ? 1 : (blocks > cap ? cap : blocks));
+}
+int rows_grid(int64_t rows) { return static_cast<int>(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows)); }
+
+__device__ __forceinline__ void store_as(void* p, DType t, int64_t i, float v) {
+  switch (t) {
+    case DType::BF16: static_cast<__nv_bfloat16*>(p)[i] = __float2bfloat16_rn(v); break;
+    case DType::F16: static_cast<__half*>(p)[i] = __float2half_rn(v); break;
+    default: static_cast<float*>(p)[i] = v; break;
+  }
+}
+
+__global__ void convert_kernel(const void* src, DType from, void* dst, DType to, int64_t n) {
+  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x)
+    store_as(dst, to, i, load_f(src, from, i));
+}
+
+// grid.x strides over columns, grid.y over rows.
+__global__ void embed_kernel(DevWeight table, int64_t D, const int32_t* ids, int64_t T, F32Rows out) {
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    const int64_t base = static_cast<int64_t>(ids[t]) * D;
+    float* o = out.data + t * out.stride;
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < D; c += int64_t(gridDim.x) * blockDim.x)
+      o[c] = load_f(table.data, table.dtype, base + c);
+  }
+}
+
+__global__ void to_f32_kernel(const void* src, DType from, int64_t src_stride, int64_t rows, int64_t cols,
+                              F32Rows out) {
+  for (int64_t r = blockIdx.y; r < rows; r += gridDim.y) {
+    float* o = out.data + r * out.stride;
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x)
+      o[c] = load_f(src, from, r * src_stride + c);
+  }
+}
+
+__global__ void add_kernel(F32Rows acc, ConstF32Rows x, int64_t T, int64_t D) {
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    float* a = acc.data + t * acc.stride;
+    const float* b = x.data + t * x.stride;
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < D; c += int64_t(gridDim.x) * blockDim.x)
+      a[c] += b[c];
+  }
+}
+
+template <class E>
+__global__ void gather_kernel(const E* x, int64_t x_stride, const int64_t* rows, int64_t n, int64_t cols, E* out,
+                              int64_t out_stride) {
+  for (int64_t i = blockIdx.y; i < n; i += gridDim.y) {
+    const E* src = x + rows[i] * x_stride;
+    E* dst = out + i * out_stride;
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < cols; c += int64_t(gridDim.x) * blockDim.x)
+      dst[c] = src[c];
+  }
+}
+
+__global__ void bias_kernel(DevWeight bias, F32Rows y, int64_t T, int64_t out) {
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    float* row = y.data + t * y.stride;
+    for (int64_t o = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; o < out; o += int64_t(gridDim.x) * blockDim.x)
+      row[o] = load_f(bias.data, bias.dtype, o);
+  }
+}
+
+}  // namespace
+
+void launch_convert(const void* src, DType from, void* dst, DType to, int64_t n, cudaStream_t stream) {
+  if (n <= 0) return;
+  convert_kernel<<<grid_for(n), kThreads, 0, stream>>>(src, from, dst, to, n);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_embed(DevWeight table, int64_t D, const int32_t* ids, int64_t T, F32Rows out, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  embed_kernel<<<dim3(grid_for(D), rows_grid(T)), kThreads, 0, stream>>>(table, D, ids, T, out);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_to_f32(const void* src, DType from, int64_t src_stride, int64_t rows, int64_t cols, F32Rows out,
+                   cudaStream_t stream) {
+  if (rows <= 0 || cols <= 0) return;
+  to_f32_kernel<<<dim3(grid_for(cols), rows_grid(rows)), kThreads, 0, stream>>>(src, from, src_stride, rows, cols,
+                                                                                out);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_add_inplace(F32Rows acc, ConstF32Rows x, int64_t T, int64_t D, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  add_kernel<<<dim3(grid_for(D), rows_grid(T)), kThreads, 0, stream>>>(acc, x, T, D);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_gather_rows(const void* x, int64_t x_stride, const int64_t* rows, int64_t n, int64_t cols,
+                        size_t elem_size, void* out, int64_t out_stride, cudaStream_t stream) {
+  if (n <= 0 || cols <= 0) return;
+  const dim3 grid(grid_for(cols), rows_grid(n));
+  switch (elem_size) {
+    case 2:
+      gather_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const uint16_t*>(x), x_stride, rows, n, cols,
+                                                   static_cast<uint16_t*>(out), out_stride);
+      break;
+    case 4:
+      gather_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const uint32_t*>(x), x_stride, rows, n, cols,
+                                                   static_cast<uint32_t*>(out), out_stride);
+      break;
+    default:
+      gather_kernel<<<grid, kThreads, 0, stream>>>(static_cast<const uint64_t*>(x), x_stride, rows, n, cols,
+                                                   static_cast<uint64_t*>(out), out_stride);
+      break;
+  }
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_broadcast_bias(DevWeight bias, F32Rows y, int64_t T, int64_t out, cudaStream_t stream) {
+  if (T <= 0 || out <= 0) return;
+  bias_kernel<<<dim3(grid_for(out), rows_grid(T)), kThreads, 0, stream>>>(bias, y, T, out);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+}  // namespace mambacpp::cuda
+
+namespace mambacpp::cuda {
+// Asks the runtime for one of our kernels: fails when the binary holds no code this device can run.
+bool kernels_loadable() {
+  cudaFuncAttributes attr{};
+  return cudaFuncGetAttributes(&attr, convert_kernel) == cudaSuccess;
+}
+}  // namespace mambacpp::cuda

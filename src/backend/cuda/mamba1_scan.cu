@@ -1,0 +1,127 @@
+// Mamba-1 selective scan, sequential in time, parallel over (sequence, channel, state):
+//   dt = softplus(dt_raw[t, c] + dt_bias[c]);  A[c, n] = -exp(A_log[c, n])
+//   h[c, n] = exp(dt * A[c, n]) * h[c, n] + dt * B[t, n] * x[t, c]
+//   y[t, c] = (sum_n C[t, n] * h[c, n] + D[c] * x[t, c]) * silu(z[t, c])
+// A group of G lanes (a power of two up to 32) owns one channel; each lane keeps NPER states in registers and the
+// group sums C . h with shuffles. The next step's inputs are loaded before the current step is computed, so the
+// loads overlap the arithmetic of the serial recurrence. States beyond 256 per channel run in extra passes over
+// the sequence (the states of different n never interact; only y sums over them): the first pass writes the
+// partial sum to y, later passes add to it, and the last applies D and the gate.
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace mambacpp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int64_t kStatesPerPass = 256;  // 32 lanes x 8 registers
+
+template <int NPER>
+struct StepIn {
+  float x, dt, z;
+  float B[NPER], C[NPER];
+};
+
+template <int NPER>
+__device__ __forceinline__ StepIn<NPER> load_step(const Mamba1Launch& p, int64_t t, int64_t c, const int64_t* n,
+                                                  const bool* nv) {
+  StepIn<NPER> s;
+  s.x = p.x.data[t * p.x.stride + c];
+  s.dt = p.dt.data[t * p.dt.stride + c];
+  s.z = p.z.data[t * p.z.stride + c];
+#pragma unroll
+  for (int j = 0; j < NPER; ++j) {
+    s.B[j] = nv[j] ? p.B.data[t * p.B.stride + n[j]] : 0.0f;
+    s.C[j] = nv[j] ? p.C.data[t * p.C.stride + n[j]] : 0.0f;
+  }
+  return s;
+}
+
+template <int NPER>
+__global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G, int64_t n0, int64_t n_end,
+                                                          bool first_pass, bool last_pass) {
+  const int lane_g = threadIdx.x % G;
+  const int64_t c = blockIdx.x * int64_t(kThreads / G) + threadIdx.x / G;
+  const bool c_valid = c < p.d_inner;
+  const int64_t cc = c_valid ? c : p.d_inner - 1;  // idle groups still run the loop: the shuffles need full warps
+  const int64_t N = p.d_state;
+
+  int64_t n[NPER];
+  bool nv[NPER];
+  float A[NPER];
+#pragma unroll
+  for (int j = 0; j < NPER; ++j) {
+    n[j] = n0 + lane_g + int64_t(j) * G;
+    nv[j] = n[j] < n_end;
+    A[j] = nv[j] ? -expf(load_f(p.A_log.data, p.A_log.dtype, cc * N + n[j])) : 0.0f;
+  }
+  const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, cc);
+  const float Dc = load_f(p.D.data, p.D.dtype, cc);
+
+  for (int64_t s = blockIdx.y; s < p.n_seqs; s += gridDim.y) {
+    const SeqSpan seq = p.seqs[s];
+    if (seq.len <= 0) continue;
+    const int64_t sbase = (seq.slot * p.d_inner + cc) * N;
+    float h[NPER];
+#pragma unroll
+    for (int j = 0; j < NPER; ++j) h[j] = nv[j] ? load_state(p.state, p.state_bf16, sbase + n[j]) : 0.0f;
+
+    const int64_t t_end = seq.start + seq.len;
+    StepIn<NPER> cur = load_step<NPER>(p, seq.start, cc, n, nv);
+    for (int64_t t = seq.start; t < t_end; ++t) {
+      const StepIn<NPER> nxt = t + 1 < t_end ? load_step<NPER>(p, t + 1, cc, n, nv) : cur;
+      const float dtv = softplus_f(cur.dt + bias);
+      const float dtx = dtv * cur.x;
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < NPER; ++j) {
+        h[j] = expf(dtv * A[j]) * h[j] + dtx * cur.B[j];
+        acc += cur.C[j] * h[j];
+      }
+      for (int off = G / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (lane_g == 0 && c_valid) {
+        float* yp = p.y.data + t * p.y.stride + c;
+        float v = first_pass ? acc : *yp + acc;
+        if (last_pass) v = (v + Dc * cur.x) * silu_f(cur.z);
+        *yp = v;
+      }
+      cur = nxt;
+    }
+    if (c_valid) {
+#pragma unroll
+      for (int j = 0; j < NPER; ++j)
+        if (nv[j]) store_state(p.state, p.state_bf16, sbase + n[j], h[j]);
+    }
+  }
+}
+
+}  // namespace
+
+void launch_mamba1_scan(const Mamba1Launch& p, cudaStream_t stream) {
+  if (p.n_seqs <= 0 || p.d_inner <= 0) return;
+  for (int64_t n0 = 0; n0 < std::max<int64_t>(p.d_state, 1); n0 += kStatesPerPass) {
+    const int64_t tile = std::min(kStatesPerPass, p.d_state - n0);
+    int G = 1;
+    while (G < 32 && G < tile) G *= 2;
+    const int64_t per_lane = (tile + G - 1) / G;  // 1..8
+    const bool first = n0 == 0, last = n0 + kStatesPerPass >= p.d_state;
+    const dim3 grid(static_cast<unsigned>((p.d_inner + kThreads / G - 1) / (kThreads / G)),
+                    static_cast<unsigned>(std::min<int64_t>(p.n_seqs, 65535)));
+    const int64_t n_end = n0 + tile;
+    if (per_lane <= 1) {
+      mamba1_kernel<1><<<grid, kThreads, 0, stream>>>(p, G, n0, n_end, first, last);
+    } else if (per_lane <= 2) {
+      mamba1_kernel<2><<<grid, kThreads, 0, stream>>>(p, G, n0, n_end, first, last);
+    } else if (per_lane <= 4) {
+      mamba1_kernel<4><<<grid, kThreads, 0, stream>>>(p, G, n0, n_end, first, last);
+    } else {
+      mamba1_kernel<8><<<grid, kThreads, 0, stream>>>(p, G, n0, n_end, first, last);
+    }
+    MAMBACPP_CUDA_LAUNCHED();
+  }
+}
+
+}  // namespace mambacpp::cuda

@@ -1,0 +1,369 @@
+// Mamba-2 state-space dual (SSD). Per head h (reading B, C of group g = h / (n_heads / n_groups)):
+//   dt_t = clamp(softplus(dt_raw[t, h] + dt_bias[h]), dt_min, dt_max);  a_t = dt_t * A[h],  A[h] = -exp(A_log[h])
+//   H_t = exp(a_t) * H_{t-1} + dt_t * x_t (x) B_t        (H: [head_dim, d_state])
+//   y_t = H_t . C_t + D[h] * x_t
+//
+// Single-token batches (decode) take that step directly: one block per (sequence, head), a warp per row of H.
+//
+// Multi-token batches run the chunked form over a table of chunks (each sequence cut into pieces of at most
+// chunk_size tokens; a sequence of length 1 is a chunk of one). With S_i = sum_{k<=i} a_k inside a chunk:
+//   y_i   = sum_{j<=i} exp(S_i - S_j) * (C_i . B_j) * dt_j * x_j  +  exp(S_i) * (H_in . C_i)  +  D * x_i
+//   H_out = exp(S_last) * H_in  +  sum_j exp(S_last - S_j) * dt_j * x_j (x) B_j
+// in four launches:
+//   1. ssd_cumsum:       dt_t and S_t per (token, head); S is accumulated in f64 by a warp scan.
+//   2. ssd_chunk_state:  each chunk's own contribution to H_out (the second term), per (chunk, head, 64x64 tile).
+//   3. ssd_state_pass:   per (sequence, head, element of H), walks the sequence's chunks in order, replacing each
+//                        chunk's contribution by the state entering it, and writes the final state to the slot.
+//   4. ssd_chunk_output: y per (chunk, head, 64 rows, 64 columns): the carried-in term, then the causal
+//                        intra-chunk term tile by tile (C.B^T masked and scaled, times x), then D * x.
+// Numerics: |S| reaches hundreds within a 256-long chunk; an f32 difference S_i - S_j of two running sums would lose
+// ~1e-5 relative. S is kept in f64 (exact to ~1e-16 relative), so S_i - S_j is formed in f64 and rounded once to
+// f32 before the exponential: as accurate as summing a_{j+1..i} directly, without the O(Q^2) segment sums.
+// Everything else is f32 with f32 accumulation.
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace mambacpp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kTile = 64;   // rows / columns of the output tiles (a 16 x 16 thread grid, 4 x 4 per thread)
+constexpr int kJ = 32;      // tokens staged per step in ssd_chunk_state
+constexpr int kK = 16;      // d_state slice staged per step in ssd_chunk_output
+
+__device__ __forceinline__ float head_A(const Mamba2Launch& p, int64_t h) {
+  return -expf(load_f(p.A_log.data, p.A_log.dtype, h));
+}
+__device__ __forceinline__ float ssd_dt(const Mamba2Launch& p, int64_t t, int64_t h, float bias) {
+  const float d = softplus_f(p.dt.data[t * p.dt.stride + h] + bias);
+  return fminf(fmaxf(d, p.dt_min), p.dt_max);
+}
+
+// ---- decode ----------------------------------------------------------------------------------------------------
+// grid (n_seqs, n_heads); warp w handles rows p = w, w + 8, ...; lanes stride over d_state (coalesced state rows).
+__global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
+  const int64_t s = blockIdx.x, h = blockIdx.y;
+  const SeqSpan seq = p.seqs[s];
+  if (seq.len <= 0) return;
+  const int64_t t = seq.start, P = p.head_dim, N = p.d_state;
+  const int64_t g = h / (p.n_heads / p.n_groups);
+  const float dtv = ssd_dt(p, t, h, load_f(p.dt_bias.data, p.dt_bias.dtype, h));
+  const float dA = expf(dtv * head_A(p, h));
+  const float Dh = load_f(p.D.data, p.D.dtype, h);
+  const float* Bt = p.B.data + t * p.B.stride + g * N;
+  const float* Ct = p.C.data + t * p.C.stride + g * N;
+  const int lane = threadIdx.x & 31;
+  for (int64_t row = threadIdx.x >> 5; row < P; row += kThreads / 32) {
+    const float xv = p.x.data[t * p.x.stride + h * P + row];
+    const float dtx = dtv * xv;
+    const int64_t base = ((seq.slot * p.n_heads + h) * P + row) * N;
+    float acc = 0.0f;
+    for (int64_t n = lane; n < N; n += 32) {
+      const float hv = dA * load_state(p.state, p.state_bf16, base + n) + dtx * Bt[n];
+      store_state(p.state, p.state_bf16, base + n, hv);
+      acc += hv * Ct[n];
+    }
+    acc = warp_sum(acc);
+    if (lane == 0) p.y.data[t * p.y.stride + h * P + row] = acc + Dh * xv;
+  }
+}
+
+// ---- 1. dt and the in-chunk cumulative sum of a = dt * A -----------------------------------------------------------
+// grid (n_chunks, ceil(n_heads / 8)); one warp per (chunk, head).
+__global__ void __launch_bounds__(kThreads) ssd_cumsum_kernel(Mamba2Launch p, const SsdChunk* chunks,
+                                                             SsdScratch sc) {
+  const int lane = threadIdx.x & 31;
+  const int64_t h = blockIdx.y * int64_t(kThreads / 32) + (threadIdx.x >> 5);
+  if (h >= p.n_heads) return;  // warp-uniform
+  const SsdChunk ch = chunks[blockIdx.x];
+  const float A = head_A(p, h), bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h);
+  double carry = 0.0;
+  for (int base = 0; base < ch.len; base += 32) {
+    const int i = base + lane;
+    const int64_t t = ch.start + i;
+    double s = 0.0;
+    if (i < ch.len) {
+      const float d = ssd_dt(p, t, h, bias);
+      sc.dt[t * p.n_heads + h] = d;
+      s = static_cast<double>(d * A);
+    }
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const double o = __shfl_up_sync(0xffffffffu, s, off);
+      if (lane >= off) s += o;
+    }
+    s += carry;
+    if (i < ch.len) sc.cum[t * p.n_heads + h] = s;
+    carry = __shfl_sync(0xffffffffu, s, 31);
+  }
+}
+
+// ---- 2. each chunk's own contribution to its outgoing state --------------------------------------------------------
+// grid (n_chunks, n_heads, tiles_p * tiles_n). out[p, n] = sum_j w_j * x_j[p] * B_j[n], w_j = exp(S_last - S_j) dt_j.
+__global__ void __launch_bounds__(kThreads) ssd_chunk_state_kernel(Mamba2Launch p, const SsdChunk* chunks,
+                                                                  SsdScratch sc, int tiles_n) {
+  __shared__ float Xs[kJ][kTile];
+  __shared__ float Bs[kJ][kTile];
+  __shared__ float Ws[kJ];
+  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  const int64_t chunk = blockIdx.x, h = blockIdx.y;
+  const int64_t p0 = int64_t(blockIdx.z / tiles_n) * kTile, n0 = int64_t(blockIdx.z % tiles_n) * kTile;
+  const SsdChunk ch = chunks[chunk];
+  const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads;
+  const int64_t g = h / (H / p.n_groups);
+  const double cum_last = sc.cum[(ch.start + ch.len - 1) * H + h];
+
+  float acc[4][4] = {};
+  for (int j0 = 0; j0 < ch.len; j0 += kJ) {
+    if (tid < kJ) {
+      const int j = j0 + tid;
+      const int64_t t = ch.start + j;
+      Ws[tid] = j < ch.len ? expf(static_cast<float>(cum_last - sc.cum[t * H + h])) * sc.dt[t * H + h] : 0.0f;
+    }
+    __syncthreads();
+    for (int e = tid; e < kJ * kTile; e += kThreads) {
+      const int jj = e / kTile, col = e % kTile;
+      const int j = j0 + jj;
+      const int64_t t = ch.start + j;
+      const bool jv = j < ch.len;
+      Xs[jj][col] = jv && p0 + col < P ? p.x.data[t * p.x.stride + h * P + p0 + col] : 0.0f;
+      Bs[jj][col] = jv && n0 + col < N ? p.B.data[t * p.B.stride + g * N + n0 + col] * Ws[jj] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int jj = 0; jj < kJ; ++jj) {
+      float xr[4], br[4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) xr[a] = Xs[jj][ty + 16 * a];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) br[b] = Bs[jj][tx + 16 * b];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) acc[a][b] += xr[a] * br[b];
+    }
+    __syncthreads();
+  }
+  float* out = sc.chunk_states + (chunk * H + h) * P * N;
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int64_t row = p0 + ty + 16 * a;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int64_t col = n0 + tx + 16 * b;
+      if (row < P && col < N) out[row * N + col] = acc[a][b];
+    }
+  }
+}
+
+// ---- 3. pass the state along each sequence's chunks ----------------------------------------------------------------
+// grid (n_seqs, n_heads, ceil(P * N / 256)); one thread per element of H.
+__global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p, const SsdChunk* chunks,
+                                                                 const SsdSeqChunks* seq_chunks, SsdScratch sc) {
+  const int64_t s = blockIdx.x, h = blockIdx.y, PN = p.head_dim * p.d_state;
+  const int64_t e = blockIdx.z * int64_t(kThreads) + threadIdx.x;
+  if (e >= PN) return;
+  const SsdSeqChunks mine = seq_chunks[s];
+  if (mine.count == 0) return;
+  const SeqSpan seq = p.seqs[s];
+  const int64_t sidx = (seq.slot * p.n_heads + h) * PN + e;
+  float state = load_state(p.state, p.state_bf16, sidx);
+  for (int32_t k = 0; k < mine.count; ++k) {
+    const int64_t chunk = mine.first + k;
+    const SsdChunk ch = chunks[chunk];
+    const float decay = expf(static_cast<float>(sc.cum[(ch.start + ch.len - 1) * p.n_heads + h]));
+    float* cs = sc.chunk_states + (chunk * p.n_heads + h) * PN + e;
+    const float own = *cs;
+    *cs = state;  // from here on: the state entering this chunk
+    state = decay * state + own;
+  }
+  store_state(p.state, p.state_bf16, sidx, state);
+}
+
+// ---- 4. outputs ----------------------------------------------------------------------------------------------------
+// grid (n_chunks, n_heads, tiles_i * tiles_p); thread (ty, tx) owns rows i0 + ty + 16a and columns p0 + tx + 16b.
+__global__ void __launch_bounds__(kThreads) ssd_chunk_output_kernel(Mamba2Launch p, const SsdChunk* chunks,
+                                                                   SsdScratch sc, int tiles_p) {
+  __shared__ float Cs[kTile][kK + 1];  // C rows of this tile, one d_state slice (+1: no bank conflicts)
+  __shared__ float Ks[kTile][kK + 1];  // H_in rows or B rows, same slice
+  __shared__ float Gs[kTile][kTile + 1];
+  __shared__ float Xs[kTile][kTile];
+  __shared__ double cum_i[kTile], cum_j[kTile];
+  __shared__ float dt_j[kTile];
+
+  const int tid = threadIdx.x, ty = tid / 16, tx = tid % 16;
+  const int64_t chunk = blockIdx.x, h = blockIdx.y;
+  const SsdChunk ch = chunks[chunk];
+  const int i0 = static_cast<int>(blockIdx.z / tiles_p) * kTile;
+  if (i0 >= ch.len) return;  // block-uniform
+  const int64_t p0 = int64_t(blockIdx.z % tiles_p) * kTile;
+  const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads;
+  const int64_t g = h / (H / p.n_groups);
+  const float* Hin = sc.chunk_states + (chunk * H + h) * P * N;
+
+  if (tid < kTile) {
+    const int i = i0 + tid;
+    cum_i[tid] = i < ch.len ? sc.cum[(ch.start + i) * H + h] : 0.0;
+  }
+  __syncthreads();
+  // Stages C[i0 + r, k0 + k] into Cs.
+  auto stage_C = [&](int64_t k0) {
+    for (int e = tid; e < kTile * kK; e += kThreads) {
+      const int r = e / kK, k = e % kK;
+      const int i = i0 + r;
+      Cs[r][k] = i < ch.len && k0 + k < N ? p.C.data[(ch.start + i) * p.C.stride + g * N + k0 + k] : 0.0f;
+    }
+  };
+
+  // Carried-in term: acc[i][p] = exp(S_i) * sum_n C_i[n] * H_in[p, n].
+  float acc[4][4] = {};
+  for (int64_t k0 = 0; k0 < N; k0 += kK) {
+    stage_C(k0);
+    for (int e = tid; e < kTile * kK; e += kThreads) {
+      const int r = e / kK, k = e % kK;
+      Ks[r][k] = p0 + r < P && k0 + k < N ? Hin[(p0 + r) * N + k0 + k] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int k = 0; k < kK; ++k) {
+      float cr[4], hr[4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) cr[a] = Cs[ty + 16 * a][k];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) hr[b] = Ks[tx + 16 * b][k];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) acc[a][b] += cr[a] * hr[b];
+    }
+    __syncthreads();
+  }
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const float decay = expf(static_cast<float>(cum_i[ty + 16 * a]));
+#pragma unroll
+    for (int b = 0; b < 4; ++b) acc[a][b] *= decay;
+  }
+
+  // Intra-chunk term, one 64-token tile of sources j at a time, up to the diagonal.
+  for (int j0 = 0; j0 <= i0 && j0 < ch.len; j0 += kTile) {
+    if (tid < kTile) {
+      const int j = j0 + tid;
+      const bool jv = j < ch.len;
+      cum_j[tid] = jv ? sc.cum[(ch.start + j) * H + h] : 0.0;
+      dt_j[tid] = jv ? sc.dt[(ch.start + j) * H + h] : 0.0f;
+    }
+    __syncthreads();
+    float gacc[4][4] = {};
+    for (int64_t k0 = 0; k0 < N; k0 += kK) {
+      stage_C(k0);
+      for (int e = tid; e < kTile * kK; e += kThreads) {
+        const int r = e / kK, k = e % kK;
+        const int j = j0 + r;
+        Ks[r][k] = j < ch.len && k0 + k < N ? p.B.data[(ch.start + j) * p.B.stride + g * N + k0 + k] : 0.0f;
+      }
+      __syncthreads();
+#pragma unroll
+      for (int k = 0; k < kK; ++k) {
+        float cr[4], br[4];
+#pragma unroll
+        for (int a = 0; a < 4; ++a) cr[a] = Cs[ty + 16 * a][k];
+#pragma unroll
+        for (int b = 0; b < 4; ++b) br[b] = Ks[tx + 16 * b][k];
+#pragma unroll
+        for (int a = 0; a < 4; ++a)
+#pragma unroll
+          for (int b = 0; b < 4; ++b) gacc[a][b] += cr[a] * br[b];
+      }
+      __syncthreads();
+    }
+    // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) * dt_j.
+#pragma unroll
+    for (int a = 0; a < 4; ++a) {
+      const int ri = ty + 16 * a, i = i0 + ri;
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int rj = tx + 16 * b, j = j0 + rj;
+        Gs[ri][rj] = j <= i && i < ch.len && j < ch.len
+                         ? gacc[a][b] * expf(static_cast<float>(cum_i[ri] - cum_j[rj])) * dt_j[rj]
+                         : 0.0f;
+      }
+    }
+    for (int e = tid; e < kTile * kTile; e += kThreads) {
+      const int r = e / kTile, col = e % kTile;
+      const int j = j0 + r;
+      Xs[r][col] = j < ch.len && p0 + col < P ? p.x.data[(ch.start + j) * p.x.stride + h * P + p0 + col] : 0.0f;
+    }
+    __syncthreads();
+#pragma unroll 8
+    for (int jj = 0; jj < kTile; ++jj) {
+      float gr[4], xr[4];
+#pragma unroll
+      for (int a = 0; a < 4; ++a) gr[a] = Gs[ty + 16 * a][jj];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) xr[b] = Xs[jj][tx + 16 * b];
+#pragma unroll
+      for (int a = 0; a < 4; ++a)
+#pragma unroll
+        for (int b = 0; b < 4; ++b) acc[a][b] += gr[a] * xr[b];
+    }
+    __syncthreads();
+  }
+
+  const float Dh = load_f(p.D.data, p.D.dtype, h);
+#pragma unroll
+  for (int a = 0; a < 4; ++a) {
+    const int i = i0 + ty + 16 * a;
+    if (i >= ch.len) continue;
+    const int64_t t = ch.start + i;
+#pragma unroll
+    for (int b = 0; b < 4; ++b) {
+      const int64_t col = p0 + tx + 16 * b;
+      if (col < P) {
+        const float xv = p.x.data[t * p.x.stride + h * P + col];
+        p.y.data[t * p.y.stride + h * P + col] = acc[a][b] + Dh * xv;
+      }
+    }
+  }
+}
+
+unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+}  // namespace
+
+void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream) {
+  if (p.n_seqs <= 0 || p.n_heads <= 0) return;
+  ssd_step_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), static_cast<unsigned>(p.n_heads)), kThreads, 0,
+                    stream>>>(p);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                           const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream) {
+  if (n_chunks <= 0 || p.n_heads <= 0) return;
+  const unsigned nc = static_cast<unsigned>(n_chunks), nh = static_cast<unsigned>(p.n_heads);
+  ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, kThreads / 32)), kThreads, 0, stream>>>(p, chunks, scratch);
+  MAMBACPP_CUDA_LAUNCHED();
+  if (p.head_dim <= 0 || p.d_state <= 0) {
+    // No state: y = D * x only (ssd_chunk_output's carried-in and intra-chunk terms are empty sums).
+  } else {
+    const int tiles_n = static_cast<int>(cdiv(p.d_state, kTile));
+    ssd_chunk_state_kernel<<<dim3(nc, nh, cdiv(p.head_dim, kTile) * tiles_n), kThreads, 0, stream>>>(
+        p, chunks, scratch, tiles_n);
+    MAMBACPP_CUDA_LAUNCHED();
+    ssd_state_pass_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), nh, cdiv(p.head_dim * p.d_state, kThreads)),
+                            kThreads, 0, stream>>>(p, chunks, seq_chunks, scratch);
+    MAMBACPP_CUDA_LAUNCHED();
+  }
+  if (p.head_dim > 0) {
+    const int tiles_p = static_cast<int>(cdiv(p.head_dim, kTile));
+    ssd_chunk_output_kernel<<<dim3(nc, nh, cdiv(p.chunk_size, kTile) * tiles_p), kThreads, 0, stream>>>(
+        p, chunks, scratch, tiles_p);
+    MAMBACPP_CUDA_LAUNCHED();
+  }
+}
+
+}  // namespace mambacpp::cuda

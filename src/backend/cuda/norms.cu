@@ -1,0 +1,66 @@
+// RMSNorm and Mamba-2's gated, group-wise RMSNorm. One block per (row, group): the block sums the squares in f32
+// (per-thread partials, then a warp/block tree, which keeps the rounding error at ~log2(D) ulps), then every thread
+// scales the elements it read. `out` may alias the input: each thread rereads only its own elements, and all reads
+// for the sum finish (block barrier) before any write.
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_ops.h"
+
+namespace mambacpp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+
+// grid.x strides over rows (T may exceed 65535).
+__global__ void rmsnorm_kernel(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D) {
+  __shared__ float scratch[32];
+  for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
+    const float* xr = x.data + t * x.stride;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) ss += xr[i] * xr[i];
+    const float scale = rsqrtf(block_sum(ss, scratch) / static_cast<float>(D) + eps);
+    float* o = out.data + t * out.stride;
+    for (int64_t i = threadIdx.x; i < D; i += blockDim.x) o[i] = xr[i] * scale * load_f(w.data, w.dtype, i);
+  }
+}
+
+// grid.x strides over rows * groups.
+__global__ void gated_rmsnorm_kernel(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps,
+                                     F32Rows out, int64_t T, int64_t n_groups) {
+  __shared__ float scratch[32];
+  for (int64_t r = blockIdx.x; r < T * n_groups; r += gridDim.x) {
+    const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
+    const float* yr = y.data + t * y.stride + c0;
+    const float* zr = z.data + t * z.stride + c0;
+    float ss = 0.0f;
+    for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
+      const float g = yr[i] * silu_f(zr[i]);
+      ss += g * g;
+    }
+    const float scale = rsqrtf(block_sum(ss, scratch) / static_cast<float>(group_size) + eps);
+    float* o = out.data + t * out.stride + c0;
+    for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x)
+      o[i] = yr[i] * silu_f(zr[i]) * scale * load_f(w.data, w.dtype, c0 + i);
+  }
+}
+
+int row_blocks(int64_t rows) { return static_cast<int>(rows > (1 << 20) ? (1 << 20) : rows); }
+
+}  // namespace
+
+void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  rmsnorm_kernel<<<row_blocks(T), kThreads, 0, stream>>>(x, w, eps, out, T, D);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps, F32Rows out,
+                          int64_t T, int64_t D, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  const int64_t n_groups = D / group_size;
+  gated_rmsnorm_kernel<<<row_blocks(T * n_groups), kThreads, 0, stream>>>(y, z, w, group_size, eps, out, T,
+                                                                          n_groups);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+}  // namespace mambacpp::cuda

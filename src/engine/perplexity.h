@@ -1,0 +1,40 @@
+// Perplexity of a model on a token sequence: the mean negative log-likelihood (nats per token) of each token given
+// the tokens before it, and exp of that.
+//
+// context == 0: the whole text is one sequence (the recurrent state carries across everything, as Mamba allows);
+//   it is fed in pieces of batch_tokens and positions 1..N-1 are predicted.
+// context == C > 0: independent windows of C tokens, each from a fresh state, like llama.cpp's perplexity; the
+//   first token of each window is not predicted. Unlike llama.cpp, every prediction in the window is scored (an SSM
+//   has no context-length edge effects to hide) and a final shorter window of >= 2 tokens is kept, so no token is
+//   dropped. Windows of length <= batch_tokens run several at a time, one state slot each.
+// Log-softmax and the sums are computed in double.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <span>
+
+namespace mambacpp {
+
+class Model;
+
+struct PerplexityOptions {
+  int64_t context = 0;         // 0: one sequence; C >= 2: windows of C tokens
+  int64_t batch_tokens = 512;  // tokens per forward call (bounds the [tokens, vocab] logits buffer)
+  std::function<void(int64_t done, int64_t total)> on_progress;  // tokens fed so far / tokens in total
+};
+
+struct PerplexityResult {
+  double nll = 0.0;         // mean negative log-likelihood, nats per predicted token
+  double ppl = 0.0;         // exp(nll)
+  int64_t n_predicted = 0;  // predicted positions
+};
+
+// Throws Error when fewer than 2 tokens are given, context is 1 or negative, batch_tokens < 1, or a token is
+// outside the vocabulary.
+PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens, const PerplexityOptions& options = {});
+
+// -log softmax(logits)[target], in double.
+double token_nll(std::span<const float> logits, int32_t target);
+
+}  // namespace mambacpp

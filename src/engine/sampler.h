@@ -1,0 +1,85 @@
+// Next-token sampling from one row of logits: repetition penalty, top-k, top-p, min-p, temperature, then a draw
+// from a seeded std::mt19937_64. Deterministic for a given seed and logits (no library distributions, whose output
+// differs between standard libraries).
+//
+// The chain follows llama.cpp's default order (common/sampling: penalties -> dry -> top-k -> typical -> top-p ->
+// min-p -> xtc -> temperature -> dist), keeping the stages we implement:
+//   1. repetition penalty over the last `repeat_last_n` accepted tokens (each distinct token once):
+//      logit > 0 is divided by the penalty, logit <= 0 multiplied by it;
+//   2. temperature <= 0: greedy, the argmax of the penalised logits (ties -> lowest id); nothing below runs;
+//   3. candidates sorted by logit, descending (ties -> lowest id first); -inf logits are dropped (probability 0);
+//   4. top-k: keep the first k (top_k <= 0: off);
+//   5. top-p: softmax of the remaining logits (at temperature 1), keep the shortest prefix whose mass is >= top_p
+//      (top_p >= 1: off; always keeps at least one);
+//   6. min-p: keep tokens with p >= min_p * p_max, i.e. logit >= max_logit + log(min_p) (min_p <= 0: off);
+//   7. temperature: logits / T, softmax in double;
+//   8. draw u in [0, 1) from 53 random bits and take the first candidate whose cumulative probability exceeds u.
+// As in llama.cpp, the truncations 5 and 6 look at the distribution before temperature.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <span>
+#include <vector>
+
+namespace mambacpp {
+
+struct SamplingParams {
+  float temperature = 0.8f;    // <= 0: greedy
+  int top_k = 40;              // <= 0: off
+  float top_p = 0.95f;         // >= 1: off
+  float min_p = 0.05f;         // <= 0: off
+  float repeat_penalty = 1.0f; // 1: off
+  int repeat_last_n = 64;      // window of the penalty, in tokens; 0: off
+  uint64_t seed = 0;           // used when seed_given; otherwise a random seed is drawn
+  bool seed_given = false;
+
+  bool greedy() const { return temperature <= 0.0f; }
+  // Throws Error naming the parameter when a value is NaN or out of range (penalty <= 0, repeat_last_n < 0).
+  void validate() const;
+};
+
+// One candidate of the final distribution.
+struct TokenProb {
+  int32_t id = 0;
+  double p = 0.0;
+};
+
+// Applies the repetition penalty in place to `logits` [vocab] for each distinct id of `recent`
+// (ids outside the vocabulary are ignored).
+void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> recent, float penalty);
+
+class Sampler {
+ public:
+  // Throws Error when params are invalid or vocab_size < 1.
+  Sampler(const SamplingParams& params, int64_t vocab_size);
+
+  // Picks the next token from `logits` [vocab_size]. Does not record it: call accept() with the token that was
+  // actually appended (the generator also accepts the prompt tokens, as llama.cpp does, so that they count for the
+  // repetition penalty). Consumes exactly one random draw unless greedy. Throws Error on a wrong size, a NaN or
+  // +inf logit, or when every logit is -inf.
+  int32_t sample(std::span<const float> logits);
+
+  // The distribution sample() draws from, sorted by descending probability (ties: lowest id first); for greedy a
+  // single token with p = 1. Does not touch the RNG.
+  std::vector<TokenProb> distribution(std::span<const float> logits) const;
+
+  // Appends a token to the repetition-penalty window (keeps the last repeat_last_n).
+  void accept(int32_t token);
+  void reset_history() { recent_.clear(); }
+
+  const SamplingParams& params() const { return params_; }
+  uint64_t seed() const { return seed_; }  // the seed in use (the drawn one when none was given)
+
+ private:
+  std::vector<float> penalized(std::span<const float> logits) const;
+
+  SamplingParams params_;
+  int64_t vocab_size_;
+  uint64_t seed_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> recent_;
+};
+
+}  // namespace mambacpp

@@ -1,0 +1,112 @@
+// ModelConfig: detection of the config.json dialect, the canonical JSON form (what state files embed and compare),
+// and the consistency checks every parsed config goes through.
+#include "mambacpp/config.h"
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "io/config_formats.h"
+#include "io/json_relaxed.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp {
+namespace {
+
+// JSON has no inf/nan; write them the way transformers 5 does, which parse_json_relaxed reads back.
+nlohmann::ordered_json float_json(double x) {
+  if (std::isfinite(x)) return x;
+  return {{"__float__", std::isnan(x) ? "NaN" : (x > 0 ? "Infinity" : "-Infinity")}};
+}
+
+void require(bool ok, const char* field, int64_t value, const char* expected) {
+  if (!ok) fail("model config: ", field, " = ", value, ", expected ", expected);
+}
+
+}  // namespace
+
+const char* arch_name(Arch a) { return a == Arch::Mamba1 ? "mamba" : "mamba2"; }
+
+std::string ModelConfig::to_json() const {
+  nlohmann::ordered_json j;
+  j["mambacpp_config"] = 1;
+  j["arch"] = arch_name(arch);
+  j["d_model"] = d_model;
+  j["n_layer"] = n_layer;
+  j["vocab_size"] = vocab_size;
+  j["d_state"] = d_state;
+  j["d_conv"] = d_conv;
+  j["d_inner"] = d_inner;
+  j["norm_eps"] = float_json(norm_eps);
+  j["use_bias"] = use_bias;
+  j["use_conv_bias"] = use_conv_bias;
+  j["residual_in_fp32"] = residual_in_fp32;
+  j["tie_embeddings"] = tie_embeddings;
+  j["dt_rank"] = dt_rank;
+  j["n_heads"] = n_heads;
+  j["head_dim"] = head_dim;
+  j["n_groups"] = n_groups;
+  j["chunk_size"] = chunk_size;
+  j["dt_min"] = float_json(dt_min);
+  j["dt_max"] = float_json(dt_max);
+  j["bos_token_id"] = bos_token_id;
+  j["eos_token_id"] = eos_token_id;
+  j["pad_token_id"] = pad_token_id;
+  return j.dump(2);
+}
+
+void ModelConfig::validate() const {
+  require(d_model > 0, "d_model", d_model, "> 0");
+  require(n_layer > 0, "n_layer", n_layer, "> 0");
+  require(vocab_size > 0, "vocab_size", vocab_size, "> 0");
+  require(d_state > 0, "d_state", d_state, "> 0");
+  require(d_conv > 0, "d_conv", d_conv, "> 0");
+  require(d_inner > 0, "d_inner", d_inner, "> 0");
+  if (!(norm_eps > 0) || !std::isfinite(norm_eps)) fail("model config: norm_eps = ", norm_eps, ", expected > 0");
+  for (int64_t id : {bos_token_id, eos_token_id, pad_token_id})
+    require(id >= -1, "token id", id, ">= 0, or -1 for none");
+  if (arch == Arch::Mamba1) {
+    require(dt_rank > 0, "dt_rank", dt_rank, "> 0 for Mamba-1");
+    return;
+  }
+  require(n_heads > 0, "n_heads", n_heads, "> 0 for Mamba-2");
+  require(head_dim > 0, "head_dim", head_dim, "> 0 for Mamba-2");
+  require(n_groups > 0, "n_groups", n_groups, "> 0 for Mamba-2");
+  require(chunk_size > 0, "chunk_size", chunk_size, "> 0 for Mamba-2");
+  if (n_heads * head_dim != d_inner)
+    fail("model config: n_heads * head_dim = ", n_heads, " * ", head_dim, " = ", n_heads * head_dim,
+         ", expected d_inner = ", d_inner);
+  if (n_heads % n_groups != 0)
+    fail("model config: n_heads = ", n_heads, " is not a multiple of n_groups = ", n_groups);
+  if (!(dt_min >= 0) || !(dt_max >= dt_min) || std::isinf(dt_min))
+    fail("model config: dt limit [", dt_min, ", ", dt_max, "], expected 0 <= dt_min <= dt_max");
+}
+
+ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
+  const nlohmann::json j = parse_json_relaxed(json_text, source);
+  if (!j.is_object()) fail(source, ": expected a JSON object, found ", j.type_name());
+  ModelConfig c;
+  if (j.contains("mambacpp_config")) {
+    c = parse_canonical(j, source);
+  } else if (j.contains("model_type")) {
+    const nlohmann::json& t = j["model_type"];
+    if (t == "mamba") c = parse_transformers_mamba(j, source);
+    else if (t == "mamba2") c = parse_transformers_mamba2(j, source);
+    else
+      fail(source, ": model_type = ", t.dump(),
+           ": supported model types are \"mamba\" (MambaForCausalLM) and \"mamba2\" (Mamba2ForCausalLM)");
+  } else if (j.contains("d_model")) {
+    c = parse_mamba_ssm(j, source);
+  } else {
+    fail(source, ": not a recognised Mamba config: expected \"model_type\" (transformers), \"d_model\" (mamba_ssm) ",
+         "or \"mambacpp_config\" (mamba.cpp)");
+  }
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail(source, ": ", e.what());
+  }
+  return c;
+}
+
+}  // namespace mambacpp

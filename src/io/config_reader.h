@@ -1,0 +1,44 @@
+// Typed access to the keys of one JSON object of a config file, with errors that name the file, the key, what was
+// expected and what was found. A key holding null counts as absent (transformers writes null for unset ids).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+namespace mambacpp {
+
+class ConfigReader {
+ public:
+  // `prefix` is prepended to key names in messages, e.g. "ssm_cfg." for a nested object.
+  ConfigReader(const nlohmann::json& object, std::string source, std::string prefix = "");
+
+  bool has(const std::string& key) const;
+  const nlohmann::json* get(const std::string& key) const;  // nullptr when absent or null
+
+  int64_t required_int(const std::string& key) const;
+  int64_t int_or(const std::string& key, int64_t fallback) const;
+  // Like int_or/required_int, but the value must be > 0.
+  int64_t positive_int(const std::string& key) const;
+  int64_t positive_int_or(const std::string& key, int64_t fallback) const;
+  double number_or(const std::string& key, double fallback) const;  // any JSON number, including inf/nan
+  bool bool_or(const std::string& key, bool fallback) const;
+  std::string string_or(const std::string& key, const std::string& fallback) const;
+  // A token id: an integer, or a list whose first entry is used (eos_token_id may be a list); -1 when absent.
+  int64_t token_id(const std::string& key) const;
+
+  // Throws: "<source>: <prefix><key> = <found>: <why>".
+  [[noreturn]] void reject(const std::string& key, const std::string& why) const;
+  [[noreturn]] void reject_value(const std::string& key, const nlohmann::json& found, const std::string& why) const;
+  const std::string& source() const { return source_; }
+
+ private:
+  int64_t as_int(const std::string& key, const nlohmann::json& v) const;
+
+  const nlohmann::json& object_;
+  std::string source_;
+  std::string prefix_;
+};
+
+}  // namespace mambacpp

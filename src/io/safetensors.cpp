@@ -1,0 +1,228 @@
+// safetensors reading: POSIX mmap of the file, then a strict check of the header against the file: every tensor's
+// dtype, shape and offsets are validated (byte size = dtype size * prod(shape), computed without overflow; ranges
+// inside the data section; no two tensors sharing bytes) before a view of any tensor can be taken.
+#include "io/safetensors.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <cstring>
+
+#include <nlohmann/json.hpp>
+
+#include "mambacpp/error.h"
+
+namespace mambacpp {
+namespace {
+
+bool parse_safetensors_dtype(const std::string& s, DType& out) {
+  if (s == "F32") out = DType::F32;
+  else if (s == "F16") out = DType::F16;
+  else if (s == "BF16") out = DType::BF16;
+  else if (s == "F64") out = DType::F64;
+  else if (s == "I32") out = DType::I32;
+  else if (s == "I64") out = DType::I64;
+  else return false;
+  return true;
+}
+
+// A non-negative integer that fits in 63 bits (so it also fits int64_t shapes).
+bool as_u63(const nlohmann::json& v, uint64_t& out) {
+  if (v.is_number_unsigned()) {
+    out = v.get<uint64_t>();
+  } else if (v.is_number_integer()) {
+    if (v.get<int64_t>() < 0) return false;
+    out = static_cast<uint64_t>(v.get<int64_t>());
+  } else {
+    return false;
+  }
+  return out <= static_cast<uint64_t>(INT64_MAX);
+}
+
+}  // namespace
+
+SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0) {
+    const int err = errno;
+    ::close(fd);
+    fail(path, ": cannot stat: ", std::strerror(err));
+  }
+  if (!S_ISREG(st.st_mode)) {
+    ::close(fd);
+    fail(path, ": not a regular file");
+  }
+  size_ = static_cast<uint64_t>(st.st_size);
+  if (size_ > 0) {  // mmap of length 0 is an error; the header check below reports the short file
+    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
+    if (p == MAP_FAILED) {
+      const int err = errno;
+      ::close(fd);
+      fail(path, ": cannot mmap ", size_, " bytes: ", std::strerror(err));
+    }
+    base_ = static_cast<const uint8_t*>(p);
+    mapped_ = true;
+  }
+  ::close(fd);  // the mapping keeps the file alive
+  try {
+    parse_header();
+  } catch (...) {
+    release();
+    throw;
+  }
+}
+
+SafetensorsFile SafetensorsFile::from_bytes(std::vector<uint8_t> bytes, const std::string& source) {
+  SafetensorsFile f;
+  f.path_ = source;
+  f.owned_ = std::move(bytes);
+  f.base_ = f.owned_.data();
+  f.size_ = f.owned_.size();
+  f.parse_header();
+  return f;
+}
+
+SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept { *this = std::move(other); }
+
+SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
+  if (this == &other) return *this;
+  release();
+  path_ = std::move(other.path_);
+  base_ = other.base_;
+  size_ = other.size_;
+  mapped_ = other.mapped_;
+  owned_ = std::move(other.owned_);  // moving a vector keeps its buffer, so base_ stays valid
+  data_start_ = other.data_start_;
+  tensors_ = std::move(other.tensors_);
+  metadata_ = std::move(other.metadata_);
+  other.base_ = nullptr;
+  other.size_ = 0;
+  other.mapped_ = false;
+  return *this;
+}
+
+SafetensorsFile::~SafetensorsFile() { release(); }
+
+void SafetensorsFile::release() {
+  if (mapped_ && base_) ::munmap(const_cast<uint8_t*>(base_), size_);
+  base_ = nullptr;
+  mapped_ = false;
+}
+
+void SafetensorsFile::parse_header() {
+  if (size_ < 8) fail(path_, ": file is ", size_, " bytes, too short for a safetensors file (at least 8)");
+  uint64_t header_len = 0;
+  for (int i = 7; i >= 0; --i) header_len = (header_len << 8) | base_[i];  // little-endian u64
+  if (header_len > kMaxSafetensorsHeader)
+    fail(path_, ": header length ", header_len, " is absurd (limit ", kMaxSafetensorsHeader, " bytes): corrupt file?");
+  if (header_len > size_ - 8)
+    fail(path_, ": header length ", header_len, " runs past the end of the file (", size_ - 8,
+         " bytes after the length field)");
+  data_start_ = 8 + header_len;
+  const uint64_t data_size = size_ - data_start_;
+
+  nlohmann::json header;
+  try {
+    header = nlohmann::json::parse(base_ + 8, base_ + data_start_);
+  } catch (const nlohmann::json::parse_error& e) {
+    fail(path_, ": header is not valid JSON (byte ", e.byte, " of the header): ", e.what());
+  }
+  if (!header.is_object()) fail(path_, ": header must be a JSON object, found ", header.type_name());
+
+  for (const auto& [name, entry] : header.items()) {
+    if (name == "__metadata__") {
+      if (!entry.is_object()) fail(path_, ": __metadata__ must be an object of strings, found ", entry.type_name());
+      for (const auto& [k, v] : entry.items()) {
+        if (!v.is_string()) fail(path_, ": __metadata__[\"", k, "\"] must be a string, found ", v.dump());
+        metadata_[k] = v.get<std::string>();
+      }
+      continue;
+    }
+    if (!entry.is_object()) fail(path_, ": tensor '", name, "': expected an object, found ", entry.dump());
+    for (const char* key : {"dtype", "shape", "data_offsets"})
+      if (!entry.contains(key)) fail(path_, ": tensor '", name, "': missing \"", key, "\"");
+
+    SafetensorInfo info;
+    info.name = name;
+    const nlohmann::json& dt = entry["dtype"];
+    if (!dt.is_string() || !parse_safetensors_dtype(dt.get<std::string>(), info.dtype))
+      fail(path_, ": tensor '", name, "': dtype ", dt.dump(),
+           " is not supported (supported: F32, F16, BF16, F64, I32, I64)");
+
+    const nlohmann::json& shape = entry["shape"];
+    if (!shape.is_array()) fail(path_, ": tensor '", name, "': shape must be a list, found ", shape.dump());
+    // Byte size = dtype size * prod(shape), each step checked for overflow.
+    uint64_t nbytes = dtype_size(info.dtype);
+    bool overflow = false;
+    for (const auto& d : shape) {
+      uint64_t dim = 0;
+      if (!as_u63(d, dim)) fail(path_, ": tensor '", name, "': shape ", shape.dump(), " has an invalid dimension");
+      info.shape.push_back(static_cast<int64_t>(dim));
+      overflow = overflow || __builtin_mul_overflow(nbytes, dim, &nbytes);
+    }
+    if (overflow) fail(path_, ": tensor '", name, "': shape ", shape.dump(), " overflows 64-bit byte counts");
+
+    const nlohmann::json& off = entry["data_offsets"];
+    if (!off.is_array() || off.size() != 2 || !as_u63(off[0], info.begin) || !as_u63(off[1], info.end))
+      fail(path_, ": tensor '", name, "': data_offsets must be [begin, end] with non-negative integers, found ",
+           off.dump());
+    if (info.begin > info.end)
+      fail(path_, ": tensor '", name, "': data_offsets [", info.begin, ", ", info.end, "] has begin > end");
+    if (info.end > data_size)
+      fail(path_, ": tensor '", name, "': data_offsets [", info.begin, ", ", info.end,
+           "] end past the data section (", data_size, " bytes)");
+    if (info.end - info.begin != nbytes)
+      fail(path_, ": tensor '", name, "': data_offsets [", info.begin, ", ", info.end, "] hold ", info.end - info.begin,
+           " bytes, expected ", nbytes, " (", dt.get<std::string>(), " x shape ", shape.dump(), ")");
+    tensors_.push_back(std::move(info));
+  }
+
+  // No two tensors may share a byte: sorted by start, each must end before the next non-empty one begins.
+  std::vector<const SafetensorInfo*> by_offset;
+  for (const auto& t : tensors_)
+    if (t.nbytes() > 0) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const SafetensorInfo* a, const SafetensorInfo* b) { return a->begin < b->begin; });
+  for (size_t i = 1; i < by_offset.size(); ++i) {
+    const SafetensorInfo& a = *by_offset[i - 1];
+    const SafetensorInfo& b = *by_offset[i];
+    if (b.begin < a.end)
+      fail(path_, ": tensors '", a.name, "' [", a.begin, ", ", a.end, ") and '", b.name, "' [", b.begin, ", ", b.end,
+           ") overlap");
+  }
+  // nlohmann's objects iterate in key order, so tensors_ is already sorted by name.
+  MAMBACPP_ASSERT(std::is_sorted(tensors_.begin(), tensors_.end(),
+                                 [](const SafetensorInfo& a, const SafetensorInfo& b) { return a.name < b.name; }));
+}
+
+const SafetensorInfo* SafetensorsFile::find(const std::string& name) const {
+  auto it = std::lower_bound(tensors_.begin(), tensors_.end(), name,
+                             [](const SafetensorInfo& t, const std::string& n) { return t.name < n; });
+  return (it != tensors_.end() && it->name == name) ? &*it : nullptr;
+}
+
+TensorView SafetensorsFile::view(const SafetensorInfo& info) const {
+  if (info.shape.size() > 4)
+    fail(path_, ": tensor '", info.name, "' has ", info.shape.size(), " dimensions; at most 4 are supported");
+  TensorView v;
+  v.data = const_cast<uint8_t*>(base_ + data_start_ + info.begin);  // read-only mapping: TensorView has no const
+  v.dtype = info.dtype;
+  v.device = Device::CPU;
+  v.ndim = static_cast<int>(info.shape.size());
+  for (size_t i = 0; i < info.shape.size(); ++i) v.shape[i] = info.shape[i];
+  return v;
+}
+
+TensorView SafetensorsFile::view(const std::string& name) const {
+  const SafetensorInfo* info = find(name);
+  if (!info) fail(path_, ": no tensor named '", name, "'");
+  return view(*info);
+}
+
+}  // namespace mambacpp

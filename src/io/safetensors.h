@@ -1,0 +1,69 @@
+// A read-only safetensors file: mmapped (or held in memory), its header validated strictly before any tensor is
+// handed out. Layout: u64 little-endian header length N, N bytes of JSON {name: {dtype, shape, data_offsets}},
+// then the data section; data_offsets are [begin, end) byte offsets into the data section.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "mambacpp/dtype.h"
+#include "mambacpp/tensor.h"
+
+namespace mambacpp {
+
+struct SafetensorInfo {
+  std::string name;
+  DType dtype = DType::F32;
+  std::vector<int64_t> shape;  // may have any rank; view() supports up to 4
+  uint64_t begin = 0;          // byte range [begin, end) inside the data section
+  uint64_t end = 0;
+  uint64_t nbytes() const { return end - begin; }
+};
+
+// Header lengths above this are rejected as corrupt (the reference implementation uses the same bound).
+constexpr uint64_t kMaxSafetensorsHeader = 100'000'000;
+
+class SafetensorsFile {
+ public:
+  // Maps `path` read-only and validates it; throws mambacpp::Error naming the file (and tensor) on any defect.
+  explicit SafetensorsFile(const std::string& path);
+  // Validates a copy held in memory (tests, fuzzing); `source` names it in messages.
+  static SafetensorsFile from_bytes(std::vector<uint8_t> bytes, const std::string& source = "<memory>");
+
+  SafetensorsFile(SafetensorsFile&& other) noexcept;
+  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
+  SafetensorsFile(const SafetensorsFile&) = delete;
+  SafetensorsFile& operator=(const SafetensorsFile&) = delete;
+  ~SafetensorsFile();
+
+  const std::string& path() const { return path_; }
+  uint64_t file_size() const { return size_; }
+  // Every tensor, sorted by name.
+  const std::vector<SafetensorInfo>& tensors() const { return tensors_; }
+  // The tensor called `name`, or nullptr.
+  const SafetensorInfo* find(const std::string& name) const;
+  // A CPU view whose data points into the mapping (valid while this object lives; read-only memory: never write
+  // through it). Throws for more than 4 dimensions.
+  TensorView view(const SafetensorInfo& info) const;
+  TensorView view(const std::string& name) const;  // throws when absent
+  // The optional "__metadata__" string map.
+  const std::map<std::string, std::string>& metadata() const { return metadata_; }
+
+ private:
+  SafetensorsFile() = default;
+  void release();
+  void parse_header();
+
+  std::string path_;
+  const uint8_t* base_ = nullptr;  // the whole file
+  uint64_t size_ = 0;
+  bool mapped_ = false;        // base_ is an mmap to unmap, else it points into owned_
+  std::vector<uint8_t> owned_;
+  uint64_t data_start_ = 0;    // 8 + header length
+  std::vector<SafetensorInfo> tensors_;
+  std::map<std::string, std::string> metadata_;
+};
+
+}  // namespace mambacpp

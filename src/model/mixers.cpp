@@ -1,0 +1,68 @@
+#include "model/mixers.h"
+
+namespace mambacpp {
+
+void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                  const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out) {
+  const int64_t T = batch.total_tokens;
+  const Device dev = be.device();
+  const int64_t di = c.d_inner, n = c.d_state, r = c.dt_rank;
+  // in_proj -> [x | z], each [T, d_inner].
+  TensorView xz = Workspace::f32(ws.proj, dev, T, 2 * di);
+  be.linear(h, w.in_proj, w.in_proj_bias, xz);
+  TensorView xc = Workspace::f32(ws.conv, dev, T, di);
+  be.conv1d_silu(xz.cols(0, di), w.conv, w.conv_bias, cache.conv, batch, xc);
+  // x_proj -> [dt_low | B | C].
+  TensorView dbc = Workspace::f32(ws.xdbc, dev, T, r + 2 * n);
+  be.linear(xc, w.x_proj, {}, dbc);
+  TensorView dt = Workspace::f32(ws.dt, dev, T, di);
+  be.linear(dbc.cols(0, r), w.dt_proj, {}, dt);  // dt_proj's bias is applied inside the scan, before softplus
+  Mamba1ScanArgs a;
+  a.x = xc;
+  a.dt = dt;
+  a.A_log = w.A_log;
+  a.B = dbc.cols(r, n);
+  a.C = dbc.cols(r + n, n);
+  a.D = w.D;
+  a.dt_bias = w.dt_bias;
+  a.z = xz.cols(di, di);
+  a.state = cache.ssm;
+  a.y = Workspace::f32(ws.y, dev, T, di);
+  be.mamba1_scan(a, batch);
+  be.linear(a.y, w.out_proj, w.out_proj_bias, out);
+}
+
+void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                  const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out) {
+  const int64_t T = batch.total_tokens;
+  const Device dev = be.device();
+  const int64_t di = c.d_inner, gn = c.n_groups * c.d_state, conv_ch = c.conv_channels();
+  // in_proj -> [z (d_inner) | xBC (d_inner + 2 G N) | dt (n_heads)].
+  TensorView zxbcdt = Workspace::f32(ws.proj, dev, T, c.in_proj_size());
+  be.linear(h, w.in_proj, w.in_proj_bias, zxbcdt);
+  TensorView xbc = Workspace::f32(ws.conv, dev, T, conv_ch);
+  be.conv1d_silu(zxbcdt.cols(di, conv_ch), w.conv, w.conv_bias, cache.conv, batch, xbc);
+  Mamba2ScanArgs a;
+  a.x = xbc.cols(0, di);
+  a.B = xbc.cols(di, gn);
+  a.C = xbc.cols(di + gn, gn);
+  a.dt = zxbcdt.cols(di + conv_ch, c.n_heads);
+  a.A_log = w.A_log;
+  a.D = w.D;
+  a.dt_bias = w.dt_bias;
+  a.dt_min = static_cast<float>(c.dt_min);
+  a.dt_max = static_cast<float>(c.dt_max);
+  a.n_heads = c.n_heads;
+  a.head_dim = c.head_dim;
+  a.n_groups = c.n_groups;
+  a.d_state = c.d_state;
+  a.chunk_size = c.chunk_size;
+  a.state = cache.ssm;
+  a.y = Workspace::f32(ws.y, dev, T, di);
+  be.mamba2_ssd(a, batch);
+  TensorView yn = Workspace::f32(ws.y_normed, dev, T, di);
+  be.gated_rmsnorm(a.y, zxbcdt.cols(0, di), w.gated_norm, di / c.n_groups, static_cast<float>(c.norm_eps), yn);
+  be.linear(yn, w.out_proj, w.out_proj_bias, out);
+}
+
+}  // namespace mambacpp

@@ -1,0 +1,297 @@
+// Model loading and the stateful forward pass: inputs are validated up front, then the packed batch runs through
+// the blocks in pieces of at most `max_batch_tokens` tokens, so memory does not grow with L. A sequence that does
+// not fit in one piece continues in the next from the state the previous piece left in its slot.
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <set>
+
+#include "mambacpp/error.h"
+#include "model/mixers.h"
+#include "model/model_impl.h"
+
+namespace mambacpp {
+
+DeviceChoice parse_device_choice(const std::string& s) {
+  if (s == "auto") return DeviceChoice::Auto;
+  if (s == "cpu") return DeviceChoice::CPU;
+  if (s == "cuda" || s == "gpu") return DeviceChoice::CUDA;
+  fail("--device: expected auto, cpu or cuda, found '", s, "'");
+}
+
+Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Model::~Model() = default;
+
+std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
+  auto impl = std::make_unique<Impl>();
+  impl->dir = dir;
+  impl->options = options;
+  impl->checkpoint = std::make_unique<Checkpoint>(dir);
+  impl->config = impl->checkpoint->config();
+  impl->config.validate();
+  const bool use_cuda = options.device == DeviceChoice::CUDA || (options.device == DeviceChoice::Auto && cuda_available());
+  impl->backend = use_cuda ? make_cuda_backend(options.weight_dtype) : make_cpu_backend(options.threads);
+  const Checkpoint& ck = *impl->checkpoint;
+  impl->weights = bind_weights(
+      impl->config, [&ck](const std::string& name) { return ck.find(name); }, ck.names(), *impl->backend, dir);
+  impl->backend->synchronize();
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
+}
+
+const ModelConfig& Model::config() const { return impl_->config; }
+Device Model::device() const { return impl_->backend->device(); }
+std::string Model::device_description() const { return impl_->backend->description(); }
+const std::string& Model::directory() const { return impl_->dir; }
+Backend& Model::backend() const { return *impl_->backend; }
+const ModelWeights& Model::weights() const { return impl_->weights; }
+
+uint64_t Model::weights_hash() const {
+  std::call_once(impl_->hash_once, [this] { impl_->hash = impl_->checkpoint->content_hash(); });
+  return impl_->hash;
+}
+
+std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dtype) const {
+  const ModelConfig& c = impl_->config;
+  if (n_slots < 1) fail("create_state: n_slots must be >= 1, found ", n_slots);
+  if (state_dtype != DType::F32 && state_dtype != DType::BF16)
+    fail("state dtype: expected f32 or bf16, found ", dtype_name(state_dtype));
+  if (state_dtype != DType::F32 && device() == Device::CPU)
+    fail("state dtype ", dtype_name(state_dtype), " is supported on the GPU only; the CPU keeps f32 state");
+  auto impl = std::make_unique<StateCache::Impl>();
+  impl->model = this;
+  impl->backend = impl_->backend.get();
+  impl->n_slots = n_slots;
+  impl->dtype = state_dtype;
+  Backend& be = *impl_->backend;
+  const Device dev = be.device();
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    LayerCache lc;
+    DeviceBuffer conv(be, static_cast<size_t>(n_slots * c.conv_state_size()) * dtype_size(state_dtype));
+    DeviceBuffer ssm(be, static_cast<size_t>(n_slots * c.ssm_state_size()) * dtype_size(state_dtype));
+    lc.conv = TensorView(conv.data(), state_dtype, {n_slots, c.conv_channels(), c.d_conv - 1}, dev);
+    lc.ssm = c.arch == Arch::Mamba1
+                 ? TensorView(ssm.data(), state_dtype, {n_slots, c.d_inner, c.d_state}, dev)
+                 : TensorView(ssm.data(), state_dtype, {n_slots, c.n_heads, c.head_dim, c.d_state}, dev);
+    impl->buffers.push_back(std::move(conv));
+    impl->buffers.push_back(std::move(ssm));
+    impl->layers.push_back(lc);
+  }
+  auto state = std::unique_ptr<StateCache>(new StateCache(std::move(impl)));
+  state->reset_all();
+  return state;
+}
+
+namespace {
+
+void validate_sequences(const ModelConfig& c, const StateCache& state, std::span<const Sequence> seqs) {
+  if (seqs.empty()) fail("forward: no sequences given");
+  std::set<int64_t> slots;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    const Sequence& s = seqs[i];
+    const bool has_ids = !s.token_ids.empty(), has_emb = !s.embeddings.empty();
+    if (has_ids && has_emb) fail("sequence ", i, ": give token ids or embeddings, not both");
+    if (has_emb) {
+      const TensorView& e = s.embeddings;
+      if (e.ndim != 2 || e.dim(1) != c.d_model)
+        fail("input embeddings (sequence ", i, "): expected shape [L, ", c.d_model, "] (last dimension = d_model), found ",
+             e.shape_string());
+      if (e.dtype != DType::F32 && e.dtype != DType::F16 && e.dtype != DType::BF16)
+        fail("input embeddings (sequence ", i, "): expected dtype f32, f16 or bf16, found ", dtype_name(e.dtype));
+      if (e.device != Device::CPU) fail("input embeddings (sequence ", i, "): expected a host (CPU) tensor");
+      if (!e.contiguous()) fail("input embeddings (sequence ", i, "): expected a contiguous tensor");
+    }
+    if (s.length() == 0) fail("sequence ", i, ": L == 0; expected at least one token");
+    for (size_t p = 0; p < s.token_ids.size(); ++p) {
+      int32_t id = s.token_ids[p];
+      if (id < 0 || id >= c.vocab_size)
+        fail("input token ids (sequence ", i, ", position ", p, "): token id ", id, " out of range [0, ", c.vocab_size,
+             ")");
+    }
+    state.check_slot(s.slot, "sequence slot");
+    if (!slots.insert(s.slot).second)
+      fail("sequence ", i, ": slot ", s.slot, " is used by two sequences of one forward call");
+  }
+}
+
+}  // namespace
+
+ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, Output output) const {
+  const ModelConfig& c = impl_->config;
+  if (state.impl_->model != this) fail("forward: this state cache was created by another model");
+  validate_sequences(c, state, seqs);
+  std::lock_guard<std::mutex> lock(impl_->forward_mutex);
+
+  Backend& be = *impl_->backend;
+  const Device dev = be.device();
+  Workspace& ws = impl_->workspace;
+  const int64_t cap = std::max<int64_t>(1, impl_->options.max_batch_tokens);
+  const int64_t logit_block = std::min<int64_t>(cap, 256);  // bounds the logits buffer for AllLogits
+  int64_t total = 0;
+  for (const Sequence& s : seqs) total += s.length();
+  ws.reserve(be, c, std::min(cap, total), std::min<int64_t>(logit_block, std::max<int64_t>(total, 1)));
+
+  ForwardResult result;
+  result.cols = output == Output::Hidden ? c.d_model : c.vocab_size;
+  result.rows = output == Output::None ? 0 : output == Output::LastLogits ? static_cast<int64_t>(seqs.size()) : total;
+  if (output == Output::None) result.cols = 0;
+  result.values.resize(static_cast<size_t>(result.rows * result.cols));
+
+  const float eps = static_cast<float>(c.norm_eps);
+  size_t seq_i = 0;
+  int64_t pos = 0;           // next position within seqs[seq_i]
+  int64_t global_row = 0;    // rows of `total` done so far
+  std::vector<int32_t> ids;
+  while (seq_i < seqs.size()) {
+    // Pack the next piece.
+    BatchLayout batch;
+    std::vector<std::pair<size_t, int64_t>> origin;  // per span: sequence index, first position
+    int64_t used = 0;
+    while (seq_i < seqs.size() && used < cap) {
+      const int64_t take = std::min(seqs[seq_i].length() - pos, cap - used);
+      batch.seqs.push_back({used, take, seqs[seq_i].slot});
+      origin.emplace_back(seq_i, pos);
+      used += take;
+      pos += take;
+      if (pos == seqs[seq_i].length()) {
+        ++seq_i;
+        pos = 0;
+      }
+    }
+    batch.total_tokens = used;
+    be.prepare_batch(batch);
+    const int64_t T = used;
+
+    // Input rows -> residual stream.
+    TensorView residual = Workspace::f32(ws.residual, dev, T, c.d_model);
+    const bool all_tokens = std::all_of(origin.begin(), origin.end(),
+                                        [&](const auto& o) { return seqs[o.first].embeddings.empty(); });
+    ids.assign(static_cast<size_t>(T), 0);
+    for (size_t k = 0; k < batch.seqs.size(); ++k) {
+      const Sequence& s = seqs[origin[k].first];
+      const SeqSpan& sp = batch.seqs[k];
+      if (s.embeddings.empty()) {
+        std::copy_n(s.token_ids.data() + origin[k].second, sp.len, ids.begin() + sp.start);
+      } else {
+        const size_t row_bytes = static_cast<size_t>(c.d_model) * dtype_size(s.embeddings.dtype);
+        be.copy_from_host(ws.staging.data(), s.embeddings.ptr<char>() + static_cast<size_t>(origin[k].second) * row_bytes,
+                          static_cast<size_t>(sp.len) * row_bytes);
+        be.to_f32(TensorView(ws.staging.data(), s.embeddings.dtype, {sp.len, c.d_model}, dev),
+                  residual.rows(sp.start, sp.len));
+      }
+    }
+    be.copy_from_host(ws.ids.data(), ids.data(), static_cast<size_t>(T) * 4);
+    TensorView id_view(ws.ids.data(), DType::I32, {T}, dev);
+    if (all_tokens) {
+      be.embed(impl_->weights.embeddings, id_view, residual);
+    } else {
+      for (size_t k = 0; k < batch.seqs.size(); ++k) {
+        const SeqSpan& sp = batch.seqs[k];
+        if (seqs[origin[k].first].embeddings.empty())
+          be.embed(impl_->weights.embeddings, id_view.rows(sp.start, sp.len), residual.rows(sp.start, sp.len));
+      }
+    }
+
+    // Blocks: residual += mixer(rmsnorm(residual)).
+    TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
+    TensorView mixer_out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
+    const auto& cache = state.layers();
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const LayerWeights& w = impl_->weights.layers[static_cast<size_t>(l)];
+      be.rmsnorm(residual, w.norm, eps, normed);
+      if (c.arch == Arch::Mamba1)
+        mamba1_mixer(be, c, w, cache[static_cast<size_t>(l)], batch, ws, normed, mixer_out);
+      else
+        mamba2_mixer(be, c, w, cache[static_cast<size_t>(l)], batch, ws, normed, mixer_out);
+      be.add_inplace(residual, mixer_out);
+    }
+    be.rmsnorm(residual, impl_->weights.norm_f, eps, normed);
+
+    // Outputs of this piece.
+    if (output == Output::Hidden) {
+      be.copy_to_host(result.values.data() + global_row * c.d_model, normed.data, static_cast<size_t>(T * c.d_model) * 4);
+    } else if (output == Output::AllLogits) {
+      for (int64_t r = 0; r < T; r += logit_block) {
+        const int64_t n = std::min(logit_block, T - r);
+        TensorView logits = Workspace::f32(ws.logits, dev, n, c.vocab_size);
+        be.linear(normed.rows(r, n), impl_->weights.lm_head, {}, logits);
+        be.copy_to_host(result.values.data() + (global_row + r) * c.vocab_size, logits.data,
+                        static_cast<size_t>(n * c.vocab_size) * 4);
+      }
+    } else if (output == Output::LastLogits) {
+      std::vector<int64_t> rows;
+      std::vector<size_t> out_index;
+      for (size_t k = 0; k < batch.seqs.size(); ++k) {
+        const SeqSpan& sp = batch.seqs[k];
+        if (origin[k].second + sp.len == seqs[origin[k].first].length()) {
+          rows.push_back(sp.start + sp.len - 1);
+          out_index.push_back(origin[k].first);
+        }
+      }
+      for (size_t r = 0; r < rows.size(); r += static_cast<size_t>(logit_block)) {
+        const int64_t n = std::min<int64_t>(logit_block, static_cast<int64_t>(rows.size() - r));
+        TensorView last = Workspace::f32(ws.mixer_out, dev, n, c.d_model);
+        be.gather_rows(normed, rows.data() + r, n, last);
+        TensorView logits = Workspace::f32(ws.logits, dev, n, c.vocab_size);
+        be.linear(last, impl_->weights.lm_head, {}, logits);
+        std::vector<float> host(static_cast<size_t>(n * c.vocab_size));
+        be.copy_to_host(host.data(), logits.data, host.size() * 4);
+        for (int64_t i = 0; i < n; ++i)
+          std::copy_n(host.begin() + i * c.vocab_size, c.vocab_size,
+                      result.values.begin() + static_cast<int64_t>(out_index[r + static_cast<size_t>(i)]) * c.vocab_size);
+      }
+    }
+    global_row += T;
+  }
+  be.synchronize();
+  return result;
+}
+
+ForwardResult Model::forward(StateCache& state, const TensorView& input, Output output) const {
+  const ModelConfig& c = impl_->config;
+  const bool ids = input.dtype == DType::I32 || input.dtype == DType::I64;
+  if (input.device != Device::CPU || !input.contiguous())
+    fail("input: expected a contiguous host tensor, found one on ", device_name(input.device));
+  if (ids ? input.ndim != 2 : (input.ndim != 3 || input.dim(2) != c.d_model))
+    fail("input: expected token ids [B, L] (i32/i64) or embeddings [B, L, ", c.d_model, "] (f32/f16/bf16), found ",
+         input.shape_string(), " of dtype ", dtype_name(input.dtype));
+  const int64_t B = input.dim(0), L = input.dim(1);
+  if (B == 0 || L == 0) fail("input: expected B >= 1 and L >= 1, found shape ", input.shape_string());
+  std::vector<std::vector<int32_t>> id_rows;
+  std::vector<Sequence> seqs;
+  for (int64_t b = 0; b < B; ++b) {
+    if (ids) {
+      std::vector<int32_t> row(static_cast<size_t>(L));
+      for (int64_t t = 0; t < L; ++t) {
+        int64_t v = input.dtype == DType::I32 ? input.ptr<int32_t>()[b * L + t] : input.ptr<int64_t>()[b * L + t];
+        if (v < 0 || v >= c.vocab_size)
+          fail("input token ids [", b, ", ", t, "]: token id ", v, " out of range [0, ", c.vocab_size, ")");
+        row[static_cast<size_t>(t)] = static_cast<int32_t>(v);
+      }
+      id_rows.push_back(std::move(row));
+    }
+  }
+  for (int64_t b = 0; b < B; ++b) {
+    if (ids) {
+      seqs.push_back(Sequence::tokens(id_rows[static_cast<size_t>(b)], b));
+    } else {
+      TensorView e(input.ptr<char>() + static_cast<size_t>(b * L * c.d_model) * dtype_size(input.dtype), input.dtype,
+                   {L, c.d_model});
+      seqs.push_back(Sequence::embeds(e, b));
+    }
+  }
+  return forward(state, seqs, output);
+}
+
+std::string default_model_dir() {
+  namespace fs = std::filesystem;
+  std::vector<std::string> candidates;
+  if (const char* env = std::getenv("MAMBACPP_MODEL")) candidates.emplace_back(env);
+  candidates.emplace_back(MAMBACPP_SOURCE_MODEL_DIR);
+  candidates.emplace_back(MAMBACPP_INSTALL_MODEL_DIR);
+  for (const std::string& dir : candidates)
+    if (fs::exists(fs::path(dir) / "config.json")) return dir;
+  fail("no default model found (looked in $MAMBACPP_MODEL, ", MAMBACPP_SOURCE_MODEL_DIR, " and ",
+       MAMBACPP_INSTALL_MODEL_DIR, "); pass --model DIR");
+}
+
+}  // namespace mambacpp

@@ -1,0 +1,42 @@
+// Model internals shared by model.cpp (loading, forward) and state_cache.cpp (state files need the model's identity).
+#pragma once
+
+#include <memory>
+#include <mutex>
+#include <string>
+
+#include "backend/backend.h"
+#include "io/checkpoint.h"
+#include "mambacpp/model.h"
+#include "model/weights.h"
+#include "model/workspace.h"
+
+namespace mambacpp {
+
+struct Model::Impl {
+  std::string dir;
+  LoadOptions options;
+  std::unique_ptr<Checkpoint> checkpoint;  // keeps the mmap'd weights alive (the CPU backend reads them in place)
+  ModelConfig config;
+  std::unique_ptr<Backend> backend;
+  ModelWeights weights;
+
+  mutable std::mutex forward_mutex;  // one forward at a time per model: the workspace is shared
+  mutable Workspace workspace;
+  mutable std::once_flag hash_once;
+  mutable uint64_t hash = 0;
+};
+
+struct StateCache::Impl {
+  const Model* model = nullptr;
+  Backend* backend = nullptr;
+  int64_t n_slots = 0;
+  DType dtype = DType::F32;
+  std::vector<DeviceBuffer> buffers;
+  std::vector<LayerCache> layers;
+};
+
+// Per-slot views into a layer's state tensors.
+TensorView slot_view(const TensorView& t, int64_t slot);
+
+}  // namespace mambacpp

@@ -1,0 +1,30 @@
+#include "model/workspace.h"
+
+namespace mambacpp {
+
+void Workspace::reserve(Backend& backend, const ModelConfig& c, int64_t tokens, int64_t rows_of_logits) {
+  if (tokens > capacity) {
+    auto f32 = [&](int64_t cols) { return DeviceBuffer(backend, static_cast<size_t>(tokens * cols) * 4); };
+    ids = DeviceBuffer(backend, static_cast<size_t>(tokens) * 4);
+    staging = f32(c.d_model);
+    residual = f32(c.d_model);
+    normed = f32(c.d_model);
+    proj = f32(c.in_proj_size());
+    conv = f32(c.conv_channels());
+    if (c.arch == Arch::Mamba1) {
+      xdbc = f32(c.dt_rank + 2 * c.d_state);
+      dt = f32(c.d_inner);
+    } else {
+      y_normed = f32(c.d_inner);
+    }
+    y = f32(c.d_inner);
+    mixer_out = f32(c.d_model);
+    capacity = tokens;
+  }
+  if (rows_of_logits > logit_rows) {
+    logits = DeviceBuffer(backend, static_cast<size_t>(rows_of_logits * c.vocab_size) * 4);
+    logit_rows = rows_of_logits;
+  }
+}
+
+}  // namespace mambacpp

@@ -1,0 +1,33 @@
+// Activation buffers for one forward piece of at most `capacity` tokens, allocated once on the backend and reused.
+// Sizes are per token, so a piece of T <= capacity tokens uses the first T rows of each buffer.
+#pragma once
+
+#include "backend/backend.h"
+#include "mambacpp/config.h"
+
+namespace mambacpp {
+
+struct Workspace {
+  int64_t capacity = 0;  // tokens
+  DeviceBuffer ids;       // [cap] i32
+  DeviceBuffer staging;   // [cap, d_model] input embeddings in their own dtype (up to 4 bytes)
+  DeviceBuffer residual;  // [cap, d_model] f32 residual stream
+  DeviceBuffer normed;    // [cap, d_model] f32
+  DeviceBuffer proj;      // [cap, in_proj_size] f32
+  DeviceBuffer conv;      // [cap, conv_channels] f32
+  DeviceBuffer xdbc;      // [cap, dt_rank + 2 d_state] f32 (Mamba-1)
+  DeviceBuffer dt;        // [cap, d_inner] f32 (Mamba-1)
+  DeviceBuffer y;         // [cap, d_inner] f32
+  DeviceBuffer y_normed;  // [cap, d_inner] f32 (Mamba-2)
+  DeviceBuffer mixer_out; // [cap, d_model] f32
+  DeviceBuffer logits;    // [logit_rows, vocab] f32
+  int64_t logit_rows = 0;
+
+  void reserve(Backend& backend, const ModelConfig& c, int64_t tokens, int64_t rows_of_logits);
+
+  static TensorView f32(const DeviceBuffer& b, Device dev, int64_t rows, int64_t cols) {
+    return TensorView(b.data(), DType::F32, {rows, cols}, dev);
+  }
+};
+
+}  // namespace mambacpp

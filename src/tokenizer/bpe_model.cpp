@@ -1,0 +1,175 @@
+// BPE merging of one word (see bpe_model.h).
+#include "tokenizer/bpe_model.h"
+
+#include <cstdio>
+#include <queue>
+
+#include "mambacpp/error.h"
+#include "tokenizer/utf8.h"
+
+namespace mambacpp::tok {
+
+BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
+                   const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options,
+                   const std::string& where)
+    : vocab_(std::move(vocab)), options_(std::move(options)) {
+  merges_.reserve(merges.size());
+  for (size_t rank = 0; rank < merges.size(); ++rank) {
+    const auto& [left, right] = merges[rank];
+    auto a = vocab_.find(left), b = vocab_.find(right), m = vocab_.find(left + right);
+    auto missing = [&](const std::string& what) {
+      fail(where, ".merges[", rank, "] (\"", left, " ", right, "\"): ", what, " is not in the vocab");
+    };
+    if (a == vocab_.end()) missing("'" + left + "'");
+    if (b == vocab_.end()) missing("'" + right + "'");
+    if (m == vocab_.end()) missing("the merged token '" + left + right + "'");
+    // A repeated pair keeps its later rank, as a map filled in file order would.
+    merges_[pair_key(a->second, b->second)] = Merge{static_cast<int32_t>(rank), m->second};
+  }
+  small_char_ids_.assign(0x400, -1);
+  for (const auto& [token, id] : vocab_) {
+    size_t i = 0;
+    if (token.empty() || first_invalid_utf8(token) != token.size()) continue;
+    char32_t cp = next_code_point(token, i);
+    if (i == token.size() && cp < small_char_ids_.size()) small_char_ids_[cp] = id;
+  }
+  if (options_.unk_token) {
+    auto it = vocab_.find(*options_.unk_token);
+    if (it == vocab_.end()) fail(where, ": model.unk_token '", *options_.unk_token, "' is not in the vocab");
+    unk_id_ = it->second;
+  }
+  if (options_.byte_fallback) {
+    byte_fallback_ids_.assign(256, -1);
+    for (int b = 0; b < 256; ++b) {
+      char name[8];
+      std::snprintf(name, sizeof(name), "<0x%02X>", b);
+      auto it = vocab_.find(name);
+      if (it != vocab_.end()) byte_fallback_ids_[b] = it->second;
+    }
+  }
+}
+
+std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
+  auto it = vocab_.find(std::string(token));
+  if (it == vocab_.end()) return std::nullopt;
+  return it->second;
+}
+
+void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const {
+  bool last_was_unk = false;
+  std::string ch;
+  size_t i = 0;
+  while (i < word.size()) {
+    size_t start = i;
+    char32_t cp = next_code_point(word, i);
+    if (cp < small_char_ids_.size() && small_char_ids_[cp] >= 0) {
+      symbols.push_back(small_char_ids_[cp]);
+      last_was_unk = false;
+      continue;
+    }
+    ch.assign(word.substr(start, i - start));
+    auto it = vocab_.find(ch);
+    if (it != vocab_.end()) {
+      symbols.push_back(it->second);
+      last_was_unk = false;
+      continue;
+    }
+    if (options_.byte_fallback) {
+      bool all_found = true;
+      for (char c : ch) all_found = all_found && byte_fallback_ids_[static_cast<unsigned char>(c)] >= 0;
+      if (all_found) {
+        for (char c : ch) symbols.push_back(byte_fallback_ids_[static_cast<unsigned char>(c)]);
+        last_was_unk = false;
+        continue;
+      }
+    }
+    if (unk_id_) {
+      // fuse_unk folds a run of unknown characters into one unk symbol.
+      if (!(options_.fuse_unk && last_was_unk)) symbols.push_back(*unk_id_);
+      last_was_unk = true;
+    }
+    // Without an unk token the HF model drops the character, and so do we.
+  }
+}
+
+void BpeModel::merge_all(std::vector<int32_t>& ids) const {
+  const int n = static_cast<int>(ids.size());
+  if (n < 2) return;
+  // Doubly linked list over the symbols; a merged-away symbol gets alive=false.
+  std::vector<int> prev(n), next(n);
+  std::vector<char> alive(n, 1);
+  for (int i = 0; i < n; ++i) {
+    prev[i] = i - 1;
+    next[i] = i + 1 < n ? i + 1 : -1;
+  }
+  struct Candidate {
+    int32_t rank;
+    int pos;
+    int32_t new_id;
+    // priority_queue pops the largest: invert so that the lowest rank, then the lowest position, comes first.
+    bool operator<(const Candidate& o) const { return rank != o.rank ? rank > o.rank : pos > o.pos; }
+  };
+  std::priority_queue<Candidate> queue;
+  auto push_pair = [&](int left) {
+    int right = next[left];
+    if (right < 0) return;
+    auto it = merges_.find(pair_key(ids[left], ids[right]));
+    if (it != merges_.end()) queue.push({it->second.rank, left, it->second.new_id});
+  };
+  for (int i = 0; i + 1 < n; ++i) push_pair(i);
+  while (!queue.empty()) {
+    Candidate top = queue.top();
+    queue.pop();
+    // Stale entries: the left symbol was merged away, has no right neighbour any more, or changed so that the
+    // pair now merges into something else.
+    if (!alive[top.pos]) continue;
+    int right = next[top.pos];
+    if (right < 0) continue;
+    auto it = merges_.find(pair_key(ids[top.pos], ids[right]));
+    if (it == merges_.end() || it->second.new_id != top.new_id) continue;
+    ids[top.pos] = top.new_id;
+    alive[right] = 0;
+    next[top.pos] = next[right];
+    if (next[right] >= 0) prev[next[right]] = top.pos;
+    if (prev[top.pos] >= 0) push_pair(prev[top.pos]);
+    push_pair(top.pos);
+  }
+  int w = 0;
+  for (int i = 0; i < n; ++i) {
+    if (alive[i]) ids[w++] = ids[i];
+  }
+  ids.resize(static_cast<size_t>(w));
+}
+
+void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const {
+  if (word.empty()) return;
+  if (options_.ignore_merges) {
+    auto it = vocab_.find(std::string(word));
+    if (it != vocab_.end()) {
+      out.push_back(it->second);
+      return;
+    }
+  }
+  const bool cacheable = word.size() <= kMaxCachedWordBytes;
+  std::string key;
+  if (cacheable) {
+    key.assign(word);
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    auto it = cache_.find(key);
+    if (it != cache_.end()) {
+      out.insert(out.end(), it->second.begin(), it->second.end());
+      return;
+    }
+  }
+  std::vector<int32_t> ids;
+  ids.reserve(word.size());
+  initial_symbols(word, ids);
+  merge_all(ids);
+  out.insert(out.end(), ids.begin(), ids.end());
+  if (cacheable) {
+    std::lock_guard<std::mutex> lock(cache_mutex_);
+    if (cache_.size() < kCacheCapacity) cache_.emplace(std::move(key), std::move(ids));
+  }
+}
+
+}  // namespace mambacpp::tok

@@ -1,0 +1,215 @@
+// CUDA backend: mamba2_ssd (chunked SSD for multi-token sequences, the recurrent step for decode batches) against
+// the plain sequential recurrence in fp64, which no chunking can influence:
+//   H_t = exp(dt_t A) H_{t-1} + dt_t x_t (x) B_t,  y_t = H_t . C_t + D x_t.
+// Covers the real Mamba-2 head (head_dim 64, d_state 128, chunk 256) with L = 600 crossing chunk boundaries, odd
+// sizes and tile remainders, n_groups in {1, 2, 3, n_heads}, dt clamping, decays from |a| ~ 1e-4 (state carried
+// across chunks) to |a| ~ 10 per token (|S| in the thousands inside a chunk), non-identity slots, an unused slot,
+// f32 and bf16 state, and chunk sizes 1..1000 on the same inputs. Also compared with the CPU backend.
+// Tolerances: the kernels are f32 with f32 accumulation over <= chunk_size terms and f64 cumulative decays: ~1e-6
+// relative in practice; 2e-5 is the bound. bf16 state: one rounding on write, 4e-3 of max|state| (see conv tests).
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <vector>
+
+#include "backend/backend.h"
+#include "gpu/gpu_test_util.h"
+
+namespace mambacpp {
+namespace {
+
+using gputest::DeviceArena;
+using gputest::make_batch;
+using gputest::Rng;
+using gputest::rel_err;
+using gputest::rounded;
+
+constexpr double kOutTol = 2e-5;
+double state_tol(DType t) { return t == DType::BF16 ? 4e-3 : 2e-5; }
+double softplus(double v) { return v > 20.0 ? v : std::log1p(std::exp(v)); }
+
+struct SsdCase {
+  int64_t H, P, N, G, chunk;
+  std::vector<int64_t> lens, slots;
+  int64_t n_slots;
+  DType state_dtype = DType::F32;
+  float dt_min = 0.0f, dt_max = std::numeric_limits<float>::infinity();
+};
+
+// Host inputs of one case. xBC is the conv output [T, H*P + 2*G*N]; zxdt holds dt in its last H columns.
+struct SsdInputs {
+  int64_t T = 0, W = 0, Wd = 0;
+  std::vector<float> xBC, zxdt, A_log, D, dt_bias, state0;
+};
+
+SsdInputs make_inputs(const SsdCase& cs, uint64_t seed) {
+  Rng rng(seed);
+  SsdInputs in;
+  for (int64_t l : cs.lens) in.T += l;
+  in.W = cs.H * cs.P + 2 * cs.G * cs.N;
+  in.Wd = cs.H + 5;
+  in.xBC = rng.vec(in.T * in.W, -1.5f, 1.5f);
+  in.zxdt = rng.vec(in.T * in.Wd, -2.0f, 2.0f);
+  for (int64_t h = 0; h < cs.H; ++h) {
+    // Alternate slow heads (A ~ -0.05, dt ~ 0.01: memory spans chunks) and fast ones (A up to -7, dt ~ 1).
+    const bool slow = h % 2 == 0;
+    in.A_log.push_back(slow ? rng.uniform(-3.5f, -2.5f) : rng.uniform(0.0f, 2.0f));
+    in.dt_bias.push_back(slow ? rng.uniform(-5.0f, -4.0f) : rng.uniform(0.0f, 1.0f));
+    in.D.push_back(rng.uniform(-1.0f, 1.0f));
+  }
+  in.state0 = rounded(rng.vec(cs.n_slots * cs.H * cs.P * cs.N, -1, 1), cs.state_dtype);
+  return in;
+}
+
+struct SsdResult {
+  std::vector<double> y, state;
+};
+
+SsdResult reference(const SsdCase& cs, const SsdInputs& in, const BatchLayout& batch) {
+  const int64_t H = cs.H, P = cs.P, N = cs.N, HP = H * P;
+  SsdResult r;
+  r.y.assign(static_cast<size_t>(in.T * HP), 0.0);
+  r.state = gputest::to_double(in.state0);
+  for (const SeqSpan& sp : batch.seqs) {
+    for (int64_t h = 0; h < H; ++h) {
+      const int64_t g = h / (H / cs.G);
+      const double A = -std::exp(double(in.A_log[h]));
+      double* S = r.state.data() + (sp.slot * H + h) * P * N;
+      for (int64_t t = sp.start; t < sp.start + sp.len; ++t) {
+        double dt = softplus(double(in.zxdt[t * in.Wd + 5 + h]) + in.dt_bias[h]);
+        dt = std::min(std::max(dt, double(cs.dt_min)), double(cs.dt_max));
+        const double dA = std::exp(dt * A);
+        const float* row = in.xBC.data() + t * in.W;
+        const float* B = row + HP + g * N;
+        const float* C = row + HP + cs.G * N + g * N;
+        for (int64_t p = 0; p < P; ++p) {
+          const double xv = row[h * P + p];
+          double acc = 0;
+          for (int64_t n = 0; n < N; ++n) {
+            double& s = S[p * N + n];
+            s = dA * s + dt * xv * B[n];
+            acc += s * C[n];
+          }
+          r.y[t * HP + h * P + p] = acc + double(in.D[h]) * xv;
+        }
+      }
+    }
+  }
+  return r;
+}
+
+// The op's arguments over device copies of `in`: x, B, C are column slices of one xBC buffer, dt of another.
+Mamba2ScanArgs device_args(const SsdCase& cs, const SsdInputs& in, DeviceArena& arena) {
+  const int64_t HP = cs.H * cs.P, GN = cs.G * cs.N;
+  TensorView xBC = arena.upload(in.xBC, DType::F32, {in.T, in.W});
+  TensorView zxdt = arena.upload(in.zxdt, DType::F32, {in.T, in.Wd});
+  Mamba2ScanArgs a;
+  a.x = xBC.cols(0, HP);
+  a.B = xBC.cols(HP, GN);
+  a.C = xBC.cols(HP + GN, GN);
+  a.dt = zxdt.cols(5, cs.H);
+  a.A_log = arena.upload(in.A_log, DType::F32, {cs.H});
+  a.D = arena.upload(in.D, DType::F32, {cs.H});
+  a.dt_bias = arena.upload(in.dt_bias, DType::F32, {cs.H});
+  a.dt_min = cs.dt_min;
+  a.dt_max = cs.dt_max;
+  a.n_heads = cs.H;
+  a.head_dim = cs.P;
+  a.n_groups = cs.G;
+  a.d_state = cs.N;
+  a.chunk_size = cs.chunk;
+  a.state = arena.upload(in.state0, cs.state_dtype, {cs.n_slots, cs.H, cs.P, cs.N});
+  a.y = arena.poisoned({in.T, HP});
+  return a;
+}
+
+void run_ssd(const SsdCase& cs, uint64_t seed) {
+  auto be = make_cuda_backend();
+  DeviceArena arena(*be);
+  const SsdInputs in = make_inputs(cs, seed);
+  BatchLayout batch = make_batch(cs.lens, cs.slots);
+  Mamba2ScanArgs a = device_args(cs, in, arena);
+  be->prepare_batch(batch);
+  be->mamba2_ssd(a, batch);
+  const SsdResult ref = reference(cs, in, batch);
+  const auto got_state = arena.download(a.state);
+  EXPECT_LT(rel_err(arena.download(a.y), ref.y), kOutTol) << "chunk " << cs.chunk;
+  EXPECT_LT(rel_err(got_state, ref.state), state_tol(cs.state_dtype)) << "chunk " << cs.chunk;
+  const int64_t per_slot = cs.H * cs.P * cs.N;
+  for (int64_t s = 0; s < cs.n_slots; ++s) {
+    if (std::find(cs.slots.begin(), cs.slots.end(), s) != cs.slots.end()) continue;
+    for (int64_t i = 0; i < per_slot; ++i) ASSERT_EQ(got_state[s * per_slot + i], in.state0[s * per_slot + i]);
+  }
+}
+
+TEST(CudaMamba2Ssd, RealHeadLongSequenceCrossesChunks) {
+  MAMBACPP_SKIP_WITHOUT_GPU();
+  run_ssd({4, 64, 128, 1, 256, {600, 1, 257, 3}, {1, 3, 0, 2}, 5}, 41);
+}
+
+TEST(CudaMamba2Ssd, BF16StateClampedDtTwoGroups) {
+  MAMBACPP_SKIP_WITHOUT_GPU();
+  SsdCase cs{4, 64, 128, 2, 256, {300, 2}, {0, 1}, 2, DType::BF16};
+  cs.dt_min = 0.001f;
+  cs.dt_max = 0.1f;
+  run_ssd(cs, 42);
+}
+
+TEST(CudaMamba2Ssd, OddSizesAndGroups) {
+  MAMBACPP_SKIP_WITHOUT_GPU();
+  run_ssd({6, 5, 7, 3, 16, {33, 2, 16, 17, 1}, {4, 0, 1, 2, 3}, 6}, 43);
+  run_ssd({3, 70, 65, 3, 100, {150, 64}, {1, 0}, 2}, 44);  // tile remainders in head_dim and d_state
+}
+
+TEST(CudaMamba2Ssd, ResultDoesNotDependOnChunkSize) {
+  MAMBACPP_SKIP_WITHOUT_GPU();
+  for (int64_t chunk : {1, 7, 64, 256, 1000}) run_ssd({2, 64, 128, 1, chunk, {300, 5}, {1, 0}, 2}, 45);
+}
+
+TEST(CudaMamba2Ssd, DecodeStepForSingleTokenBatches) {
+  MAMBACPP_SKIP_WITHOUT_GPU();
+  run_ssd({8, 64, 128, 2, 256, {1, 1, 1, 1, 1, 1}, {5, 2, 0, 6, 1, 3}, 7}, 46);
+  run_ssd({8, 64, 128, 8, 256, {1, 1, 1}, {1, 2, 0}, 3, DType::BF16}, 47);
+  run_ssd({3, 5, 33, 1, 256, {1, 1}, {1, 0}, 2}, 48);
+}
+
+// The same inputs through the CPU backend: both implement the same contract.
+TEST(CudaMamba2Ssd, MatchesCpuBackend) {
+  MAMBACPP_SKIP_WITHOUT_GPU();
+  const SsdCase cs{4, 64, 128, 1, 256, {600, 1, 40}, {2, 0, 1}, 3};
+  const SsdInputs in = make_inputs(cs, 49);
+  BatchLayout batch = make_batch(cs.lens, cs.slots);
+
+  auto gpu = make_cuda_backend();
+  DeviceArena arena(*gpu);
+  Mamba2ScanArgs a = device_args(cs, in, arena);
+  gpu->prepare_batch(batch);
+  gpu->mamba2_ssd(a, batch);
+
+  auto cpu = make_cpu_backend(0);
+  std::vector<float> xBC = in.xBC, zxdt = in.zxdt, A_log = in.A_log, D = in.D, dt_bias = in.dt_bias;
+  std::vector<float> state = in.state0, y(static_cast<size_t>(in.T * cs.H * cs.P));
+  const int64_t HP = cs.H * cs.P, GN = cs.G * cs.N;
+  TensorView xv(xBC.data(), DType::F32, {in.T, in.W}), dv(zxdt.data(), DType::F32, {in.T, in.Wd});
+  Mamba2ScanArgs c = a;
+  c.x = xv.cols(0, HP);
+  c.B = xv.cols(HP, GN);
+  c.C = xv.cols(HP + GN, GN);
+  c.dt = dv.cols(5, cs.H);
+  c.A_log = TensorView(A_log.data(), DType::F32, {cs.H});
+  c.D = TensorView(D.data(), DType::F32, {cs.H});
+  c.dt_bias = TensorView(dt_bias.data(), DType::F32, {cs.H});
+  c.state = TensorView(state.data(), DType::F32, {cs.n_slots, cs.H, cs.P, cs.N});
+  c.y = TensorView(y.data(), DType::F32, {in.T, HP});
+  BatchLayout cpu_batch = make_batch(cs.lens, cs.slots);
+  cpu->prepare_batch(cpu_batch);
+  cpu->mamba2_ssd(c, cpu_batch);
+
+  EXPECT_LT(rel_err(arena.download(a.y), gputest::to_double(y)), kOutTol);
+  EXPECT_LT(rel_err(arena.download(a.state), gputest::to_double(state)), kOutTol);
+}
+
+}  // namespace
+}  // namespace mambacpp
