@@ -8,5 +8,8 @@
 namespace mambacpp::cli {
 
 CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run);
+CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run);
+CLI::App* add_perplexity_command(CLI::App& app, std::function<void()>& run);
+CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run);
 
 }  // namespace mambacpp::cli

@@ -9,7 +9,10 @@ int main(int argc, char** argv) {
   CLI::App app{"mambacpp: Mamba-1 / Mamba-2 inference"};
   app.require_subcommand(1);
   std::function<void()> run;
+  mambacpp::cli::add_generate_command(app, run);
   mambacpp::cli::add_logits_command(app, run);
+  mambacpp::cli::add_perplexity_command(app, run);
+  mambacpp::cli::add_bench_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -103,7 +103,7 @@ void expect_close(const Vec& got, const Vec& want, double tol, const std::string
   ASSERT_EQ(got.size(), want.size()) << what;
   for (double g : got) ASSERT_TRUE(std::isfinite(g)) << what << ": non-finite output";
   const double d = test::max_rel_diff(std::span<const double>(got), std::span<const double>(want));
-  EXPECT_LE(d, tol) << what; fprintf(stderr, "%-22s %.3g\n", what.c_str(), d);
+  EXPECT_LE(d, tol) << what;
 }
 
 struct Batch {
@@ -261,7 +261,7 @@ struct M2Shape {
 };
 
 void mamba2_case(const M2Shape& s, const std::vector<int64_t>& lens, const std::vector<int64_t>& slots, DType wdtype,
-                 uint64_t seed) {
+                 uint64_t seed, double tol_f32 = kTolF32) {
   SCOPED_TRACE("mamba2 heads=" + std::to_string(s.n_heads) + " head_dim=" + std::to_string(s.head_dim) +
                " groups=" + std::to_string(s.n_groups) + " d_state=" + std::to_string(s.d_state) +
                " chunk=" + std::to_string(s.chunk) + " seed=" + std::to_string(seed));
@@ -333,8 +333,8 @@ void mamba2_case(const M2Shape& s, const std::vector<int64_t>& lens, const std::
     a.state = TensorView(state.data(), DType::F32, {b.n_slots, NH, P, N});
     a.y = y.view();
     be->mamba2_ssd(a, b.layout);
-    expect_close(y.dense(), ref_y, kTolF32, "mamba2 f32 y");
-    expect_close(widen(state), ref_state, kTolF32, "mamba2 f32 state");
+    expect_close(y.dense(), ref_y, tol_f32, "mamba2 f32 y");
+    expect_close(widen(state), ref_state, tol_f32, "mamba2 f32 state");
   }
 }
 
@@ -357,21 +357,21 @@ TEST(CpuKernels, Mamba2SsdRealShapes) {
 }
 
 TEST(CpuKernels, Mamba2SsdStableSegmentSums) {
-  // Decays of 0.5 to 5 per step over 256-long chunks: |S| reaches several hundred, while the terms that matter are
-  // the few nearest the diagonal. Segment sums formed as differences of f32 running sums err by ~ulp(|S|) ~ 3e-5
-  // there (measured: this case then fails at 1e-5); sums accumulated from j+1 to i stay at f32 rounding.
+  // Decays of 0.5 to 5 per step over 256-long chunks: |S| reaches several hundred while the terms that matter are the
+  // few nearest the diagonal, so each output is a short sum of O(1) products and f32 rounding bounds its error by
+  // ~10 eps ~ 1e-6 (measured: 2e-7). Segment sums formed as differences of f32 running sums are off by ~ulp(|S|)
+  // there: measured 3e-6 on these cases, which this tolerance rejects.
   M2Shape s{2, 64, 1, 128, 256};
   s.a_lo = 1.0;
   s.a_hi = 2.0;
   s.bias_lo = 0.5;
   s.bias_hi = 1.5;
-  mamba2_case(s, {512, 300}, {1, 0}, DType::F32, 311);
-  s.a_lo = 0.5; s.a_hi = 1; s.bias_lo = 1; s.bias_hi = 2;
-  mamba2_case(s, {512}, {1}, DType::F32, 312);
-  s.a_lo = 2; s.a_hi = 4; s.bias_lo = 1; s.bias_hi = 2;
-  mamba2_case(s, {512}, {1}, DType::F32, 313);
-  s.a_lo = 0.1; s.a_hi = 0.3; s.bias_lo = 2; s.bias_hi = 3;
-  mamba2_case(s, {512}, {1}, DType::F32, 314);
+  mamba2_case(s, {512, 300}, {1, 0}, DType::F32, 311, /*tol_f32=*/1e-6);
+  s.a_lo = 0.1;
+  s.a_hi = 0.3;
+  s.bias_lo = 2.0;
+  s.bias_hi = 3.0;
+  mamba2_case(s, {512}, {1}, DType::F32, 314, /*tol_f32=*/1e-6);
 }
 
 // ---- linear --------------------------------------------------------------------------------------------------------

@@ -63,6 +63,10 @@ class Model {
  public:
   // Loads config.json + safetensors (single file or sharded) from `dir`. Throws Error with a clear message.
   static std::unique_ptr<Model> load(const std::string& dir, const LoadOptions& options = {});
+  // A model of `config` with random weights stored as `storage`, for benchmarks on real shapes (speed does not
+  // depend on weight values). Values are drawn so that activations stay finite.
+  static std::unique_ptr<Model> random(const ModelConfig& config, const LoadOptions& options = {}, uint64_t seed = 0,
+                                       DType storage = DType::BF16);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

@@ -19,6 +19,11 @@ DeviceChoice parse_device_choice(const std::string& s) {
   fail("--device: expected auto, cpu or cuda, found '", s, "'");
 }
 
+std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
+  const bool use_cuda = options.device == DeviceChoice::CUDA || (options.device == DeviceChoice::Auto && cuda_available());
+  return use_cuda ? make_cuda_backend(options.weight_dtype) : make_cpu_backend(options.threads);
+}
+
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 Model::~Model() = default;
 
@@ -29,8 +34,7 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   impl->checkpoint = std::make_unique<Checkpoint>(dir);
   impl->config = impl->checkpoint->config();
   impl->config.validate();
-  const bool use_cuda = options.device == DeviceChoice::CUDA || (options.device == DeviceChoice::Auto && cuda_available());
-  impl->backend = use_cuda ? make_cuda_backend(options.weight_dtype) : make_cpu_backend(options.threads);
+  impl->backend = make_backend(options);
   const Checkpoint& ck = *impl->checkpoint;
   impl->weights = bind_weights(
       impl->config, [&ck](const std::string& name) { return ck.find(name); }, ck.names(), *impl->backend, dir);
@@ -46,7 +50,10 @@ Backend& Model::backend() const { return *impl_->backend; }
 const ModelWeights& Model::weights() const { return impl_->weights; }
 
 uint64_t Model::weights_hash() const {
-  std::call_once(impl_->hash_once, [this] { impl_->hash = impl_->checkpoint->content_hash(); });
+  std::call_once(impl_->hash_once, [this] {
+    // Random models are identified by their seed (mixed so that seed 0 is not hash 0).
+    impl_->hash = impl_->checkpoint ? impl_->checkpoint->content_hash() : (impl_->random_seed + 1) * 0x9e3779b97f4a7c15ull;
+  });
   return impl_->hash;
 }
 

@@ -4,6 +4,7 @@
 #include <memory>
 #include <mutex>
 #include <string>
+#include <vector>
 
 #include "backend/backend.h"
 #include "io/checkpoint.h"
@@ -17,6 +18,8 @@ struct Model::Impl {
   std::string dir;
   LoadOptions options;
   std::unique_ptr<Checkpoint> checkpoint;  // keeps the mmap'd weights alive (the CPU backend reads them in place)
+  std::vector<std::vector<char>> random_blobs;  // Model::random: the host weights (instead of a checkpoint)
+  uint64_t random_seed = 0;
   ModelConfig config;
   std::unique_ptr<Backend> backend;
   ModelWeights weights;
@@ -35,6 +38,9 @@ struct StateCache::Impl {
   std::vector<DeviceBuffer> buffers;
   std::vector<LayerCache> layers;
 };
+
+// The backend LoadOptions::device asks for (auto: the GPU when one is usable).
+std::unique_ptr<Backend> make_backend(const LoadOptions& options);
 
 // Per-slot views into a layer's state tensors.
 TensorView slot_view(const TensorView& t, int64_t slot);

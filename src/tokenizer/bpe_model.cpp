@@ -33,10 +33,10 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
     char32_t cp = next_code_point(token, i);
     if (i == token.size() && cp < small_char_ids_.size()) small_char_ids_[cp] = id;
   }
+  // An unk token missing from the vocab is only an error once an unknown character needs it (as in HF).
   if (options_.unk_token) {
     auto it = vocab_.find(*options_.unk_token);
-    if (it == vocab_.end()) fail(where, ": model.unk_token '", *options_.unk_token, "' is not in the vocab");
-    unk_id_ = it->second;
+    if (it != vocab_.end()) unk_id_ = it->second;
   }
   if (options_.byte_fallback) {
     byte_fallback_ids_.assign(256, -1);
@@ -56,22 +56,25 @@ std::optional<int32_t> BpeModel::token_to_id(std::string_view token) const {
 }
 
 void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symbols) const {
-  bool last_was_unk = false;
+  // An unknown character leaves a pending unk symbol that is written out when the next known character arrives
+  // (or at the end), exactly where the HF model writes it. With fuse_unk a run of unknown characters shares one
+  // pending unk; byte-fallback pieces do not end the run. Without an unk token unknown characters vanish, as in HF.
+  bool unk_pending = false;
   std::string ch;
   size_t i = 0;
   while (i < word.size()) {
     size_t start = i;
     char32_t cp = next_code_point(word, i);
-    if (cp < small_char_ids_.size() && small_char_ids_[cp] >= 0) {
-      symbols.push_back(small_char_ids_[cp]);
-      last_was_unk = false;
-      continue;
+    int32_t id = cp < small_char_ids_.size() ? small_char_ids_[cp] : -1;
+    if (id < 0) {
+      ch.assign(word.substr(start, i - start));
+      auto it = vocab_.find(ch);
+      if (it != vocab_.end()) id = it->second;
     }
-    ch.assign(word.substr(start, i - start));
-    auto it = vocab_.find(ch);
-    if (it != vocab_.end()) {
-      symbols.push_back(it->second);
-      last_was_unk = false;
+    if (id >= 0) {
+      if (unk_pending) symbols.push_back(*unk_id_);
+      unk_pending = false;
+      symbols.push_back(id);
       continue;
     }
     if (options_.byte_fallback) {
@@ -79,17 +82,16 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symb
       for (char c : ch) all_found = all_found && byte_fallback_ids_[static_cast<unsigned char>(c)] >= 0;
       if (all_found) {
         for (char c : ch) symbols.push_back(byte_fallback_ids_[static_cast<unsigned char>(c)]);
-        last_was_unk = false;
         continue;
       }
     }
-    if (unk_id_) {
-      // fuse_unk folds a run of unknown characters into one unk symbol.
-      if (!(options_.fuse_unk && last_was_unk)) symbols.push_back(*unk_id_);
-      last_was_unk = true;
+    if (options_.unk_token) {
+      if (!unk_id_) fail("tokenizer: unk_token '", *options_.unk_token, "' is needed but is not in the vocab");
+      if (unk_pending && !options_.fuse_unk) symbols.push_back(*unk_id_);
+      unk_pending = true;
     }
-    // Without an unk token the HF model drops the character, and so do we.
   }
+  if (unk_pending) symbols.push_back(*unk_id_);
 }
 
 void BpeModel::merge_all(std::vector<int32_t>& ids) const {

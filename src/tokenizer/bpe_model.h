@@ -25,8 +25,8 @@ class BpeModel {
  public:
   // merges: (left, right) token strings in rank order. Throws Error (prefixed with `where`) when a merge names a
   // token missing from the vocabulary, or its concatenation is missing.
-  BpeModel(std::unordered_map<std::string, int32_t> vocab, const std::vector<std::pair<std::string, std::string>>& merges,
-           BpeOptions options, const std::string& where);
+  BpeModel(std::unordered_map<std::string, int32_t> vocab,
+           const std::vector<std::pair<std::string, std::string>>& merges, BpeOptions options, const std::string& where);
 
   // Appends the ids of one word, given as alphabet characters (UTF-8).
   void tokenize(std::string_view word, std::vector<int32_t>& out) const;

@@ -1,10 +1,11 @@
-// NFC through ICU's Normalizer2 (see normalizer.h). ASCII text is already in every normal form, which makes the
+// NFC through utf8proc (a small Debian library; ICU would bring 30 MB of data for this one function) (see
+// normalizer.h). ASCII text is already in every normal form, which makes the
 // common case a single scan.
 #include "tokenizer/normalizer.h"
 
-#include <unicode/bytestream.h>
-#include <unicode/normalizer2.h>
-#include <unicode/stringpiece.h>
+#include <utf8proc.h>
+
+#include <cstdlib>
 
 #include "mambacpp/error.h"
 
@@ -14,15 +15,13 @@ std::string nfc(std::string_view text) {
   bool ascii = true;
   for (char c : text) ascii = ascii && static_cast<unsigned char>(c) < 0x80;
   if (ascii) return std::string(text);
-  UErrorCode status = U_ZERO_ERROR;
-  const icu::Normalizer2* normalizer = icu::Normalizer2::getNFCInstance(status);
-  if (U_FAILURE(status)) fail("tokenizer: ICU NFC normaliser unavailable: ", u_errorName(status));
-  std::string out;
-  out.reserve(text.size());
-  icu::StringByteSink<std::string> sink(&out);
-  normalizer->normalizeUTF8(0, icu::StringPiece(text.data(), static_cast<int32_t>(text.size())), sink, nullptr,
-                            status);
-  if (U_FAILURE(status)) fail("tokenizer: NFC normalisation failed: ", u_errorName(status));
+  utf8proc_uint8_t* composed = nullptr;
+  const utf8proc_ssize_t n =
+      utf8proc_map(reinterpret_cast<const utf8proc_uint8_t*>(text.data()), static_cast<utf8proc_ssize_t>(text.size()),
+                   &composed, static_cast<utf8proc_option_t>(UTF8PROC_STABLE | UTF8PROC_COMPOSE));
+  if (n < 0) fail("tokenizer: the text is not valid UTF-8 (", utf8proc_errmsg(n), ")");
+  std::string out(reinterpret_cast<const char*>(composed), static_cast<size_t>(n));
+  std::free(composed);
   return out;
 }
 

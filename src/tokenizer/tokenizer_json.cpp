@@ -1,5 +1,6 @@
 // Tokenizer::load: reads an HF tokenizer.json and builds the byte-level BPE tokenizer, rejecting (with the file
 // and the part named) every component whose behaviour we do not reproduce exactly.
+#include <climits>
 #include <fstream>
 #include <sstream>
 
@@ -14,7 +15,11 @@ namespace {
 
 using nlohmann::json;
 
-std::string type_of(const json& j) { return j.is_object() && j.contains("type") && j["type"].is_string() ? j["type"].get<std::string>() : "?"; }
+// The "type" field of a component, or "?" when it has none.
+std::string type_of(const json& j) {
+  if (!j.is_object() || !j.contains("type") || !j["type"].is_string()) return "?";
+  return j["type"].get<std::string>();
+}
 
 bool flag(const json& j, const char* key, bool fallback, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return fallback;

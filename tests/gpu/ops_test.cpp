@@ -34,7 +34,6 @@ TEST(CudaOps, EmbedGathersRowsOfEveryWeightDtype) {
     TensorView host_table(const_cast<float*>(table.data()), DType::F32, {V, D});
     TensorView dev_table = be->adopt_weight(host_table);
     EXPECT_EQ(dev_table.dtype, wd);  // matrices take the backend's weight dtype
-    std::vector<float> ids_f;
     std::vector<int32_t> ids;
     for (int64_t t = 0; t < T; ++t) ids.push_back(static_cast<int32_t>(rng.index(V)));
     TensorView dev_ids(arena.alloc(ids.size() * 4), DType::I32, {T}, Device::CUDA);
@@ -210,6 +209,25 @@ TEST(CudaOps, AvailabilityProbeIsRepeatableAndBackendDescribesItself) {
   EXPECT_EQ(be->device(), Device::CUDA);
   EXPECT_NE(be->description().find("sm_"), std::string::npos) << be->description();
   EXPECT_THROW(make_cuda_backend(DType::I32), Error);
+}
+
+}  // namespace
+}  // namespace mambacpp
+
+namespace mambacpp {
+namespace {
+
+// Runs where there is no GPU (this test skips itself on a GPU machine): the factory must fail with a clear Error,
+// and the probe must keep answering false without leaving an error behind.
+TEST(CudaBackendWithoutGpu, FactoryThrowsAClearError) {
+  if (cuda_available()) GTEST_SKIP() << "a GPU is present";
+  EXPECT_FALSE(cuda_available());
+  try {
+    make_cuda_backend();
+    FAIL() << "make_cuda_backend succeeded without a GPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("no usable CUDA GPU"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace

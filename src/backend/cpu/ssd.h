@@ -98,19 +98,21 @@ void ssd_chunk_head(const Mamba2Params<T>& p, int64_t slot, int64_t t0, int64_t 
   T* acc = ws.acc.data();
   T* H = p.state + (slot * p.n_heads + h) * P * N;  // [P, N], H_in on entry, H_out on exit
 
-  T S = 0; thread_local std::vector<T> cum; cum.resize(q);
+  T S = 0;
   for (int64_t i = 0; i < q; ++i) {
     dt[i] = ssd_dt(p, t0 + i, h, bias);
     S += dt[i] * A;
-    expS[i] = std::exp(S); cum[i] = S;
+    expS[i] = std::exp(S);
   }
   // W[i][j] = exp(seg[i][j]) * CB[i][j] * dt_j for j <= i, with seg summed from the diagonal outwards.
   for (int64_t i = 0; i < q; ++i) {
     T* Wi = W + i * Q;
     const T* CBi = CB + i * Q;
     Wi[i] = CBi[i] * dt[i];
+    T seg = 0;
     for (int64_t j = i - 1; j >= 0; --j) {
-      Wi[j] = std::exp(cum[i] - cum[j]) * CBi[j] * dt[j];
+      seg += dt[j + 1] * A;
+      Wi[j] = std::exp(seg) * CBi[j] * dt[j];
     }
   }
   // Outputs: intra-chunk part, carried-in state part, D skip. H still holds H_in here.

@@ -1,0 +1,157 @@
+// `mambacpp generate`: text (or token ids) in, streamed text out. With --json one JSON object per prompt instead.
+// --prompts-file runs one prompt per line as one batch of different lengths (one state slot each, no padding).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "engine/generator.h"
+#include "mambacpp/error.h"
+#include "mambacpp/tokenizer.h"
+
+namespace mambacpp::cli {
+
+namespace {
+
+struct GenerateCliOptions {
+  ModelOptions model;
+  std::string prompt;
+  bool prompt_given = false;
+  std::string tokens_file;
+  std::string prompts_file;
+  int n_predict = 128;
+  SamplingParams sampling;
+  int64_t seed = -1;
+  std::vector<std::string> stop;
+  bool ignore_eos = false;
+  int64_t max_prompt = 65536;
+  bool json = false;
+};
+
+nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateResult& r) {
+  const double gen_tokens = static_cast<double>(r.tokens.size());
+  return {{"prompt_tokens", prompt},
+          {"tokens", r.tokens},
+          {"text", r.text},
+          {"stop_reason", stop_reason_name(r.stop_reason)},
+          {"seed", r.seed},
+          {"timings",
+           {{"prompt_ms", r.prompt_ms},
+            {"generate_ms", r.generate_ms},
+            {"prompt_tokens_per_s", r.prompt_ms > 0 ? prompt.size() / (r.prompt_ms / 1000.0) : 0.0},
+            {"generate_tokens_per_s", r.generate_ms > 0 ? gen_tokens / (r.generate_ms / 1000.0) : 0.0}}}};
+}
+
+void run_generate(const GenerateCliOptions& o) {
+  const int inputs = int(o.prompt_given) + int(!o.tokens_file.empty()) + int(!o.prompts_file.empty());
+  if (inputs != 1) fail("generate: give exactly one of -p/--prompt, --tokens-file or --prompts-file");
+  auto model = load_model(o.model);
+  const std::string tok_path = model->directory() + "/tokenizer.json";
+  std::unique_ptr<Tokenizer> tokenizer;
+  if (std::filesystem::exists(tok_path)) tokenizer = Tokenizer::load(tok_path);
+  if (!tokenizer && o.tokens_file.empty())
+    fail("model directory '", model->directory(), "' has no tokenizer.json, so text prompts cannot be encoded; ",
+         "give token ids with --tokens-file");
+
+  std::vector<std::vector<int32_t>> prompts;
+  if (!o.tokens_file.empty()) {
+    prompts.push_back(read_token_file(o.tokens_file));
+  } else if (o.prompt_given) {
+    prompts.push_back(tokenizer->encode(o.prompt));
+  } else {
+    std::ifstream in(o.prompts_file);
+    if (!in) fail("--prompts-file: cannot open '", o.prompts_file, "'");
+    for (std::string line; std::getline(in, line);) prompts.push_back(tokenizer->encode(line));
+    if (prompts.empty()) fail("--prompts-file '", o.prompts_file, "' holds no prompts (one per line expected)");
+  }
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    if (prompts[i].empty()) fail("prompt ", i, " is empty after tokenization: expected at least one token");
+    if (static_cast<int64_t>(prompts[i].size()) > o.max_prompt)
+      fail("prompt ", i, " has ", prompts[i].size(), " tokens, more than --max-prompt ", o.max_prompt,
+           " (raise --max-prompt to run it)");
+  }
+
+  std::vector<GenerateRequest> requests(prompts.size());
+  for (size_t i = 0; i < prompts.size(); ++i) {
+    requests[i].prompt = prompts[i];
+    requests[i].max_new_tokens = o.n_predict;
+    requests[i].sampling = o.sampling;
+    requests[i].stop_strings = o.stop;
+    requests[i].ignore_eos = o.ignore_eos;
+  }
+  if (o.seed >= 0) assign_batch_seeds(requests, static_cast<uint64_t>(o.seed));
+
+  GenerateOptions go;
+  const bool stream = !o.json && prompts.size() == 1 && tokenizer;
+  if (stream)
+    go.on_text = [](size_t, std::string_view piece) {
+      std::fwrite(piece.data(), 1, piece.size(), stdout);
+      std::fflush(stdout);
+    };
+  auto state = model->create_state(static_cast<int64_t>(prompts.size()));
+  std::vector<GenerateResult> results = generate(*model, *state, requests, tokenizer.get(), go);
+
+  for (size_t i = 0; i < results.size(); ++i) {
+    const GenerateResult& r = results[i];
+    if (o.json) {
+      std::cout << result_json(prompts[i], r).dump() << "\n";
+    } else if (!stream) {
+      if (results.size() > 1) std::cout << "--- prompt " << i << " ---\n";
+      if (tokenizer) {
+        std::cout << r.text;
+      } else {
+        for (int32_t t : r.tokens) std::cout << t << ' ';
+      }
+      std::cout << "\n";
+    } else {
+      std::cout << "\n";
+    }
+  }
+  std::cout.flush();
+  if (!o.json) {
+    size_t prompt_tokens = 0, gen_tokens = 0;
+    double gen_ms = 0;
+    for (size_t i = 0; i < results.size(); ++i) {
+      prompt_tokens += prompts[i].size();
+      gen_tokens += results[i].tokens.size();
+      gen_ms = std::max(gen_ms, results[i].generate_ms);
+    }
+    const double prompt_ms = results[0].prompt_ms;
+    std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s) on %s\n",
+                 prompt_tokens, prompt_ms, prompt_ms > 0 ? prompt_tokens / (prompt_ms / 1000) : 0.0, gen_tokens, gen_ms,
+                 gen_ms > 0 ? gen_tokens / (gen_ms / 1000) : 0.0, model->device_description().c_str());
+  }
+}
+
+}  // namespace
+
+CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
+  auto o = std::make_shared<GenerateCliOptions>();
+  CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt (streamed to stdout)");
+  add_model_options(*cmd, o->model);
+  cmd->add_option_function<std::string>("-p,--prompt", [o](const std::string& p) { o->prompt = p, o->prompt_given = true; },
+                                        "prompt text");
+  cmd->add_option("--tokens-file", o->tokens_file, "prompt as token ids (spaces or commas)");
+  cmd->add_option("--prompts-file", o->prompts_file, "one prompt per line, run as one batch");
+  cmd->add_option("-n,--n-predict", o->n_predict, "new tokens to generate at most")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--temp", o->sampling.temperature, "temperature; 0 = greedy")->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1 = off)")->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0 = off)")->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
+  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks back over")->capture_default_str();
+  cmd->add_option("-s,--seed", o->seed, "random seed (default: random; batch member i uses seed + i)");
+  cmd->add_option("--stop", o->stop, "stop string (repeatable)");
+  cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the end-of-sequence token");
+  cmd->add_option("--max-prompt", o->max_prompt, "refuse prompts longer than this many tokens")->capture_default_str();
+  cmd->add_flag("--json", o->json, "print one JSON object per prompt instead of streaming text");
+  cmd->callback([o, &run] { run = [o] { run_generate(*o); }; });
+  return cmd;
+}
+
+}  // namespace mambacpp::cli

@@ -1,0 +1,71 @@
+// `mambacpp perplexity`: the model's loss over a text file, the state carried across the whole text (or reset every
+// --context tokens, like llama.cpp's windows).
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "engine/perplexity.h"
+#include "mambacpp/error.h"
+#include "mambacpp/tokenizer.h"
+
+namespace mambacpp::cli {
+
+namespace {
+struct PerplexityCliOptions {
+  ModelOptions model;
+  std::string file;
+  int64_t context = 0;
+  bool json = false;
+};
+
+void run_perplexity(const PerplexityCliOptions& o) {
+  auto model = load_model(o.model);
+  const std::string tok_path = model->directory() + "/tokenizer.json";
+  if (!std::filesystem::exists(tok_path))
+    fail("model directory '", model->directory(), "' has no tokenizer.json: perplexity needs one to tokenize --file");
+  auto tokenizer = Tokenizer::load(tok_path);
+  std::ifstream in(o.file, std::ios::binary);
+  if (!in) fail("--file: cannot open '", o.file, "'");
+  std::stringstream ss;
+  ss << in.rdbuf();
+  std::vector<int32_t> ids = tokenizer->encode(ss.str());
+  PerplexityOptions po;
+  po.context = o.context;
+  if (stderr_is_terminal())
+    po.on_progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\r%lld / %lld tokens", static_cast<long long>(done), static_cast<long long>(total));
+      if (done == total) std::fprintf(stderr, "\n");
+    };
+  PerplexityResult r = perplexity(*model, ids, po);
+  if (o.json) {
+    std::cout << nlohmann::json{{"tokens", ids.size()}, {"predicted", r.n_predicted}, {"nll", r.nll}, {"ppl", r.ppl},
+                                {"context", o.context}}
+                     .dump()
+              << "\n";
+  } else {
+    std::printf("perplexity: %.4f (mean loss %.4f nats/token over %lld predicted tokens of %zu; context %s)\n", r.ppl,
+                r.nll, static_cast<long long>(r.n_predicted), ids.size(),
+                o.context ? std::to_string(o.context).c_str() : "whole text");
+  }
+}
+}  // namespace
+
+CLI::App* add_perplexity_command(CLI::App& app, std::function<void()>& run) {
+  auto o = std::make_shared<PerplexityCliOptions>();
+  CLI::App* cmd = app.add_subcommand("perplexity", "loss and perplexity of the model over a text file");
+  add_model_options(*cmd, o->model);
+  cmd->add_option("-f,--file", o->file, "text file")->required();
+  cmd->add_option("-c,--context", o->context, "reset the state every N tokens (0 = carry it through the whole text)")
+      ->capture_default_str();
+  cmd->add_flag("--json", o->json, "print a JSON object");
+  cmd->callback([o, &run] { run = [o] { run_perplexity(*o); }; });
+  return cmd;
+}
+
+}  // namespace mambacpp::cli

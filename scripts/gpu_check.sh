@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# GPU check for the device machine: runs the GPU tests, their timings, compute-sanitizer (memcheck on every GPU
+# test, racecheck on the shared-memory kernels) and `mambacpp bench` on random weights of real shapes, then prints a
+# summary table last. The device machine has no gtest/json/pcre2 dev packages, so the binaries are built on the
+# development machine and carried (x86-64 on both sides):
+#   cmake -S . -B build-gpu -G Ninja -DMAMBACPP_CUDA=ON -DCMAKE_BUILD_TYPE=Release
+#   ninja -C build-gpu mambacpp_gpu_tests mambacpp_cli
+#   device: run(command="scripts/gpu_check.sh build-gpu", carry=["build-gpu/tests/mambacpp_gpu_tests",
+#                                                                "build-gpu/mambacpp"])
+# Logs go to $OUT (the device tool's output folder) or /tmp/gpu_check. Exit status: 0 when every step passed.
+# Each step has its own time limit so that the whole script ends inside one 10-minute device call.
+set -u -o pipefail
+
+BUILD=${1:-build-gpu}
+TESTS=$BUILD/tests/mambacpp_gpu_tests
+CLI=$BUILD/mambacpp
+LOG=${OUT:-/tmp/gpu_check}
+mkdir -p "$LOG"
+export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+
+summary=()
+failed=0
+# step NAME LIMIT_SECONDS COMMAND...: runs it with a time limit, logs to $LOG/NAME.log, records rc and seconds.
+step() {
+  local name=$1 limit=$2
+  shift 2
+  echo "=== $name: $*"
+  local t0=$SECONDS
+  timeout "$limit" "$@" 2>&1 | tee "$LOG/$name.log"
+  local rc=${PIPESTATUS[0]}
+  summary+=("$(printf '%-12s rc=%-4s %4ss' "$name" "$rc" $((SECONDS - t0)))")
+  [ "$rc" -eq 0 ] || failed=1
+  return 0
+}
+
+nvidia-smi --query-gpu=name,driver_version,memory.total,clocks.sm --format=csv,noheader || true
+if [ ! -x "$TESTS" ]; then
+  echo "missing $TESTS: build it on the development machine and carry it (see the header of this script)"
+  exit 2
+fi
+echo "=== shared libraries"
+ldd "$TESTS" | grep -E "not found|cudart|cublas|gomp"
+if ldd "$TESTS" | grep -q "not found"; then
+  echo "unresolved shared libraries: cannot run the carried binaries here"
+  exit 2
+fi
+
+step tests 150 "$TESTS" --gtest_brief=1
+step perf 90 bash -c "'$TESTS' --gtest_filter='CudaPerf.*' --gtest_also_run_disabled_tests | grep -E '\[perf\]|FAILED|PASSED'"
+step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
+  --gtest_filter='-CudaPerf.*:CudaOps.LinearMatches*'
+step memcheck_lin 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
+  --gtest_filter='CudaOps.LinearMatches*'
+step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
+  --gtest_filter='CudaMamba2Ssd.OddSizesAndGroups:CudaOps.RmsNorm*:CudaOps.GatedRmsNorm*'
+if [ -x "$CLI" ]; then
+  step bench_m2 45 "$CLI" bench --shape mamba2-130m --device cuda -p 512 -g 64 -r 2
+  step bench_m1 45 "$CLI" bench --shape mamba-130m --device cuda -p 512 -g 64 -r 2
+else
+  summary+=("bench        skipped: $CLI not carried")
+fi
+
+echo
+echo "=== summary (logs in $LOG)"
+grep -hE "^\[  (PASSED|FAILED|SKIPPED) " "$LOG/tests.log" | head -20
+grep -h "ERROR SUMMARY" "$LOG"/memcheck*.log "$LOG/racecheck.log" 2>/dev/null
+grep -h "RACECHECK SUMMARY" "$LOG/racecheck.log" 2>/dev/null
+grep -h "\[perf\]" "$LOG/perf.log" 2>/dev/null
+printf '%s\n' "${summary[@]}"
+exit "$failed"

@@ -1,0 +1,119 @@
+// Model::random: weights of a real shape drawn from a counter-based generator (fast, parallel, reproducible), for
+// benchmarks. Norm weights are 1, decays span slow and fast, projections are scaled by 1/sqrt(fan_in).
+#include <cmath>
+#include <map>
+
+#include "mambacpp/error.h"
+#include "model/model_impl.h"
+
+namespace mambacpp {
+
+namespace {
+
+uint64_t splitmix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+double uniform01(uint64_t seed, uint64_t stream, uint64_t i) {
+  return static_cast<double>(splitmix(seed ^ splitmix(stream * 0x100000001b3ull + i)) >> 11) * 0x1.0p-53;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOptions& options, uint64_t seed, DType storage) {
+  config.validate();
+  if (storage != DType::F32 && storage != DType::F16 && storage != DType::BF16)
+    fail("random model: storage dtype must be f32, f16 or bf16, found ", dtype_name(storage));
+  auto impl = std::make_unique<Impl>();
+  impl->dir = "(random weights)";
+  impl->options = options;
+  impl->config = config;
+  impl->random_seed = seed;
+  impl->backend = make_backend(options);
+
+  // Every tensor the config needs, by name and shape, as bind_weights expects them.
+  const ModelConfig& c = config;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  shapes["backbone.embeddings.weight"] = {c.vocab_size, c.d_model};
+  shapes["backbone.norm_f.weight"] = {c.d_model};
+  if (!c.tie_embeddings) shapes["lm_head.weight"] = {c.vocab_size, c.d_model};
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "backbone.layers." + std::to_string(i) + ".", m = p + "mixer.";
+    shapes[p + "norm.weight"] = {c.d_model};
+    shapes[m + "in_proj.weight"] = {c.in_proj_size(), c.d_model};
+    shapes[m + "conv1d.weight"] = {c.conv_channels(), 1, c.d_conv};
+    shapes[m + "out_proj.weight"] = {c.d_model, c.d_inner};
+    if (c.use_bias) shapes[m + "in_proj.bias"] = {c.in_proj_size()}, shapes[m + "out_proj.bias"] = {c.d_model};
+    if (c.use_conv_bias) shapes[m + "conv1d.bias"] = {c.conv_channels()};
+    if (c.arch == Arch::Mamba1) {
+      shapes[m + "x_proj.weight"] = {c.dt_rank + 2 * c.d_state, c.d_inner};
+      shapes[m + "dt_proj.weight"] = {c.d_inner, c.dt_rank};
+      shapes[m + "dt_proj.bias"] = {c.d_inner};
+      shapes[m + "A_log"] = {c.d_inner, c.d_state};
+      shapes[m + "D"] = {c.d_inner};
+    } else {
+      shapes[m + "dt_bias"] = {c.n_heads};
+      shapes[m + "A_log"] = {c.n_heads};
+      shapes[m + "D"] = {c.n_heads};
+      shapes[m + "norm.weight"] = {c.d_inner};
+    }
+  }
+
+  std::map<std::string, TensorView> views;
+  std::vector<std::string> names;
+  uint64_t stream = 0;
+  for (const auto& [name, shape] : shapes) {
+    int64_t n = 1;
+    for (int64_t d : shape) n *= d;
+    const double fan_in = shape.size() >= 2 ? static_cast<double>(shape.back()) : 1.0;  // conv: d_conv taps
+    std::vector<char>& blob = impl->random_blobs.emplace_back(static_cast<size_t>(n) * dtype_size(storage));
+    ++stream;
+    const bool is_norm = ends_with(name, "norm.weight") || ends_with(name, "norm_f.weight");
+    const bool is_a_log = ends_with(name, "A_log"), is_d = ends_with(name, ".D");
+    const bool is_dt_bias = ends_with(name, "dt_bias") || ends_with(name, "dt_proj.bias");
+    const double scale = 1.0 / std::sqrt(fan_in);
+    constexpr int64_t kBlock = 1 << 16;
+#pragma omp parallel for schedule(static)
+    for (int64_t b = 0; b < n; b += kBlock) {
+      const int64_t m = std::min(kBlock, n - b);
+      std::vector<float> vals(static_cast<size_t>(m));
+      for (int64_t i = 0; i < m; ++i) {
+        const double u = uniform01(seed, stream, static_cast<uint64_t>(b + i));
+        double v;
+        if (is_norm || is_d) v = 1.0;
+        else if (is_a_log) v = std::log(1.0 + 15.0 * u);
+        else if (is_dt_bias) v = std::log(std::expm1(0.001 + 0.099 * u));  // softplus^-1 of dt in [0.001, 0.1]
+        else v = (2.0 * u - 1.0) * scale;
+        vals[i] = static_cast<float>(v);
+      }
+      convert_from_f32(vals.data(), blob.data() + static_cast<size_t>(b) * dtype_size(storage), storage, m);
+    }
+    TensorView v;
+    v.data = blob.data();
+    v.dtype = storage;
+    v.ndim = static_cast<int>(shape.size());
+    for (size_t k = 0; k < shape.size(); ++k) v.shape[k] = shape[k];
+    views[name] = v;
+    names.push_back(name);
+  }
+  impl->weights = bind_weights(
+      impl->config,
+      [&views](const std::string& name) -> const TensorView* {
+        auto it = views.find(name);
+        return it == views.end() ? nullptr : &it->second;
+      },
+      names, *impl->backend, impl->dir);
+  // A device backend holds its own copies now; the host blobs are only needed when the CPU reads them in place.
+  if (impl->backend->device() != Device::CPU) impl->random_blobs.clear();
+  impl->backend->synchronize();
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
+}
+
+}  // namespace mambacpp
