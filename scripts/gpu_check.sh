@@ -5,8 +5,9 @@
 # development machine and carried (x86-64 on both sides):
 #   cmake -S . -B build-gpu -G Ninja -DMAMBACPP_CUDA=ON -DCMAKE_BUILD_TYPE=Release
 #   ninja -C build-gpu mambacpp_gpu_tests mambacpp_cli
+#   mkdir -p build-gpu/devlibs && cp -L /lib/x86_64-linux-gnu/{libutf8proc.so.2,libpcre2-8.so.0} build-gpu/devlibs
 #   device: run(command="scripts/gpu_check.sh build-gpu", carry=["build-gpu/tests/mambacpp_gpu_tests",
-#                                                                "build-gpu/mambacpp"])
+#                                                                "build-gpu/mambacpp", "build-gpu/devlibs"])
 # Logs go to $OUT (the device tool's output folder) or /tmp/gpu_check. Exit status: 0 when every step passed.
 # Each step has its own time limit so that the whole script ends inside one 10-minute device call.
 set -u -o pipefail
@@ -39,23 +40,29 @@ if [ ! -x "$TESTS" ]; then
   exit 2
 fi
 echo "=== shared libraries"
+# Runtime libraries the device image may lack (utf8proc, pcre2, gomp) can be carried in $BUILD/devlibs; they are
+# used only when the image's own cannot be found.
+if ldd "$TESTS" "$CLI" 2>/dev/null | grep -q "not found" && [ -d "$BUILD/devlibs" ]; then
+  export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$PWD/$BUILD/devlibs
+  echo "using carried libraries from $BUILD/devlibs"
+fi
 ldd "$TESTS" | grep -E "not found|cudart|cublas|gomp"
 if ldd "$TESTS" | grep -q "not found"; then
   echo "unresolved shared libraries: cannot run the carried binaries here"
   exit 2
 fi
 
-step tests 150 "$TESTS" --gtest_brief=1
-step perf 90 bash -c "'$TESTS' --gtest_filter='CudaPerf.*' --gtest_also_run_disabled_tests | grep -E '\[perf\]|FAILED|PASSED'"
-step memcheck 200 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
+step tests 120 "$TESTS" --gtest_brief=1
+step perf 60 bash -c "'$TESTS' --gtest_filter='CudaPerf.*' --gtest_also_run_disabled_tests | grep -E '\[perf\]|FAILED|PASSED'"
+step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
   --gtest_filter='-CudaPerf.*:CudaOps.LinearMatches*'
-step memcheck_lin 60 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
+step memcheck_lin 50 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
   --gtest_filter='CudaOps.LinearMatches*'
-step racecheck 90 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
+step racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
   --gtest_filter='CudaMamba2Ssd.OddSizesAndGroups:CudaOps.RmsNorm*:CudaOps.GatedRmsNorm*'
 if [ -x "$CLI" ]; then
-  step bench_m2 45 "$CLI" bench --shape mamba2-130m --device cuda -p 512 -g 64 -r 2
-  step bench_m1 45 "$CLI" bench --shape mamba-130m --device cuda -p 512 -g 64 -r 2
+  step bench_m2 40 "$CLI" bench --shape mamba2-130m --device cuda -p 512 -g 64 -r 2
+  step bench_m1 40 "$CLI" bench --shape mamba-130m --device cuda -p 512 -g 64 -r 2
 else
   summary+=("bench        skipped: $CLI not carried")
 fi

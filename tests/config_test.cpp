@@ -306,6 +306,13 @@ TEST(ConfigRejects, MissingAndNonPositiveSizes) {
   EXPECT_THAT(parse_error(R"({"model_type": "mamba", "hidden_size": 8, "num_hidden_layers": 1, "vocab_size": 4,
                               "state_size": -4})"),
               AllOf(HasSubstr("state_size = -4"), HasSubstr("positive")));
+  // Absurd sizes are refused before any size arithmetic can overflow.
+  EXPECT_THAT(parse_error(R"({"model_type": "mamba", "hidden_size": 1000000000000, "num_hidden_layers": 1,
+                              "vocab_size": 4})"),
+              AllOf(HasSubstr("hidden_size = 1000000000000"), HasSubstr("at most 2^30")));
+  EXPECT_THAT(parse_error(R"({"model_type": "mamba", "hidden_size": 1073741824, "num_hidden_layers": 1,
+                              "vocab_size": 4})"),
+              AllOf(HasSubstr("expand"), HasSubstr("at most 2^30")));
   EXPECT_THAT(parse_error(R"({"model_type": "mamba", "hidden_size": 8, "num_hidden_layers": 1.5, "vocab_size": 4})"),
               AllOf(HasSubstr("num_hidden_layers = 1.5"), HasSubstr("integer")));
   EXPECT_THAT(parse_error(R"({"model_type": "mamba", "hidden_size": 8, "num_hidden_layers": 1, "vocab_size": 4,
@@ -393,6 +400,9 @@ TEST(ConfigValidate, NamesTheInconsistentField) {
   bad.vocab_size = 0;
   EXPECT_THAT(error_of([&] { bad.validate(); }), HasSubstr("vocab_size = 0"));
   ModelConfig m1 = parse_model_config(kMamba130mHf);
+  m1.d_state = int64_t{1} << 40;
+  EXPECT_THAT(error_of([&] { m1.validate(); }), HasSubstr("d_state = 1099511627776"));
+  m1.d_state = 16;
   m1.dt_rank = 0;
   EXPECT_THAT(error_of([&] { m1.validate(); }), HasSubstr("dt_rank = 0"));
   EXPECT_STREQ(arch_name(Arch::Mamba1), "mamba");

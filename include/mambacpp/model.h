@@ -9,6 +9,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <span>
 #include <string>
@@ -82,7 +83,9 @@ class Model {
   // Runs each sequence from its slot's state, updates the state, and returns the requested output.
   // Sequences in one call must use distinct slots. Throws Error on bad input (token out of range, wrong
   // embedding width or dtype, L == 0, slot out of range), before touching any state.
-  ForwardResult forward(StateCache& state, std::span<const Sequence> seqs, Output output) const;
+  // `on_progress` (optional) is called after each internal piece with (tokens done, tokens in total).
+  ForwardResult forward(StateCache& state, std::span<const Sequence> seqs, Output output,
+                        const std::function<void(int64_t, int64_t)>& on_progress = {}) const;
 
   // Convenience for a uniform batch: token ids [B, L] (i32/i64) or embeddings [B, L, d_model] (f32/f16/bf16) on
   // the host; row b uses slot b.
@@ -96,6 +99,7 @@ class Model {
   const ModelWeights& weights() const;
 
  private:
+  friend class MambaBlock;
   struct Impl;
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

@@ -48,6 +48,7 @@ class StateCache {
 
  private:
   friend class Model;
+  friend class MambaBlock;
   struct Impl;
   explicit StateCache(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;

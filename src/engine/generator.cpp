@@ -96,11 +96,15 @@ class BatchGenerator {
       run.index = i;
       run.slot = options.slots.empty() ? static_cast<int64_t>(i) : options.slots[i];
       state.check_slot(run.slot, "generate: request slot");
-      if (!used_slots.insert(run.slot).second) fail("generate: requests ", i, " and another share slot ", run.slot);
-      if (r.prompt.empty())
+      if (!used_slots.insert(run.slot).second)
+        fail("generate: request ", i, " uses slot ", run.slot, ", which an earlier request already uses");
+      if (r.prompt.empty()) {
+        if (cfg.bos_token_id >= 0)
+          fail("generate: request ", i, " has an empty prompt; Mamba needs at least one token to start from "
+               "(use the BOS token ", cfg.bos_token_id, " as the prompt)");
         fail("generate: request ", i, " has an empty prompt; Mamba needs at least one token to start from "
-             "(use the BOS token", cfg.bos_token_id >= 0 ? " " + std::to_string(cfg.bos_token_id) : std::string(),
-             " as the prompt)");
+             "(use a BOS token as the prompt)");
+      }
       for (int32_t t : r.prompt)
         if (t < 0 || t >= vocab_) fail("generate: request ", i, ": prompt token ", t, " outside [0, ", vocab_, ")");
       if (r.max_new_tokens < 0) fail("generate: request ", i, ": max_new_tokens must be >= 0, found ", r.max_new_tokens);

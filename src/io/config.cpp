@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "io/config_formats.h"
+#include "io/config_reader.h"
 #include "io/json_relaxed.h"
 #include "mambacpp/error.h"
 
@@ -21,6 +22,11 @@ nlohmann::ordered_json float_json(double x) {
 
 void require(bool ok, const char* field, int64_t value, const char* expected) {
   if (!ok) fail("model config: ", field, " = ", value, ", expected ", expected);
+}
+
+// Positive and small enough that products of two sizes cannot overflow (the derived sizes multiply them).
+void require_size(const char* field, int64_t value) {
+  require(value > 0 && value <= kMaxConfigDim, field, value, "in [1, 2^30]");
 }
 
 }  // namespace
@@ -56,23 +62,23 @@ std::string ModelConfig::to_json() const {
 }
 
 void ModelConfig::validate() const {
-  require(d_model > 0, "d_model", d_model, "> 0");
-  require(n_layer > 0, "n_layer", n_layer, "> 0");
-  require(vocab_size > 0, "vocab_size", vocab_size, "> 0");
-  require(d_state > 0, "d_state", d_state, "> 0");
-  require(d_conv > 0, "d_conv", d_conv, "> 0");
-  require(d_inner > 0, "d_inner", d_inner, "> 0");
+  require_size("d_model", d_model);
+  require_size("n_layer", n_layer);
+  require_size("vocab_size", vocab_size);
+  require_size("d_state", d_state);
+  require_size("d_conv", d_conv);
+  require_size("d_inner", d_inner);
   if (!(norm_eps > 0) || !std::isfinite(norm_eps)) fail("model config: norm_eps = ", norm_eps, ", expected > 0");
   for (int64_t id : {bos_token_id, eos_token_id, pad_token_id})
     require(id >= -1, "token id", id, ">= 0, or -1 for none");
   if (arch == Arch::Mamba1) {
-    require(dt_rank > 0, "dt_rank", dt_rank, "> 0 for Mamba-1");
+    require_size("dt_rank", dt_rank);
     return;
   }
-  require(n_heads > 0, "n_heads", n_heads, "> 0 for Mamba-2");
-  require(head_dim > 0, "head_dim", head_dim, "> 0 for Mamba-2");
-  require(n_groups > 0, "n_groups", n_groups, "> 0 for Mamba-2");
-  require(chunk_size > 0, "chunk_size", chunk_size, "> 0 for Mamba-2");
+  require_size("n_heads", n_heads);
+  require_size("head_dim", head_dim);
+  require_size("n_groups", n_groups);
+  require_size("chunk_size", chunk_size);
   if (n_heads * head_dim != d_inner)
     fail("model config: n_heads * head_dim = ", n_heads, " * ", head_dim, " = ", n_heads * head_dim,
          ", expected d_inner = ", d_inner);

@@ -19,8 +19,9 @@ constexpr double kInf = std::numeric_limits<double>::infinity();
 int64_t expanded_size(const ConfigReader& r, const std::string& expand_key, double fallback, int64_t d_model) {
   const double expand = r.number_or(expand_key, fallback);
   const double d_inner = std::floor(expand * static_cast<double>(d_model));
-  if (!(expand > 0) || !std::isfinite(expand) || d_inner < 1)
-    r.reject_value(expand_key, nlohmann::json(expand), "expected a positive expansion factor");
+  if (!(expand > 0) || !std::isfinite(expand) || d_inner < 1 || d_inner > static_cast<double>(kMaxConfigDim))
+    r.reject_value(expand_key, nlohmann::json(expand),
+                   "expected a positive expansion factor giving at most 2^30 inner channels");
   return static_cast<int64_t>(d_inner);
 }
 

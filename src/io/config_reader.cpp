@@ -52,13 +52,14 @@ int64_t ConfigReader::int_or(const std::string& key, int64_t fallback) const {
 
 int64_t ConfigReader::positive_int(const std::string& key) const {
   const int64_t x = required_int(key);
-  if (x <= 0) reject_value(key, *get(key), "expected a positive integer");
+  if (x <= 0 || x > kMaxConfigDim) reject_value(key, *get(key), "expected a positive integer (at most 2^30)");
   return x;
 }
 
 int64_t ConfigReader::positive_int_or(const std::string& key, int64_t fallback) const {
   const int64_t x = int_or(key, fallback);
-  if (x <= 0) reject_value(key, has(key) ? *get(key) : nlohmann::json(x), "expected a positive integer");
+  if (x <= 0 || x > kMaxConfigDim)
+    reject_value(key, has(key) ? *get(key) : nlohmann::json(x), "expected a positive integer (at most 2^30)");
   return x;
 }
 

@@ -9,6 +9,10 @@
 
 namespace mambacpp {
 
+// Sizes above this are rejected as corrupt: every product of two sizes (and 2 * n_groups * d_state) then fits in
+// int64 without overflow.
+constexpr int64_t kMaxConfigDim = int64_t{1} << 30;
+
 class ConfigReader {
  public:
   // `prefix` is prepended to key names in messages, e.g. "ssm_cfg." for a nested object.
@@ -19,7 +23,7 @@ class ConfigReader {
 
   int64_t required_int(const std::string& key) const;
   int64_t int_or(const std::string& key, int64_t fallback) const;
-  // Like int_or/required_int, but the value must be > 0.
+  // Like int_or/required_int, but the value must be in (0, kMaxConfigDim].
   int64_t positive_int(const std::string& key) const;
   int64_t positive_int_or(const std::string& key, int64_t fallback) const;
   double number_or(const std::string& key, double fallback) const;  // any JSON number, including inf/nan

@@ -122,7 +122,8 @@ void validate_sequences(const ModelConfig& c, const StateCache& state, std::span
 
 }  // namespace
 
-ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, Output output) const {
+ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, Output output,
+                             const std::function<void(int64_t, int64_t)>& on_progress) const {
   const ModelConfig& c = impl_->config;
   if (state.impl_->model != this) fail("forward: this state cache was created by another model");
   validate_sequences(c, state, seqs);
@@ -248,6 +249,7 @@ ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, 
       }
     }
     global_row += T;
+    if (on_progress) on_progress(global_row, total);
   }
   be.synchronize();
   return result;

@@ -1,6 +1,5 @@
-// NFC through utf8proc (a small Debian library; ICU would bring 30 MB of data for this one function) (see
-// normalizer.h). ASCII text is already in every normal form, which makes the
-// common case a single scan.
+// NFC through utf8proc (see normalizer.h): a small Debian library, where ICU would bring 30 MB of data for this one
+// function. ASCII text is already in every normal form, which makes the common case a single scan.
 #include "tokenizer/normalizer.h"
 
 #include <utf8proc.h>

@@ -1,5 +1,5 @@
-// Text normalisers of tokenizer.json that we reproduce exactly: NFC (Unicode canonical composition, through ICU),
-// or none. A "Sequence" of normalisers flattens into this list.
+// Text normalisers of tokenizer.json that we reproduce exactly: NFC (Unicode canonical composition, through
+// utf8proc), or none. A "Sequence" of normalisers flattens into this list.
 #pragma once
 
 #include <string>
