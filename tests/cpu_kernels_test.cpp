@@ -503,6 +503,7 @@ TEST(CpuKernels, RejectsBadStateAndSlots) {
   EXPECT_THROW(be->conv1d_silu(xv, wv, {}, sv, shared.layout, ov), Error);
   Batch too_long = make_batch({T + 1}, {0});
   EXPECT_THROW(be->conv1d_silu(xv, wv, {}, sv, too_long.layout, ov), Error);
+  EXPECT_THROW(be->conv1d_silu(xv, wv, {}, sv, b.layout, xv), Error);  // out aliasing x
   be->conv1d_silu(xv, wv, {}, sv, b.layout, ov);  // the valid call goes through
 }
 

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "mambacpp/error.h"
+#include "backend/backend.h"
 #include "mambacpp/model.h"
 #include "support/test_support.h"
 
@@ -206,6 +207,27 @@ TEST_F(CheckpointErrors, EmbeddingNamedTheMambaSsmWay) {
   w["backbone.embedding.weight"] = w["backbone.embeddings.weight"];
   w.erase("backbone.embeddings.weight");
   EXPECT_EQ(load_error(w), "(no error)");
+}
+
+}  // namespace
+}  // namespace mambacpp
+
+namespace mambacpp {
+namespace {
+
+TEST(DeviceChoice, CudaIsUsedWhenUsableAndRefusedClearlyOtherwise) {
+  test::TempDir d;
+  test::write_random_model(d.path(), test::tiny_mamba2_config(), 1);
+  LoadOptions lo;
+  lo.device = DeviceChoice::CUDA;
+  if (cuda_available()) {
+    EXPECT_EQ(Model::load(d.path(), lo)->device(), Device::CUDA);
+  } else {
+    EXPECT_THAT(error_of([&] { Model::load(d.path(), lo); }), ::testing::HasSubstr("cuda"));
+    lo.device = DeviceChoice::Auto;  // auto falls back to the CPU
+    EXPECT_EQ(Model::load(d.path(), lo)->device(), Device::CPU);
+  }
+  EXPECT_THAT(error_of([] { parse_device_choice("tpu"); }), ::testing::HasSubstr("expected auto, cpu or cuda"));
 }
 
 }  // namespace

@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "backend/cpu/conv1d.h"
@@ -60,6 +61,19 @@ float* state_ptr(const char* op, const char* name, const TensorView& s, int64_t 
   if (!s.contiguous() || s.row_size() != slot_elems)
     fail(op, ": ", name, " state must be contiguous with ", slot_elems, " elements per slot, found ", s.shape_string());
   return s.ptr<float>();
+}
+
+// Whether the memory spanned by two 2-D views intersects. conv1d and the SSD read inputs of earlier rows after
+// writing outputs of later ones, so their outputs must not alias their inputs.
+bool overlaps(const TensorView& a, const TensorView& b) {
+  auto span = [](const TensorView& v) {
+    const auto* lo = static_cast<const char*>(v.data);
+    const int64_t elems = v.dim(0) > 0 ? (v.dim(0) - 1) * v.stride0() + v.row_size() : 0;
+    return std::pair{lo, lo + static_cast<size_t>(elems) * dtype_size(v.dtype)};
+  };
+  const auto [a0, a1] = span(a);
+  const auto [b0, b1] = span(b);
+  return a0 < b1 && b0 < a1;
 }
 
 // Every sequence lies inside [0, T), uses a slot in [0, n_slots), and no two sequences share a slot.
@@ -206,6 +220,7 @@ void CpuBackend::conv1d_silu(const TensorView& x, const TensorView& w, const Ten
   if (K < 1 || K > cpu::kConvMaxKernel) fail(op, ": kernel width ", K, " outside [1, ", cpu::kConvMaxKernel, "]");
   check_act(op, "x", x, T, C);
   check_act(op, "out", out, T, C);
+  if (overlaps(x, out)) fail(op, ": out must not overlap x");
   cpu::Conv1dParams<float> p;
   p.x = crows<float>(x);
   p.w = weight(op, "w", w, C * K);
@@ -262,6 +277,8 @@ void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {
   check_act(op, "B", a.B, T, G * N);
   check_act(op, "C", a.C, T, G * N);
   check_act(op, "y", a.y, T, NH * P);
+  for (const TensorView* in : {&a.x, &a.dt, &a.B, &a.C})
+    if (overlaps(a.y, *in)) fail(op, ": y must not overlap its inputs x, dt, B, C");
   cpu::Mamba2Params<float> p;
   p.x = crows<float>(a.x);
   p.dt = crows<float>(a.dt);

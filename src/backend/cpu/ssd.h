@@ -166,7 +166,10 @@ void ssd_chunk_head(const Mamba2Params<T>& p, int64_t slot, int64_t t0, int64_t 
 template <class T>
 void mamba2_ssd(const Mamba2Params<T>& p, std::span<const SeqSpan> seqs) {
   const int64_t G = p.n_groups, N = p.d_state, NH = p.n_heads;
-  const int64_t Q = std::max<int64_t>(1, p.chunk_size);
+  int64_t max_len = 1;
+  for (const SeqSpan& s : seqs) max_len = std::max(max_len, s.len);
+  // Chunks never exceed the longest sequence, so the O(Q^2) workspace stays small for short prompts (same chunking).
+  const int64_t Q = std::min(std::max<int64_t>(1, p.chunk_size), max_len);
 
   // Single-token sequences: one recurrent step each, all in one parallel loop.
   std::vector<SeqSpan> steps;
@@ -192,7 +195,7 @@ void mamba2_ssd(const Mamba2Params<T>& p, std::span<const SeqSpan> seqs) {
       if (seq.len <= 1) continue;
       for (int64_t t0 = seq.start; t0 < seq.start + seq.len; t0 += Q) {
         const int64_t q = std::min(Q, seq.start + seq.len - t0);
-#pragma omp for collapse(2) schedule(static)
+#pragma omp for collapse(2) schedule(dynamic, 16)  // rows of the triangle differ in cost
         for (int64_t g = 0; g < G; ++g) {
           for (int64_t i = 0; i < q; ++i) {
             const T* Ci = p.C[t0 + i] + g * N;

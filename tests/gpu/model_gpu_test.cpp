@@ -1,0 +1,162 @@
+// The whole model on the GPU: logits against the transformers fixtures and against the CPU path, and the chunk- and
+// batch-invariance properties, per weight and state dtype.
+//
+// Tolerances (max|a - b| / max|b|):
+// - Weights kept exactly on the device (f32, or the stored dtype itself) with f32 state: 1e-4, as on the CPU — the
+//   kernels compute in f32 (GEMMs split activations into hi + lo halves so products are exact), so only f32
+//   rounding through a few layers separates them from the fp64 reference (~1e-6 seen on the CPU).
+// - Weights rounded to bf16 on the device (from f32/f16 storage): each weight moves by up to 2^-9 relative, which
+//   moves logits by ~1e-3..1e-2 of their range on these models: 3e-2.
+// - Chunk/batch invariance with f32 state: 1e-5 (only the grouping of SSD chunks and GEMV vs GEMM summation order
+//   differ). With bf16 state the state is rounded at every call boundary (2^-9 relative each time): 3e-2.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+
+#include "backend/backend.h"
+#include "mambacpp/model.h"
+#include "support/test_support.h"
+#include "util/npy.h"
+
+namespace mambacpp {
+namespace {
+
+namespace fs = std::filesystem;
+
+std::vector<std::string> fixture_models() {
+  std::vector<std::string> dirs;
+  for (const auto& e : fs::directory_iterator(fs::path(test::fixture_dir()) / "models"))
+    if (fs::exists(e.path() / "logits.npy")) dirs.push_back(e.path().string());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+std::vector<int32_t> read_tokens(const std::string& path) {
+  std::ifstream in(path);
+  std::vector<int32_t> ids;
+  for (int64_t v; in >> v;) ids.push_back(static_cast<int32_t>(v));
+  return ids;
+}
+
+// The fixture names say the storage dtype (docs/fixtures.md).
+DType stored_dtype(const std::string& dir) {
+  if (dir.find("bf16") != std::string::npos) return DType::BF16;
+  if (dir.find("fp16") != std::string::npos) return DType::F16;
+  return DType::F32;
+}
+
+std::unique_ptr<Model> load_gpu(const std::string& dir, DType weights, int64_t batch_tokens = 2048) {
+  LoadOptions lo;
+  lo.device = DeviceChoice::CUDA;
+  lo.weight_dtype = weights;
+  lo.max_batch_tokens = batch_tokens;
+  return Model::load(dir, lo);
+}
+
+std::vector<float> all_logits(const Model& m, std::span<const int32_t> ids, const std::vector<int64_t>& chunks,
+                              DType state_dtype = DType::F32) {
+  auto st = m.create_state(1, state_dtype);
+  std::vector<float> out;
+  int64_t at = 0;
+  for (int64_t c : chunks) {
+    Sequence s = Sequence::tokens(ids.subspan(static_cast<size_t>(at), static_cast<size_t>(c)));
+    ForwardResult r = m.forward(*st, {&s, 1}, Output::AllLogits);
+    out.insert(out.end(), r.values.begin(), r.values.end());
+    at += c;
+  }
+  return out;
+}
+
+TEST(GpuModel, FixturesMatchTransformers) {
+  auto dirs = fixture_models();
+  ASSERT_GE(dirs.size(), 5u);
+  for (const std::string& dir : dirs) {
+    auto ids = read_tokens(dir + "/tokens.txt");
+    NpyArray ref = read_npy(dir + "/logits.npy");
+    std::vector<float> expected(ref.values.begin(), ref.values.end());
+    const int64_t L = static_cast<int64_t>(ids.size());
+    for (DType wd : {DType::F32, DType::BF16, DType::F16}) {
+      SCOPED_TRACE(dir + " weights " + dtype_name(wd));
+      auto model = load_gpu(dir, wd);
+      const DType stored = stored_dtype(dir);
+      const bool exact = wd == DType::F32 || wd == stored;
+      const double tol = exact ? 1e-4 : 3e-2;
+      EXPECT_LE(test::max_rel_diff(all_logits(*model, ids, {L}), expected), tol) << "one pass";
+      EXPECT_LE(test::max_rel_diff(all_logits(*model, ids, {1, 2, 3, 7, 9, 1, L - 23}), expected), tol) << "chunked";
+    }
+  }
+}
+
+TEST(GpuModel, MatchesCpuPath) {
+  for (const std::string& dir : fixture_models()) {
+    SCOPED_TRACE(dir);
+    LoadOptions lo;
+    lo.device = DeviceChoice::CPU;
+    auto cpu = Model::load(dir, lo);
+    auto gpu = load_gpu(dir, DType::F32);
+    auto ids = read_tokens(dir + "/tokens.txt");
+    const int64_t L = static_cast<int64_t>(ids.size());
+    EXPECT_LE(test::max_rel_diff(all_logits(*gpu, ids, {L}), all_logits(*cpu, ids, {L})), 1e-5);
+    EXPECT_LE(test::max_rel_diff(all_logits(*gpu, ids, std::vector<int64_t>(L, 1)), all_logits(*cpu, ids, {L})), 1e-5);
+  }
+}
+
+class GpuInvariance : public ::testing::TestWithParam<std::tuple<Arch, DType>> {};
+
+TEST_P(GpuInvariance, AnySplitAndAnyBatchEqualsOnePassAlone) {
+  const auto [arch, state_dtype] = GetParam();
+  test::TempDir dir;
+  ModelConfig c = arch == Arch::Mamba1 ? test::tiny_mamba1_config() : test::tiny_mamba2_config();
+  test::write_random_model(dir.path(), c, 17);
+  auto model = load_gpu(dir.path(), DType::BF16);
+  const double tol = state_dtype == DType::F32 ? 1e-5 : 3e-2;
+  const int64_t L = 61;
+  auto ids = test::random_tokens(L, c.vocab_size, 4);
+  auto whole = all_logits(*model, ids, {L}, state_dtype);
+  std::mt19937_64 rng(5);
+  std::vector<std::vector<int64_t>> splits = {std::vector<int64_t>(L, 1), {2, 2, 1, 56}, {8, 8, 16, 29}, {7, 9, 45}};
+  for (int i = 0; i < 10; ++i) {
+    std::vector<int64_t> s;
+    for (int64_t left = L; left > 0;) {
+      int64_t n = std::min<int64_t>(left, std::uniform_int_distribution<int64_t>(1, 13)(rng));
+      s.push_back(n);
+      left -= n;
+    }
+    splits.push_back(s);
+  }
+  for (const auto& s : splits) EXPECT_LE(test::max_rel_diff(all_logits(*model, ids, s, state_dtype), whole), tol);
+
+  // Batch of different lengths and slots == each alone.
+  const std::vector<int64_t> lengths = {1, 9, 17, 30, 2}, slots = {3, 0, 4, 1, 2};
+  std::vector<std::vector<int32_t>> seq_ids;
+  std::vector<Sequence> seqs;
+  for (size_t i = 0; i < lengths.size(); ++i) seq_ids.push_back(test::random_tokens(lengths[i], c.vocab_size, 50 + i));
+  for (size_t i = 0; i < lengths.size(); ++i) seqs.push_back(Sequence::tokens(seq_ids[i], slots[i]));
+  auto st = model->create_state(5, state_dtype);
+  ForwardResult batched = model->forward(*st, seqs, Output::AllLogits);
+  int64_t row = 0;
+  for (size_t i = 0; i < lengths.size(); ++i) {
+    auto alone = all_logits(*model, seq_ids[i], {lengths[i]}, state_dtype);
+    std::span<const float> mine(batched.values.data() + row * batched.cols, alone.size());
+    EXPECT_LE(test::max_rel_diff(mine, alone), tol) << "sequence " << i;
+    row += lengths[i];
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(ArchState, GpuInvariance,
+                         ::testing::Combine(::testing::Values(Arch::Mamba1, Arch::Mamba2),
+                                            ::testing::Values(DType::F32, DType::BF16)));
+
+TEST(GpuModel, AutoPicksTheGpu) {
+  ASSERT_TRUE(cuda_available());
+  test::TempDir dir;
+  test::write_random_model(dir.path(), test::tiny_mamba2_config(), 1);
+  LoadOptions lo;
+  auto m = Model::load(dir.path(), lo);
+  EXPECT_EQ(m->device(), Device::CUDA);
+}
+
+}  // namespace
+}  // namespace mambacpp
