@@ -22,17 +22,24 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
   cmd.add_option("--batch-tokens", opts.max_batch_tokens, "tokens per internal prefill piece (bounds memory)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
+  cmd.add_flag("--no-cuda-graph", opts.no_cuda_graph, "GPU: run decode steps eagerly instead of replaying a CUDA graph");
 }
 
-bool stderr_is_terminal() { return isatty(STDERR_FILENO) != 0; }
-
-std::unique_ptr<Model> load_model(const ModelOptions& opts) {
+LoadOptions load_options(const ModelOptions& opts) {
   LoadOptions lo;
   lo.device = parse_device_choice(opts.device);
   lo.weight_dtype = parse_dtype(opts.dtype);
   lo.threads = opts.threads;
   lo.max_batch_tokens = opts.max_batch_tokens;
+  lo.cuda_graphs = !opts.no_cuda_graph;
   lo.progress = stderr_is_terminal();
+  return lo;
+}
+
+bool stderr_is_terminal() { return isatty(STDERR_FILENO) != 0; }
+
+std::unique_ptr<Model> load_model(const ModelOptions& opts) {
+  const LoadOptions lo = load_options(opts);
   const std::string dir = opts.model_dir.empty() ? default_model_dir() : opts.model_dir;
   if (lo.progress) std::cerr << "loading " << dir << " ..." << std::flush;
   auto model = Model::load(dir, lo);

@@ -17,10 +17,13 @@ struct ModelOptions {
   std::string dtype = "bf16";  // weights on the GPU
   int threads = 0;
   int64_t max_batch_tokens = 2048;
+  bool no_cuda_graph = false;
 };
 
 // Adds --model, --device, --dtype, --threads, --batch-tokens to a subcommand.
 void add_model_options(CLI::App& cmd, ModelOptions& opts);
+
+LoadOptions load_options(const ModelOptions& opts);
 
 // Loads the model the options name (progress on stderr when it is a terminal).
 std::unique_ptr<Model> load_model(const ModelOptions& opts);

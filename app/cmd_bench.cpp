@@ -70,11 +70,7 @@ int32_t argmax(std::span<const float> row) {
 
 void run_bench(const BenchOptions& o) {
   if (o.shape.empty() == o.model.model_dir.empty()) fail("bench: give exactly one of --shape or --model");
-  LoadOptions lo;
-  lo.device = parse_device_choice(o.model.device);
-  lo.weight_dtype = parse_dtype(o.model.dtype);
-  lo.threads = o.model.threads;
-  lo.max_batch_tokens = o.model.max_batch_tokens;
+  const LoadOptions lo = load_options(o.model);
   auto t_load = Clock::now();
   std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), lo, 1);
   const double load_ms = ms_since(t_load);

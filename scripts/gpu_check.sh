@@ -72,6 +72,7 @@ echo "=== summary (logs in $LOG)"
 grep -hE "^\[  (PASSED|FAILED|SKIPPED) " "$LOG/tests.log" | head -20
 grep -h "ERROR SUMMARY" "$LOG"/memcheck*.log "$LOG/racecheck.log" 2>/dev/null
 grep -h "RACECHECK SUMMARY" "$LOG/racecheck.log" 2>/dev/null
+grep -h "\[model\]" "$LOG/tests.log" 2>/dev/null
 grep -h "\[perf\]" "$LOG/perf.log" 2>/dev/null
 printf '%s\n' "${summary[@]}"
 exit "$failed"

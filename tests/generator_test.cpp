@@ -28,7 +28,7 @@ std::unique_ptr<Model> load_tiny(const test::TempDir& dir, const ModelConfig& cf
   return Model::load(dir.path(), opt);
 }
 
-class TinyModel : public ::testing::Test {
+class TinyMamba2Engine : public ::testing::Test {
  protected:
   void SetUp() override { model = load_tiny(dir, test::tiny_mamba2_config()); }
   test::TempDir dir{"mambacpp_gen"};
@@ -67,8 +67,9 @@ int32_t argmax(std::span<const float> row) {
   return best;
 }
 
-// Byte strings per token, mixing ASCII with pieces of multi-byte characters (é = C3 A9, € = E2 82 AC, 😀 = F0 9F 98
-// 80) so that tokens split characters the way byte-level BPE does. Only what the generator uses is implemented.
+// Byte strings per token, mixing ASCII with pieces of multi-byte characters (é = C3 A9, € = E2 82 AC,
+// 😀 = F0 9F 98 80) so that tokens split characters the way byte-level BPE does. Only what the generator uses
+// is implemented.
 class FakeTokenizer : public Tokenizer {
  public:
   explicit FakeTokenizer(int64_t vocab) : vocab_(vocab) {}
@@ -139,7 +140,7 @@ std::vector<bool> inside_characters(std::string_view s) {
 
 // ---- generation ------------------------------------------------------------------------------------------------
 
-TEST_F(TinyModel, GreedyEqualsFullRecomputeReference) {
+TEST_F(TinyMamba2Engine, GreedyEqualsFullRecomputeReference) {
   // Reference without any state carrying: each next token is the argmax of a fresh forward over the whole text.
   const std::vector<int32_t> prompt = {5, 17, 3, 40, 22};
   const int n_new = 12;
@@ -165,7 +166,7 @@ std::vector<GenerateRequest> mixed_batch(SamplingParams s) {
           request({30, 30, 30, 30, 30, 30, 30}, 1, s)};
 }
 
-TEST_F(TinyModel, BatchedEqualsAloneGreedy) {
+TEST_F(TinyMamba2Engine, BatchedEqualsAloneGreedy) {
   const std::vector<GenerateRequest> reqs = mixed_batch(greedy());
   auto state = model->create_state(4);
   const std::vector<GenerateResult> batch = generate(*model, *state, reqs, nullptr);
@@ -177,7 +178,7 @@ TEST_F(TinyModel, BatchedEqualsAloneGreedy) {
   }
 }
 
-TEST_F(TinyModel, BatchedEqualsAloneSeededSampling) {
+TEST_F(TinyMamba2Engine, BatchedEqualsAloneSeededSampling) {
   std::vector<GenerateRequest> reqs = mixed_batch(wide_sampling(0));
   reqs.push_back(reqs[1]);  // the same prompt twice: different seeds must give different continuations
   assign_batch_seeds(reqs, 1000);
@@ -198,7 +199,20 @@ TEST_F(TinyModel, BatchedEqualsAloneSeededSampling) {
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(again[i].tokens, batch[i].tokens) << "request " << i;
 }
 
-TEST_F(TinyModel, UnseededSamplingReportsItsSeed) {
+TEST(Generator, BatchedEqualsAloneOnMamba1) {
+  test::TempDir dir("mambacpp_gen");
+  const auto m1 = load_tiny(dir, test::tiny_mamba1_config());
+  for (SamplingParams s : {greedy(), wide_sampling(0)}) {
+    std::vector<GenerateRequest> reqs = mixed_batch(s);  // ids < 47, valid in this vocabulary of 53 too
+    assign_batch_seeds(reqs, 77);
+    auto state = m1->create_state(static_cast<int64_t>(reqs.size()));
+    const std::vector<GenerateResult> batch = generate(*m1, *state, reqs, nullptr);
+    for (size_t i = 0; i < reqs.size(); ++i)
+      EXPECT_EQ(batch[i].tokens, generate(*m1, reqs[i], nullptr).tokens) << "request " << i << " T " << s.temperature;
+  }
+}
+
+TEST_F(TinyMamba2Engine, UnseededSamplingReportsItsSeed) {
   SamplingParams s = wide_sampling(0);
   s.seed_given = false;
   const GenerateResult r = generate(*model, request({4, 8}, 16, s), nullptr);
@@ -216,7 +230,7 @@ size_t first_cut(const std::vector<int32_t>& tokens) {
   return 0;
 }
 
-TEST_F(TinyModel, StopTokenEndsGenerationAndIsNotIncluded) {
+TEST_F(TinyMamba2Engine, StopTokenEndsGenerationAndIsNotIncluded) {
   const GenerateRequest base = request({9, 2, 14}, 20, greedy());
   const std::vector<int32_t> full = generate(*model, base, nullptr).tokens;
   const size_t k = first_cut(full);
@@ -248,7 +262,7 @@ TEST(Generator, ConfigEosStopsUnlessIgnored) {
   EXPECT_EQ(stopped.tokens, std::vector<int32_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(k)));
 }
 
-TEST_F(TinyModel, MaxNewTokens) {
+TEST_F(TinyMamba2Engine, MaxNewTokens) {
   for (int n : {0, 1, 7}) {
     const GenerateResult r = generate(*model, request({3, 1}, n, wide_sampling(5)), nullptr);
     EXPECT_EQ(r.tokens.size(), static_cast<size_t>(n));
@@ -256,7 +270,7 @@ TEST_F(TinyModel, MaxNewTokens) {
   }
 }
 
-TEST_F(TinyModel, ContinuingASlotEqualsOneLongPrompt) {
+TEST_F(TinyMamba2Engine, ContinuingASlotEqualsOneLongPrompt) {
   // Chat-style: generate, then continue the slot with the last generated token plus more prompt. The slot holds the
   // prompt and all generated tokens but the last, so the result must equal a fresh run over the whole history.
   auto state = model->create_state(1);
@@ -272,7 +286,7 @@ TEST_F(TinyModel, ContinuingASlotEqualsOneLongPrompt) {
   EXPECT_EQ(r2.tokens, generate(*model, request(history, 6, greedy()), nullptr).tokens);
 }
 
-TEST_F(TinyModel, BadRequestsFailBeforeTouchingState) {
+TEST_F(TinyMamba2Engine, BadRequestsFailBeforeTouchingState) {
   auto state = model->create_state(2);
   const std::vector<int32_t> warm = {1, 2, 3};
   const Sequence s = Sequence::tokens(warm, 0);
@@ -324,12 +338,13 @@ struct Streamed {
   }
 };
 
-TEST_F(TinyModel, StreamedTextIsUtf8CompleteAndEqualsTheText) {
+TEST_F(TinyMamba2Engine, StreamedTextIsUtf8CompleteAndEqualsTheText) {
   FakeTokenizer tok(47);
   Streamed out;
   GenerateOptions opt;
   opt.on_text = out.callback();
-  std::vector<GenerateRequest> reqs = {request({1, 2}, 40, wide_sampling(21)), request({7, 7, 3}, 33, wide_sampling(22))};
+  std::vector<GenerateRequest> reqs = {request({1, 2}, 40, wide_sampling(21)),
+                                       request({7, 7, 3}, 33, wide_sampling(22))};
   auto state = model->create_state(2);
   const std::vector<GenerateResult> res = generate(*model, *state, reqs, &tok, opt);
   for (size_t i = 0; i < reqs.size(); ++i) {
@@ -348,7 +363,7 @@ TEST_F(TinyModel, StreamedTextIsUtf8CompleteAndEqualsTheText) {
   }
 }
 
-TEST_F(TinyModel, PaddingIdsBeyondTheTokenizerAreNeverSampled) {
+TEST_F(TinyMamba2Engine, PaddingIdsBeyondTheTokenizerAreNeverSampled) {
   // The tiny model has 47 logits; a tokenizer of 40 tokens leaves 7 padding rows (as mamba_ssm pads vocabularies).
   SamplingParams s = wide_sampling(8);
   s.temperature = 2.0f;
@@ -361,7 +376,7 @@ TEST_F(TinyModel, PaddingIdsBeyondTheTokenizerAreNeverSampled) {
   for (int32_t t : masked) EXPECT_LT(t, 40);
 }
 
-TEST_F(TinyModel, StopStringCutsTextAndKeepsCompletingToken) {
+TEST_F(TinyMamba2Engine, StopStringCutsTextAndKeepsCompletingToken) {
   FakeTokenizer tok(47);
   const GenerateRequest base = request({5, 6, 7}, 40, wide_sampling(31));
   const GenerateResult full = generate(*model, base, &tok);
@@ -372,7 +387,8 @@ TEST_F(TinyModel, StopStringCutsTextAndKeepsCompletingToken) {
   // A stop string straddling the boundary after token 9: its last byte of token 9 and the first two after it.
   const std::string stop = full.text.substr(ends[9] - 1, 3);
   const size_t at = full.text.find(stop);
-  const size_t completing = static_cast<size_t>(std::lower_bound(ends.begin(), ends.end(), at + stop.size()) - ends.begin());
+  // The token whose bytes complete the first occurrence.
+  const auto completing = std::lower_bound(ends.begin(), ends.end(), at + stop.size()) - ends.begin();
 
   GenerateRequest r = base;
   r.stop_strings = {"never in this text \x01", stop};
@@ -380,7 +396,7 @@ TEST_F(TinyModel, StopStringCutsTextAndKeepsCompletingToken) {
   const GenerateResult got = generate(*model, r, &tok, out.callback());
   EXPECT_EQ(got.stop_reason, GenerateResult::StopString);
   EXPECT_EQ(got.text, full.text.substr(0, at));
-  EXPECT_EQ(got.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + static_cast<std::ptrdiff_t>(completing) + 1));
+  EXPECT_EQ(got.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + completing + 1));
   EXPECT_EQ(out.joined(0), got.text);  // nothing of the stop string was streamed
 }
 
@@ -451,7 +467,7 @@ std::pair<double, int64_t> reference_nll_sum(const Model& model, std::span<const
 // function of the logits with gradient norm <= 2, then agrees to well under 1e-4 nats.
 constexpr double kNllTol = 1e-4;
 
-TEST_F(TinyModel, PerplexityWholeTextEqualsOnePass) {
+TEST_F(TinyMamba2Engine, PerplexityWholeTextEqualsOnePass) {
   const std::vector<int32_t> toks = test::random_tokens(61, 47, 77);
   const auto [sum, n] = reference_nll_sum(*model, toks);
   for (int64_t batch : {1, 7, 16, 61, 512}) {
@@ -471,7 +487,7 @@ TEST_F(TinyModel, PerplexityWholeTextEqualsOnePass) {
   }
 }
 
-TEST_F(TinyModel, PerplexityWindowsEqualSumOfSeparateWindows) {
+TEST_F(TinyMamba2Engine, PerplexityWindowsEqualSumOfSeparateWindows) {
   for (int64_t n_tokens : {43, 41, 40}) {  // last window of 3 tokens; of 1 token (dropped); none
     const std::vector<int32_t> toks = test::random_tokens(n_tokens, 47, 5);
     double sum = 0;
@@ -479,7 +495,8 @@ TEST_F(TinyModel, PerplexityWindowsEqualSumOfSeparateWindows) {
     for (int64_t b = 0; b < n_tokens; b += 10) {
       const int64_t e = std::min<int64_t>(n_tokens, b + 10);
       if (e - b < 2) continue;
-      const auto [s, c] = reference_nll_sum(*model, std::span(toks).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
+      const auto [s, c] =
+          reference_nll_sum(*model, std::span(toks).subspan(static_cast<size_t>(b), static_cast<size_t>(e - b)));
       sum += s;
       count += c;
     }
@@ -495,7 +512,7 @@ TEST_F(TinyModel, PerplexityWindowsEqualSumOfSeparateWindows) {
   }
 }
 
-TEST_F(TinyModel, PerplexityRejectsBadInput) {
+TEST_F(TinyMamba2Engine, PerplexityRejectsBadInput) {
   const std::vector<int32_t> toks = {1, 2, 3, 4};
   EXPECT_THROW(perplexity(*model, std::span(toks).first(1)), Error);
   PerplexityOptions opt;

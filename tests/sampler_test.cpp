@@ -150,12 +150,13 @@ TEST(Sampler, ChainOrderTopKThenTopPThenMinPThenTemperature) {
 
 TEST(Sampler, NegativeInfinityLogitsHaveZeroProbability) {
   SamplingParams s = plain();
-  expect_distribution(Sampler(s, 4).distribution(std::vector<float>{kNegInf, 0.5f, kNegInf, 0.5f}), {{1, 0.5}, {3, 0.5}});
+  const std::vector<float> l = {kNegInf, 0.5f, kNegInf, 0.5f};
+  expect_distribution(Sampler(s, 4).distribution(l), {{1, 0.5}, {3, 0.5}});
   s.top_k = 3;  // k larger than the finite candidates
-  expect_distribution(Sampler(s, 4).distribution(std::vector<float>{kNegInf, 0.5f, kNegInf, 0.5f}), {{1, 0.5}, {3, 0.5}});
+  expect_distribution(Sampler(s, 4).distribution(l), {{1, 0.5}, {3, 0.5}});
   Sampler sampler(s, 4);
   for (int i = 0; i < 200; ++i) {
-    const int32_t t = sampler.sample(std::vector<float>{kNegInf, 0.5f, kNegInf, 0.5f});
+    const int32_t t = sampler.sample(l);
     EXPECT_TRUE(t == 1 || t == 3) << t;
   }
 }
@@ -280,7 +281,8 @@ TEST(Sampler, EmpiricalFrequenciesMatchDistribution) {
   std::map<int32_t, double> want;
   double zt = 0;
   for (size_t i = 0; i < keep_min_p; ++i) zt += std::exp(static_cast<double>(l[i]) / 0.8);
-  for (size_t i = 0; i < keep_min_p; ++i) want[static_cast<int32_t>(i)] = std::exp(static_cast<double>(l[i]) / 0.8) / zt;
+  for (size_t i = 0; i < keep_min_p; ++i)
+    want[static_cast<int32_t>(i)] = std::exp(static_cast<double>(l[i]) / 0.8) / zt;
   // Top-p binds: with r = e^-0.1 the first 27 of the 40 hold 1 - r^27 = 0.93279 of 1 - r^40 = 0.98168, i.e.
   // 0.9502 >= 0.95 (26 hold 0.9446). Min-p alone would keep 30 (logits down to -2.9 >= log 0.05 = -2.996).
   ASSERT_EQ(keep, 27u);

@@ -33,6 +33,7 @@ struct LoadOptions {
   int threads = 0;                   // CPU threads; 0 = all hardware threads
   bool progress = false;             // report loading progress on stderr
   int64_t max_batch_tokens = 2048;   // prefill runs in pieces of at most this many tokens (bounds memory)
+  bool cuda_graphs = true;           // GPU decode steps replay a captured CUDA graph (false: the same kernels, eagerly)
 };
 
 // One sequence of a forward call: token ids or embeddings [L, d_model], continuing from state slot `slot`.
@@ -98,9 +99,10 @@ class Model {
   Backend& backend() const;
   const ModelWeights& weights() const;
 
+  struct Impl;  // opaque; defined in the library's internal headers
+
  private:
   friend class MambaBlock;
-  struct Impl;
   explicit Model(std::unique_ptr<Impl> impl);
   std::unique_ptr<Impl> impl_;
 };

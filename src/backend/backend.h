@@ -117,6 +117,22 @@ class Backend {
                              float eps, TensorView out) = 0;
   // out[i, :] = x[rows[i], :]; rows is a host array of n indices.
   virtual void gather_rows(const TensorView& x, const int64_t* rows, int64_t n, TensorView out) = 0;
+
+  // ---- Graphs (optional; CUDA graphs) ------------------------------------------------------------------------
+  // Ops issued between begin_capture() and end_capture() are recorded instead of run; replay() runs them again with
+  // the same pointers and shapes. Only device work may be issued while capturing (no host copies, no allocation).
+  // After an exception inside a capture, call abort_capture().
+  struct Graph {
+    virtual ~Graph() = default;
+  };
+  virtual bool supports_graphs() const { return false; }
+  virtual void begin_capture() { unsupported("begin_capture"); }
+  virtual std::unique_ptr<Graph> end_capture() { unsupported("end_capture"); }
+  virtual void abort_capture() {}
+  virtual void replay(Graph&) { unsupported("replay"); }
+
+ private:
+  [[noreturn]] void unsupported(const char* what) const;
 };
 
 // Backends available in this build. make_cuda_backend throws a clear Error when CUDA is not compiled in or no

@@ -2,6 +2,7 @@
 #include <utility>
 
 #include "backend/backend.h"
+#include "mambacpp/error.h"
 
 namespace mambacpp {
 
@@ -26,5 +27,7 @@ DeviceBuffer& DeviceBuffer::operator=(DeviceBuffer&& other) noexcept {
   }
   return *this;
 }
+
+void Backend::unsupported(const char* what) const { fail(description(), ": ", what, " is not supported"); }
 
 }  // namespace mambacpp

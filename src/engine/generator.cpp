@@ -107,7 +107,8 @@ class BatchGenerator {
       }
       for (int32_t t : r.prompt)
         if (t < 0 || t >= vocab_) fail("generate: request ", i, ": prompt token ", t, " outside [0, ", vocab_, ")");
-      if (r.max_new_tokens < 0) fail("generate: request ", i, ": max_new_tokens must be >= 0, found ", r.max_new_tokens);
+      if (r.max_new_tokens < 0)
+        fail("generate: request ", i, ": max_new_tokens must be >= 0, found ", r.max_new_tokens);
       if (!r.stop_strings.empty() && !tokenizer)
         fail("generate: request ", i, " has stop strings, but there is no tokenizer to turn tokens into text "
              "(token-ids-only model); use stop tokens instead");

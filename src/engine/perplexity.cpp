@@ -44,7 +44,8 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
   // Each call feeds `piece` tokens of up to `parallel` windows, one slot each: at most batch_tokens rows of logits.
   const int64_t piece = std::min(window, options.batch_tokens);
   const int64_t parallel = std::max<int64_t>(1, options.batch_tokens / piece);
-  std::unique_ptr<StateCache> state = model.create_state(std::min<int64_t>(parallel, static_cast<int64_t>(windows.size())));
+  const int64_t n_slots = std::min<int64_t>(parallel, static_cast<int64_t>(windows.size()));
+  std::unique_ptr<StateCache> state = model.create_state(n_slots);
 
   double nll_sum = 0.0;
   int64_t predicted = 0;

@@ -82,7 +82,8 @@ std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) cons
     int32_t best = -1;
     for (size_t i = 0; i < l.size(); ++i) {
       if (l[i] == neg_inf) continue;
-      if (best < 0 || l[i] > l[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);  // strict: lowest id wins ties
+      // Strictly greater: the lowest id wins ties.
+      if (best < 0 || l[i] > l[static_cast<size_t>(best)]) best = static_cast<int32_t>(i);
     }
     if (best < 0) fail("sampler: every logit is -inf; nothing can be sampled");
     return {{best, 1.0}};
@@ -94,7 +95,9 @@ std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) cons
   for (size_t i = 0; i < l.size(); ++i)
     if (l[i] != neg_inf) cand.emplace_back(l[i], static_cast<int32_t>(i));
   if (cand.empty()) fail("sampler: every logit is -inf; nothing can be sampled");
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
 
   if (params_.top_k > 0 && static_cast<size_t>(params_.top_k) < cand.size()) {
     std::partial_sort(cand.begin(), cand.begin() + params_.top_k, cand.end(), by_logit);

@@ -8,6 +8,7 @@
 
 #include "mambacpp/error.h"
 #include "model/mixers.h"
+#include "model/decode_step.h"
 #include "model/model_impl.h"
 
 namespace mambacpp {
@@ -122,6 +123,31 @@ void validate_sequences(const ModelConfig& c, const StateCache& state, std::span
 
 }  // namespace
 
+void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batch, bool embed_ids) {
+  const ModelConfig& c = m.config;
+  Backend& be = *m.backend;
+  const Device dev = be.device();
+  Workspace& ws = m.workspace;
+  const int64_t T = batch.total_tokens;
+  const float eps = static_cast<float>(c.norm_eps);
+  TensorView residual = Workspace::f32(ws.residual, dev, T, c.d_model);
+  if (embed_ids) be.embed(m.weights.embeddings, TensorView(ws.ids.data(), DType::I32, {T}, dev), residual);
+  // Blocks: residual += mixer(rmsnorm(residual)).
+  TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
+  TensorView mixer_out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
+  const auto& cache = state.layers();
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& w = m.weights.layers[static_cast<size_t>(l)];
+    be.rmsnorm(residual, w.norm, eps, normed);
+    if (c.arch == Arch::Mamba1)
+      mamba1_mixer(be, c, w, cache[static_cast<size_t>(l)], batch, ws, normed, mixer_out);
+    else
+      mamba2_mixer(be, c, w, cache[static_cast<size_t>(l)], batch, ws, normed, mixer_out);
+    be.add_inplace(residual, mixer_out);
+  }
+  be.rmsnorm(residual, m.weights.norm_f, eps, normed);
+}
+
 ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, Output output,
                              const std::function<void(int64_t, int64_t)>& on_progress) const {
   const ModelConfig& c = impl_->config;
@@ -144,7 +170,11 @@ ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, 
   if (output == Output::None) result.cols = 0;
   result.values.resize(static_cast<size_t>(result.rows * result.cols));
 
-  const float eps = static_cast<float>(c.norm_eps);
+  if (decode_step_applies(*impl_, seqs, output)) {
+    decode_step(*impl_, state, seqs, output, result);
+    return result;
+  }
+
   size_t seq_i = 0;
   int64_t pos = 0;           // next position within seqs[seq_i]
   int64_t global_row = 0;    // rows of `total` done so far
@@ -188,31 +218,16 @@ ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, 
       }
     }
     be.copy_from_host(ws.ids.data(), ids.data(), static_cast<size_t>(T) * 4);
-    TensorView id_view(ws.ids.data(), DType::I32, {T}, dev);
-    if (all_tokens) {
-      be.embed(impl_->weights.embeddings, id_view, residual);
-    } else {
+    if (!all_tokens) {
+      TensorView id_view(ws.ids.data(), DType::I32, {T}, dev);
       for (size_t k = 0; k < batch.seqs.size(); ++k) {
         const SeqSpan& sp = batch.seqs[k];
         if (seqs[origin[k].first].embeddings.empty())
           be.embed(impl_->weights.embeddings, id_view.rows(sp.start, sp.len), residual.rows(sp.start, sp.len));
       }
     }
-
-    // Blocks: residual += mixer(rmsnorm(residual)).
+    run_blocks(*impl_, state, batch, all_tokens);
     TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
-    TensorView mixer_out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
-    const auto& cache = state.layers();
-    for (int64_t l = 0; l < c.n_layer; ++l) {
-      const LayerWeights& w = impl_->weights.layers[static_cast<size_t>(l)];
-      be.rmsnorm(residual, w.norm, eps, normed);
-      if (c.arch == Arch::Mamba1)
-        mamba1_mixer(be, c, w, cache[static_cast<size_t>(l)], batch, ws, normed, mixer_out);
-      else
-        mamba2_mixer(be, c, w, cache[static_cast<size_t>(l)], batch, ws, normed, mixer_out);
-      be.add_inplace(residual, mixer_out);
-    }
-    be.rmsnorm(residual, impl_->weights.norm_f, eps, normed);
 
     // Outputs of this piece.
     if (output == Output::Hidden) {

@@ -1,6 +1,7 @@
 // Model internals shared by model.cpp (loading, forward) and state_cache.cpp (state files need the model's identity).
 #pragma once
 
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -14,6 +15,13 @@
 
 namespace mambacpp {
 
+struct DecodeGraph {
+  bool warmed = false;  // the first step of a key runs eagerly (lazy allocations happen outside any capture)
+  std::unique_ptr<Backend::Graph> graph;
+  uint64_t workspace_generation = 0;
+  const void* device_seqs = nullptr;
+};
+
 struct Model::Impl {
   std::string dir;
   LoadOptions options;
@@ -26,6 +34,8 @@ struct Model::Impl {
 
   mutable std::mutex forward_mutex;  // one forward at a time per model: the workspace is shared
   mutable Workspace workspace;
+  // Decode steps replayed as graphs, by the pointers and slots they were captured with (see decode_step.cpp).
+  mutable std::map<std::vector<const void*>, DecodeGraph> decode_graphs;
   mutable std::once_flag hash_once;
   mutable uint64_t hash = 0;
 };
@@ -41,6 +51,10 @@ struct StateCache::Impl {
 
 // The backend LoadOptions::device asks for (auto: the GPU when one is usable).
 std::unique_ptr<Backend> make_backend(const LoadOptions& options);
+
+// Embedding -> blocks -> norm_f for one prepared piece whose token ids (if any) are in ws.ids; leaves the final
+// hidden states in ws.normed. Embeddings inputs must already be in ws.residual.
+void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batch, bool embed_ids);
 
 // Per-slot views into a layer's state tensors.
 TensorView slot_view(const TensorView& t, int64_t slot);

@@ -20,10 +20,12 @@ void Workspace::reserve(Backend& backend, const ModelConfig& c, int64_t tokens, 
     y = f32(c.d_inner);
     mixer_out = f32(c.d_model);
     capacity = tokens;
+    ++generation;
   }
   if (rows_of_logits > logit_rows) {
     logits = DeviceBuffer(backend, static_cast<size_t>(rows_of_logits * c.vocab_size) * 4);
     logit_rows = rows_of_logits;
+    ++generation;
   }
 }
 

@@ -22,6 +22,7 @@ struct Workspace {
   DeviceBuffer mixer_out; // [cap, d_model] f32
   DeviceBuffer logits;    // [logit_rows, vocab] f32
   int64_t logit_rows = 0;
+  uint64_t generation = 0;  // bumped whenever a buffer moves (captured graphs hold the old pointers)
 
   void reserve(Backend& backend, const ModelConfig& c, int64_t tokens, int64_t rows_of_logits);
 

@@ -1,0 +1,80 @@
+#include "model/decode_step.h"
+
+#include "model/model_impl.h"
+
+namespace mambacpp {
+
+namespace {
+constexpr size_t kMaxGraphs = 64;  // distinct (state, slots) keys kept; beyond that the cache starts over
+}
+
+bool decode_step_applies(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
+  if (output != Output::LastLogits && output != Output::None) return false;
+  const int64_t n = static_cast<int64_t>(seqs.size());
+  if (n > std::max<int64_t>(1, m.options.max_batch_tokens) || n > 256) return false;
+  for (const Sequence& s : seqs)
+    if (s.token_ids.size() != 1) return false;
+  return true;
+}
+
+void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequence> seqs, Output output,
+                 ForwardResult& result) {
+  const ModelConfig& c = m.config;
+  Backend& be = *m.backend;
+  const Device dev = be.device();
+  Workspace& ws = m.workspace;
+  const int64_t B = static_cast<int64_t>(seqs.size());
+  ws.reserve(be, c, B, B);
+
+  std::vector<int32_t> ids(static_cast<size_t>(B));
+  BatchLayout batch;
+  for (int64_t i = 0; i < B; ++i) {
+    ids[static_cast<size_t>(i)] = seqs[static_cast<size_t>(i)].token_ids[0];
+    batch.seqs.push_back({i, 1, seqs[static_cast<size_t>(i)].slot});
+  }
+  batch.total_tokens = B;
+  be.copy_from_host(ws.ids.data(), ids.data(), static_cast<size_t>(B) * 4);
+  be.prepare_batch(batch);
+
+  TensorView logits = Workspace::f32(ws.logits, dev, B, c.vocab_size);
+  auto device_work = [&] {
+    run_blocks(m, state, batch, /*embed_ids=*/true);
+    if (output == Output::LastLogits)  // one token per sequence: the hidden rows are already the last rows
+      be.linear(Workspace::f32(ws.normed, dev, B, c.d_model), m.weights.lm_head, {}, logits);
+  };
+
+  if (!m.options.cuda_graphs || !be.supports_graphs()) {
+    device_work();
+  } else {
+    // Captured kernels hold raw pointers: the key is every state buffer, the slots and the output kind.
+    std::vector<const void*> key;
+    for (const LayerCache& l : state.layers()) key.push_back(l.conv.data), key.push_back(l.ssm.data);
+    for (const SeqSpan& s : batch.seqs) key.push_back(reinterpret_cast<const void*>(s.slot));
+    key.push_back(reinterpret_cast<const void*>(static_cast<intptr_t>(output)));
+    if (m.decode_graphs.size() >= kMaxGraphs && !m.decode_graphs.count(key)) m.decode_graphs.clear();
+    DecodeGraph& g = m.decode_graphs[key];
+    if (g.workspace_generation != ws.generation || g.device_seqs != batch.device_seqs) g = DecodeGraph{};
+    if (!g.warmed) {
+      device_work();
+      g.warmed = true;
+      g.workspace_generation = ws.generation;
+      g.device_seqs = batch.device_seqs;
+    } else {
+      if (!g.graph) {
+        be.begin_capture();
+        try {
+          device_work();
+        } catch (...) {
+          be.abort_capture();
+          throw;
+        }
+        g.graph = be.end_capture();
+      }
+      be.replay(*g.graph);
+    }
+  }
+  if (output == Output::LastLogits) be.copy_to_host(result.values.data(), logits.data, result.values.size() * 4);
+  be.synchronize();
+}
+
+}  // namespace mambacpp

@@ -1,0 +1,20 @@
+// The decode step: every sequence of the call is one token id. On a backend with graphs (CUDA) the device work of
+// a step — embedding, every block, norm_f, LM head — is captured once per (state buffers, slots) and replayed, so a
+// step costs one graph launch instead of hundreds of kernel launches. Only the token ids go in and the logits come
+// out around the replay.
+#pragma once
+
+#include <span>
+
+#include "mambacpp/model.h"
+#include "model/model_impl.h"
+
+namespace mambacpp {
+
+bool decode_step_applies(const Model::Impl& m, std::span<const Sequence> seqs, Output output);
+
+// Fills `result` (sized by the caller: [n_seqs, vocab] for LastLogits, empty for None).
+void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequence> seqs, Output output,
+                 ForwardResult& result);
+
+}  // namespace mambacpp
