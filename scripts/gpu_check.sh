@@ -22,9 +22,11 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PAT
 summary=()
 failed=0
 # step NAME LIMIT_SECONDS COMMAND...: runs it with a time limit, logs to $LOG/NAME.log, records rc and seconds.
+# SKIP="name ..." leaves steps out (to fit a short device call).
 step() {
   local name=$1 limit=$2
   shift 2
+  if [[ " ${SKIP:-} " == *" $name "* ]]; then summary+=("$(printf '%-12s skipped' "$name")"); return 0; fi
   echo "=== $name: $*"
   local t0=$SECONDS
   timeout "$limit" "$@" 2>&1 | tee "$LOG/$name.log"
@@ -60,9 +62,25 @@ step memcheck_lin 50 compute-sanitizer --tool memcheck --error-exitcode 99 "$TES
   --gtest_filter='CudaOps.LinearMatches*'
 step racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
   --gtest_filter='CudaMamba2Ssd.OddSizesAndGroups:CudaOps.RmsNorm*:CudaOps.GatedRmsNorm*'
+# The workloads of docs/benchmarks.md (random weights of real shapes, bf16 weights, greedy), each a median of 3 runs,
+# the CUDA-graph ones twice so that the spread is visible. One JSON line per run in $LOG/bench.jsonl.
+bench() {  # bench NAME LIMIT ARGS...
+  local name=$1 limit=$2
+  shift 2
+  step "$name" "$limit" bash -c "'$CLI' bench --device cuda --json -r 3 $* | tee -a '$LOG/bench.jsonl'"
+}
 if [ -x "$CLI" ]; then
-  step bench_m2 40 "$CLI" bench --shape mamba2-130m --device cuda -p 512 -g 64 -r 2
-  step bench_m1 40 "$CLI" bench --shape mamba-130m --device cuda -p 512 -g 64 -r 2
+  step generate 120 scripts/gpu_generate_check.sh "$CLI" "$LOG"
+  bench b_m2_130m_a 60 --shape mamba2-130m -b 1 -p 100 -g 1000
+  bench b_m2_130m_b 60 --shape mamba2-130m -b 1 -p 100 -g 1000
+  bench b_m2_130m_eager 90 --shape mamba2-130m -b 1 -p 100 -g 1000 --no-cuda-graph
+  bench b_m1_130m_a 60 --shape mamba-130m -b 1 -p 100 -g 1000
+  bench b_m1_130m_b 60 --shape mamba-130m -b 1 -p 100 -g 1000
+  bench b_m1_130m_eager 90 --shape mamba-130m -b 1 -p 100 -g 1000 --no-cuda-graph
+  bench b_2p7_f32s 120 --shape mamba2-2.7b -b 1 -p 100 -g 200
+  bench b_2p7_bf16s 120 --shape mamba2-2.7b -b 1 -p 100 -g 200 --state-dtype bf16
+  bench b_2p7_b32 120 --shape mamba2-2.7b -b 32 -p 100 -g 100 --state-dtype bf16
+  bench b_2p7_prefill 120 --shape mamba2-2.7b -b 1 -p 4096 -g 0
 else
   summary+=("bench        skipped: $CLI not carried")
 fi
@@ -74,5 +92,18 @@ grep -h "ERROR SUMMARY" "$LOG"/memcheck*.log "$LOG/racecheck.log" 2>/dev/null
 grep -h "RACECHECK SUMMARY" "$LOG/racecheck.log" 2>/dev/null
 grep -h "\[model\]" "$LOG/tests.log" 2>/dev/null
 grep -h "\[perf\]" "$LOG/perf.log" 2>/dev/null
+if [ -s "$LOG/bench.jsonl" ]; then
+  python3 - "$LOG/bench.jsonl" <<'PY'
+import json, sys
+print(f"{'model':12} {'B':>3} {'P':>5} {'G':>5} {'state':>5} {'prefill tok/s':>13} {'ms/step':>8} {'total ms':>9} {'floor ms':>8} {'% floor':>7}")
+for line in open(sys.argv[1]):
+    try:
+        j = json.loads(line)
+    except ValueError:
+        continue
+    print(f"{j['model']:12} {j['batch']:>3} {j['prompt']:>5} {j['gen']:>5} {j['state_dtype']:>5} {j['prefill_tokens_per_s']:>13.0f} "
+          f"{j['decode_ms_per_step']:>8.4f} {j['total_ms']:>9.1f} {j['decode_floor_ms_per_step']:>8.4f} {j['decode_floor_percent']:>7.1f}")
+PY
+fi
 printf '%s\n' "${summary[@]}"
 exit "$failed"

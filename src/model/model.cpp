@@ -312,6 +312,13 @@ std::string default_model_dir() {
   if (const char* env = std::getenv("MAMBACPP_MODEL")) candidates.emplace_back(env);
   candidates.emplace_back(MAMBACPP_SOURCE_MODEL_DIR);
   candidates.emplace_back(MAMBACPP_INSTALL_MODEL_DIR);
+  // Next to the binary: <repo>/build/mambacpp or <prefix>/bin/mambacpp, wherever the tree was moved.
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    candidates.push_back((exe.parent_path().parent_path() / "models/default").string());
+    candidates.push_back((exe.parent_path().parent_path() / "share/mambacpp/models/default").string());
+  }
   for (const std::string& dir : candidates)
     if (fs::exists(fs::path(dir) / "config.json")) return dir;
   fail("no default model found (looked in $MAMBACPP_MODEL, ", MAMBACPP_SOURCE_MODEL_DIR, " and ",

@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
     for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &rows_})
       if (s->ptr) cudaFree(s->ptr);
     if (cublas_) cublasDestroy(cublas_);
+    if (cublas_workspace_) cudaFree(cublas_workspace_);
     if (stream_) cudaStreamDestroy(stream_);
     cudaGetLastError();
   }
@@ -149,6 +150,36 @@ class CudaBackend final : public Backend {
 
   // Uploads the spans, followed by a per-token map (sequence index of each packed row, -1 for rows in no sequence)
   // that lets conv1d run one thread per (token, channel).
+  // ---- CUDA graphs: the model captures a decode step once and replays it -------------------------------------
+  struct CudaGraph final : Graph {
+    cudaGraphExec_t exec = nullptr;
+    ~CudaGraph() override {
+      if (exec) cudaGraphExecDestroy(exec);
+    }
+  };
+  bool supports_graphs() const override { return true; }
+  void begin_capture() override {
+    cublas();  // handles and workspaces exist before capture: nothing is created or allocated inside it
+    MAMBACPP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
+  }
+  std::unique_ptr<Graph> end_capture() override {
+    cudaGraph_t graph = nullptr;
+    MAMBACPP_CUDA_CHECK(cudaStreamEndCapture(stream(), &graph));
+    auto g = std::make_unique<CudaGraph>();
+    const cudaError_t err = cudaGraphInstantiate(&g->exec, graph, 0);
+    cudaGraphDestroy(graph);
+    MAMBACPP_CUDA_CHECK(err);
+    return g;
+  }
+  void abort_capture() override {
+    cudaGraph_t graph = nullptr;
+    if (stream_ && cudaStreamEndCapture(stream_, &graph) == cudaSuccess && graph) cudaGraphDestroy(graph);
+    cudaGetLastError();
+  }
+  void replay(Graph& graph) override {
+    MAMBACPP_CUDA_CHECK(cudaGraphLaunch(static_cast<CudaGraph&>(graph).exec, stream()));
+  }
+
   void prepare_batch(BatchLayout& layout) override {
     const int64_t n = static_cast<int64_t>(layout.seqs.size());
     int64_t n_tokens = 0;
@@ -505,6 +536,9 @@ class CudaBackend final : public Backend {
     if (!cublas_) {
       MAMBACPP_CUBLAS_CHECK(cublasCreate(&cublas_));
       MAMBACPP_CUBLAS_CHECK(cublasSetStream(cublas_, stream()));
+      // A workspace of our own, so that cuBLAS allocates nothing while a CUDA graph is being captured.
+      MAMBACPP_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
+      MAMBACPP_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
     }
     return cublas_;
   }
@@ -514,6 +548,8 @@ class CudaBackend final : public Backend {
   std::string description_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
+  static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
+  void* cublas_workspace_ = nullptr;
   std::vector<void*> owned_;  // adopted weights
 
   Scratch batch_;  // SeqSpan[n] then the token -> sequence map
