@@ -81,6 +81,8 @@ if [ -x "$CLI" ]; then
   bench b_2p7_bf16s 120 --shape mamba2-2.7b -b 1 -p 100 -g 200 --state-dtype bf16
   bench b_2p7_b32 120 --shape mamba2-2.7b -b 32 -p 100 -g 100 --state-dtype bf16
   bench b_2p7_prefill 120 --shape mamba2-2.7b -b 1 -p 4096 -g 0
+  step profile_m2 150 scripts/gpu_profile.sh "$CLI" mamba2-130m "$LOG"
+  step profile_2p7 200 scripts/gpu_profile.sh "$CLI" mamba2-2.7b "$LOG"
 else
   summary+=("bench        skipped: $CLI not carried")
 fi

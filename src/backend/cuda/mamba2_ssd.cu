@@ -3,7 +3,7 @@
 //   H_t = exp(a_t) * H_{t-1} + dt_t * x_t (x) B_t        (H: [head_dim, d_state])
 //   y_t = H_t . C_t + D[h] * x_t
 //
-// Single-token batches (decode) take that step directly: one block per (sequence, head), a warp per row of H.
+// Single-token batches (decode) take that step directly: a warp per row of H, eight rows per block.
 //
 // Multi-token batches run the chunked form over a table of chunks (each sequence cut into pieces of at most
 // chunk_size tokens; a sequence of length 1 is a chunk of one). With S_i = sum_{k<=i} a_k inside a chunk:
@@ -43,32 +43,50 @@ __device__ __forceinline__ float ssd_dt(const Mamba2Launch& p, int64_t t, int64_
 }
 
 // ---- decode ----------------------------------------------------------------------------------------------------
-// grid (n_seqs, n_heads); warp w handles rows p = w, w + 8, ...; lanes stride over d_state (coalesced state rows).
+// grid (n_seqs, n_heads, ceil(head_dim / 8)); warp w of a block owns row p = 8 * blockIdx.z + w of H, its lanes
+// stride over d_state. The loads of a lane's kStepPer states are issued together before any is used, and the grid
+// has n_heads * head_dim / 8 blocks (640 for mamba2-2.7b), so a step is one memory round trip deep rather than
+// head_dim / 8 of them as with a block per head (25.7 us -> a few us at batch 1, measured in docs/benchmarks.md).
+constexpr int kStepRowsPerBlock = kThreads / 32;
+constexpr int kStepPer = 4;  // states per lane per pass: 128 = d_state of the released models in one pass
+
 __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
   const int64_t s = blockIdx.x, h = blockIdx.y;
+  const int64_t row = int64_t(blockIdx.z) * kStepRowsPerBlock + (threadIdx.x >> 5);
   const SeqSpan seq = p.seqs[s];
-  if (seq.len <= 0) return;
-  const int64_t t = seq.start, P = p.head_dim, N = p.d_state;
+  const int64_t P = p.head_dim, N = p.d_state;
+  if (seq.len <= 0 || row >= P) return;  // warp-uniform
+  const int64_t t = seq.start;
   const int64_t g = h / (p.n_heads / p.n_groups);
   const float dtv = ssd_dt(p, t, h, load_f(p.dt_bias.data, p.dt_bias.dtype, h));
   const float dA = expf(dtv * head_A(p, h));
-  const float Dh = load_f(p.D.data, p.D.dtype, h);
   const float* Bt = p.B.data + t * p.B.stride + g * N;
   const float* Ct = p.C.data + t * p.C.stride + g * N;
   const int lane = threadIdx.x & 31;
-  for (int64_t row = threadIdx.x >> 5; row < P; row += kThreads / 32) {
-    const float xv = p.x.data[t * p.x.stride + h * P + row];
-    const float dtx = dtv * xv;
-    const int64_t base = ((seq.slot * p.n_heads + h) * P + row) * N;
-    float acc = 0.0f;
-    for (int64_t n = lane; n < N; n += 32) {
-      const float hv = dA * load_state(p.state, p.state_bf16, base + n) + dtx * Bt[n];
-      store_state(p.state, p.state_bf16, base + n, hv);
-      acc += hv * Ct[n];
+  const float xv = p.x.data[t * p.x.stride + h * P + row];
+  const float dtx = dtv * xv;
+  const int64_t base = ((seq.slot * p.n_heads + h) * P + row) * N;
+  float acc = 0.0f;
+  for (int64_t n0 = 0; n0 < N; n0 += 32 * kStepPer) {
+    float hv[kStepPer], bv[kStepPer], cv[kStepPer];
+#pragma unroll
+    for (int j = 0; j < kStepPer; ++j) {
+      const int64_t n = n0 + lane + 32 * j;
+      const bool ok = n < N;
+      hv[j] = ok ? load_state(p.state, p.state_bf16, base + n) : 0.0f;
+      bv[j] = ok ? Bt[n] : 0.0f;
+      cv[j] = ok ? Ct[n] : 0.0f;
     }
-    acc = warp_sum(acc);
-    if (lane == 0) p.y.data[t * p.y.stride + h * P + row] = acc + Dh * xv;
+#pragma unroll
+    for (int j = 0; j < kStepPer; ++j) {
+      const int64_t n = n0 + lane + 32 * j;
+      const float v = dA * hv[j] + dtx * bv[j];
+      if (n < N) store_state(p.state, p.state_bf16, base + n, v);
+      acc += v * cv[j];
+    }
   }
+  acc = warp_sum(acc);
+  if (lane == 0) p.y.data[t * p.y.stride + h * P + row] = acc + load_f(p.D.data, p.D.dtype, h) * xv;
 }
 
 // ---- 1. dt and the in-chunk cumulative sum of a = dt * A -----------------------------------------------------------
@@ -336,8 +354,9 @@ unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) /
 
 void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream) {
   if (p.n_seqs <= 0 || p.n_heads <= 0) return;
-  ssd_step_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), static_cast<unsigned>(p.n_heads)), kThreads, 0,
-                    stream>>>(p);
+  ssd_step_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), static_cast<unsigned>(p.n_heads),
+                         cdiv(p.head_dim, kStepRowsPerBlock)),
+                    kThreads, 0, stream>>>(p);
   MAMBACPP_CUDA_LAUNCHED();
 }
 
