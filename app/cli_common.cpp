@@ -41,9 +41,8 @@ bool stderr_is_terminal() { return isatty(STDERR_FILENO) != 0; }
 std::unique_ptr<Model> load_model(const ModelOptions& opts) {
   const LoadOptions lo = load_options(opts);
   const std::string dir = opts.model_dir.empty() ? default_model_dir() : opts.model_dir;
-  if (lo.progress) std::cerr << "loading " << dir << " ..." << std::flush;
   auto model = Model::load(dir, lo);
-  if (lo.progress) std::cerr << " done (" << model->device_description() << ")\n";
+  if (lo.progress) std::cerr << "loaded " << dir << " on " << model->device_description() << "\n";
   return model;
 }
 

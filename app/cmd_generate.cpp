@@ -93,6 +93,13 @@ void run_generate(const GenerateCliOptions& o) {
       std::fwrite(piece.data(), 1, piece.size(), stdout);
       std::fflush(stdout);
     };
+  int64_t prompt_total = 0;
+  for (const auto& p : prompts) prompt_total += static_cast<int64_t>(p.size());
+  if (stderr_is_terminal() && prompt_total > 4 * o.model.max_batch_tokens)  // only prompts that take a while
+    go.on_prefill_progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\rprompt: %lld / %lld tokens", static_cast<long long>(done), static_cast<long long>(total));
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+    };
   auto state = model->create_state(static_cast<int64_t>(prompts.size()));
   std::vector<GenerateResult> results = generate(*model, *state, requests, tokenizer.get(), go);
 

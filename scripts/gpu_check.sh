@@ -3,7 +3,7 @@
 # test, racecheck on the shared-memory kernels) and `mambacpp bench` on random weights of real shapes, then prints a
 # summary table last. The device machine has no gtest/json/pcre2 dev packages, so the binaries are built on the
 # development machine and carried (x86-64 on both sides):
-#   cmake -S . -B build-gpu -G Ninja -DMAMBACPP_CUDA=ON -DCMAKE_BUILD_TYPE=Release
+#   cmake -S . -B build-gpu -G Ninja -DMAMBACPP_CUDA=ON -DMAMBACPP_NATIVE=OFF -DCMAKE_BUILD_TYPE=Release
 #   ninja -C build-gpu mambacpp_gpu_tests mambacpp_cli
 #   mkdir -p build-gpu/devlibs && cp -L /lib/x86_64-linux-gnu/{libutf8proc.so.2,libpcre2-8.so.0} build-gpu/devlibs
 #   device: run(command="scripts/gpu_check.sh build-gpu", carry=["build-gpu/tests/mambacpp_gpu_tests",

@@ -135,7 +135,7 @@ class BatchGenerator {
     const Clock::time_point t0 = Clock::now();
     std::vector<Sequence> seqs;
     for (const Run& r : runs_) seqs.push_back(Sequence::tokens(r.request->prompt, r.slot));
-    ForwardResult out = model_.forward(state_, seqs, Output::LastLogits);
+    ForwardResult out = model_.forward(state_, seqs, Output::LastLogits, options_.on_prefill_progress);
     const Clock::time_point t_prefill = Clock::now();
     prefill_end_ = t_prefill;
     MAMBACPP_ASSERT(out.rows == static_cast<int64_t>(runs_.size()) && out.cols == vocab_);

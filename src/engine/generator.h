@@ -61,6 +61,7 @@ struct GenerateOptions {
   // stop token it holds all of `tokens` (the stop token is not fed either).
   bool reset_slots = true;
   TextCallback on_text;        // may be empty
+  std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // prompt tokens processed; may be empty
 };
 
 // Runs `requests` to completion. `tokenizer` may be null for token-ids-only models: then text is empty, stop

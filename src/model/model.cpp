@@ -2,6 +2,7 @@
 // the blocks in pieces of at most `max_batch_tokens` tokens, so memory does not grow with L. A sequence that does
 // not fit in one piece continues in the next from the state the previous piece left in its slot.
 #include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <filesystem>
 #include <set>
@@ -37,8 +38,16 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   impl->config.validate();
   impl->backend = make_backend(options);
   const Checkpoint& ck = *impl->checkpoint;
+  std::function<void(int64_t, int64_t)> progress;
+  if (options.progress)
+    progress = [](int64_t done, int64_t total) {
+      std::fprintf(stderr, "\rloading weights: layer %lld / %lld", static_cast<long long>(done),
+                   static_cast<long long>(total));
+      if (done == total) std::fprintf(stderr, "\r\033[K");
+    };
   impl->weights = bind_weights(
-      impl->config, [&ck](const std::string& name) { return ck.find(name); }, ck.names(), *impl->backend, dir);
+      impl->config, [&ck](const std::string& name) { return ck.find(name); }, ck.names(), *impl->backend, dir,
+      progress);
   impl->backend->synchronize();
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }

@@ -65,7 +65,8 @@ class Binder {
 }  // namespace
 
 ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, const std::vector<std::string>& all_names,
-                          Backend& backend, const std::string& source) {
+                          Backend& backend, const std::string& source,
+                          const std::function<void(int64_t, int64_t)>& on_layer) {
   Binder b(lookup, backend, source);
   ModelWeights w;
   w.embeddings = b.bind_any({"backbone.embeddings.weight", "backbone.embedding.weight"}, {c.vocab_size, c.d_model});
@@ -103,6 +104,7 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, cons
       l.gated_norm = b.bind(m + "norm.weight", {c.d_inner});
     }
     w.layers.push_back(l);
+    if (on_layer) on_layer(i + 1, c.n_layer);
   }
   std::vector<std::string> unexpected;
   for (const std::string& name : all_names)

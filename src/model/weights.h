@@ -42,7 +42,9 @@ using TensorLookup = std::function<const TensorView*(const std::string&)>;
 // Binds every tensor the config needs (transformers names; mamba_ssm's `backbone.embedding.weight` too), checks
 // shapes and dtypes, reports tensors nobody asked for, and makes each weight usable on `backend`.
 // `all_names` is every tensor in the checkpoint; `source` names the checkpoint in errors.
+// `on_layer(done, n_layer)` (optional) is called after each layer is bound, for progress reports.
 ModelWeights bind_weights(const ModelConfig& config, const TensorLookup& lookup, const std::vector<std::string>& all_names,
-                          Backend& backend, const std::string& source);
+                          Backend& backend, const std::string& source,
+                          const std::function<void(int64_t, int64_t)>& on_layer = {});
 
 }  // namespace mambacpp
