@@ -3,6 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "support/test_support.h"
+
 #include <cmath>
 #include <functional>
 #include <limits>
@@ -20,14 +22,7 @@ using ::testing::HasSubstr;
 
 constexpr double kInf = std::numeric_limits<double>::infinity();
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 std::string parse_error(const std::string& text) {
   return error_of([&] { parse_model_config(text, "/models/m/config.json"); });

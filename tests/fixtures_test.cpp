@@ -19,38 +19,24 @@ namespace {
 namespace fs = std::filesystem;
 constexpr double kTol = 1e-4;
 
-std::vector<std::string> fixture_models() {
-  std::vector<std::string> dirs;
-  fs::path root = fs::path(test::fixture_dir()) / "models";
-  if (!fs::exists(root)) return dirs;
-  for (const auto& e : fs::directory_iterator(root))
-    if (fs::exists(e.path() / "logits.npy")) dirs.push_back(e.path().string());
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
-
-std::vector<int32_t> read_tokens(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  for (int64_t v; in >> v;) ids.push_back(static_cast<int32_t>(v));
-  return ids;
-}
+using test::fixture_model_dirs;
+using test::read_token_ids;
 
 std::vector<float> to_float(const NpyArray& a) { return {a.values.begin(), a.values.end()}; }
 
 TEST(Fixtures, ArePresent) {
   // The fixture tests must not pass by finding nothing.
-  EXPECT_GE(fixture_models().size(), 5u) << "expected the transformers fixtures under " << test::fixture_dir()
+  EXPECT_GE(fixture_model_dirs().size(), 5u) << "expected the transformers fixtures under " << test::fixture_dir()
                                          << "/models (scripts/make_fixtures.py)";
 }
 
 TEST(Fixtures, LogitsMatchTransformers) {
-  for (const std::string& dir : fixture_models()) {
+  for (const std::string& dir : fixture_model_dirs()) {
     SCOPED_TRACE(dir);
     LoadOptions lo;
     lo.device = DeviceChoice::CPU;
     auto model = Model::load(dir, lo);
-    auto ids = read_tokens(dir + "/tokens.txt");
+    auto ids = read_token_ids(dir + "/tokens.txt");
     NpyArray ref = read_npy(dir + "/logits.npy");
     ASSERT_EQ(ref.shape.size(), 2u);
     ASSERT_EQ(ref.shape[0], static_cast<int64_t>(ids.size()));
@@ -81,7 +67,7 @@ TEST(Fixtures, LogitsMatchTransformers) {
 
 TEST(Fixtures, EmbeddingsInputMatchesTransformers) {
   int checked = 0;
-  for (const std::string& dir : fixture_models()) {
+  for (const std::string& dir : fixture_model_dirs()) {
     if (!fs::exists(dir + "/inputs_embeds.npy")) continue;
     SCOPED_TRACE(dir);
     LoadOptions lo;

@@ -24,14 +24,7 @@ using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
+using test::error_of;
 
 // A safetensors image: u64 LE header length, the header text, then `data` (the length field can be forged).
 std::vector<uint8_t> image(const std::string& header, const std::vector<uint8_t>& data, uint64_t header_len) {

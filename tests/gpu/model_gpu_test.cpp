@@ -25,20 +25,8 @@ namespace {
 
 namespace fs = std::filesystem;
 
-std::vector<std::string> fixture_models() {
-  std::vector<std::string> dirs;
-  for (const auto& e : fs::directory_iterator(fs::path(test::fixture_dir()) / "models"))
-    if (fs::exists(e.path() / "logits.npy")) dirs.push_back(e.path().string());
-  std::sort(dirs.begin(), dirs.end());
-  return dirs;
-}
-
-std::vector<int32_t> read_tokens(const std::string& path) {
-  std::ifstream in(path);
-  std::vector<int32_t> ids;
-  for (int64_t v; in >> v;) ids.push_back(static_cast<int32_t>(v));
-  return ids;
-}
+using test::fixture_model_dirs;
+using test::read_token_ids;
 
 // The fixture names say the storage dtype (docs/fixtures.md).
 DType stored_dtype(const std::string& dir) {
@@ -70,10 +58,10 @@ std::vector<float> all_logits(const Model& m, std::span<const int32_t> ids, cons
 }
 
 TEST(GpuModel, FixturesMatchTransformers) {
-  auto dirs = fixture_models();
+  auto dirs = fixture_model_dirs();
   ASSERT_GE(dirs.size(), 5u);
   for (const std::string& dir : dirs) {
-    auto ids = read_tokens(dir + "/tokens.txt");
+    auto ids = read_token_ids(dir + "/tokens.txt");
     NpyArray ref = read_npy(dir + "/logits.npy");
     std::vector<float> expected(ref.values.begin(), ref.values.end());
     const int64_t L = static_cast<int64_t>(ids.size());
@@ -90,13 +78,13 @@ TEST(GpuModel, FixturesMatchTransformers) {
 }
 
 TEST(GpuModel, MatchesCpuPath) {
-  for (const std::string& dir : fixture_models()) {
+  for (const std::string& dir : fixture_model_dirs()) {
     SCOPED_TRACE(dir);
     LoadOptions lo;
     lo.device = DeviceChoice::CPU;
     auto cpu = Model::load(dir, lo);
     auto gpu = load_gpu(dir, DType::F32);
-    auto ids = read_tokens(dir + "/tokens.txt");
+    auto ids = read_token_ids(dir + "/tokens.txt");
     const int64_t L = static_cast<int64_t>(ids.size());
     EXPECT_LE(test::max_rel_diff(all_logits(*gpu, ids, {L}), all_logits(*cpu, ids, {L})), 1e-5);
     EXPECT_LE(test::max_rel_diff(all_logits(*gpu, ids, std::vector<int64_t>(L, 1)), all_logits(*cpu, ids, {L})), 1e-5);

@@ -1,5 +1,6 @@
 #include "support/test_support.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -31,6 +32,33 @@ static double rel_diff(std::span<const T> a, std::span<const T> b) {
   return max_err / max_ref;
 }
 double max_rel_diff(std::span<const float> a, std::span<const float> b) { return rel_diff(a, b); }
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+std::vector<std::string> fixture_model_dirs() {
+  std::vector<std::string> dirs;
+  const fs::path root = fs::path(fixture_dir()) / "models";
+  if (!fs::exists(root)) return dirs;
+  for (const auto& e : fs::directory_iterator(root))
+    if (fs::exists(e.path() / "logits.npy")) dirs.push_back(e.path().string());
+  std::sort(dirs.begin(), dirs.end());
+  return dirs;
+}
+
+std::vector<int32_t> read_token_ids(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail("cannot open ", path);
+  std::vector<int32_t> ids;
+  for (int64_t v; in >> v;) ids.push_back(static_cast<int32_t>(v));
+  return ids;
+}
 double max_rel_diff(std::span<const double> a, std::span<const double> b) { return rel_diff(a, b); }
 
 TempDir::TempDir(const std::string& prefix) {

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <random>
 #include <span>
@@ -20,6 +21,14 @@ std::string source_dir();
 // max|a - b| / max|b| over the whole tensor; +inf when sizes differ or anything is NaN/inf.
 double max_rel_diff(std::span<const float> a, std::span<const float> b);
 double max_rel_diff(std::span<const double> a, std::span<const double> b);
+
+// The message of the mambacpp::Error that f throws, or "(no error)".
+std::string error_of(const std::function<void()>& f);
+
+// The transformers fixture model directories (fixtures/models/*/ with a logits.npy), sorted.
+std::vector<std::string> fixture_model_dirs();
+// Whitespace-separated token ids (the fixtures' tokens.txt).
+std::vector<int32_t> read_token_ids(const std::string& path);
 
 // A fresh empty directory under the system temp dir, removed when the object dies.
 class TempDir {
