@@ -18,6 +18,9 @@ struct ModelOptions {
   int threads = 0;
   int64_t max_batch_tokens = 2048;
   bool no_cuda_graph = false;
+  std::string state_dtype = "fp32";  // conv/SSM state; bf16 on the GPU only
+
+  DType state() const { return parse_dtype(state_dtype); }
 };
 
 // Adds --model, --device, --dtype, --threads, --batch-tokens to a subcommand.

@@ -25,7 +25,6 @@ struct BenchOptions {
   std::string shape;
   int64_t batch = 1, prompt = 100, gen = 1000;
   int repeat = 3;
-  std::string state_dtype = "fp32";
   bool json = false;
 };
 
@@ -75,7 +74,7 @@ void run_bench(const BenchOptions& o) {
   std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), lo, 1);
   const double load_ms = ms_since(t_load);
   const ModelConfig& c = model->config();
-  const DType state_dtype = parse_dtype(o.state_dtype);
+  const DType state_dtype = o.model.state();
   Backend& be = model->backend();
   const double bandwidth = copy_bandwidth(be);
 
@@ -135,7 +134,7 @@ void run_bench(const BenchOptions& o) {
     return;
   }
   std::printf("model        %s on %s (weights %s, state %s)\n", j["model"].get<std::string>().c_str(),
-              model->device_description().c_str(), j["weight_dtype"].get<std::string>().c_str(), o.state_dtype.c_str());
+              model->device_description().c_str(), j["weight_dtype"].get<std::string>().c_str(), o.model.state_dtype.c_str());
   std::printf("workload     batch %lld, prompt %lld, generate %lld; median of %d runs\n", (long long)o.batch,
               (long long)o.prompt, (long long)o.gen, o.repeat);
   std::printf("prefill      %.2f ms  (%.0f tokens/s)\n", pre, j["prefill_tokens_per_s"].get<double>());
@@ -158,7 +157,6 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("-p,--prompt", o->prompt, "prompt tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("-g,--gen", o->gen, "generated tokens per sequence")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("-r,--repeat", o->repeat, "timed runs (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--state-dtype", o->state_dtype, "fp32 or bf16 (GPU)")->check(CLI::IsMember({"fp32", "bf16"}))->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->callback([o, &run] { run = [o] { run_bench(*o); }; });
   return cmd;

@@ -100,13 +100,14 @@ void run_generate(const GenerateCliOptions& o) {
       std::fprintf(stderr, "\rprompt: %lld / %lld tokens", static_cast<long long>(done), static_cast<long long>(total));
       if (done == total) std::fprintf(stderr, "\r\033[K");
     };
-  auto state = model->create_state(static_cast<int64_t>(prompts.size()));
+  auto state = model->create_state(static_cast<int64_t>(prompts.size()), o.model.state());
   std::vector<GenerateResult> results = generate(*model, *state, requests, tokenizer.get(), go);
 
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerateResult& r = results[i];
     if (o.json) {
-      std::cout << result_json(prompts[i], r).dump() << "\n";
+      // A generation cut inside a multi-byte character ends in invalid UTF-8: it becomes U+FFFD, as HF's decode does.
+      std::cout << result_json(prompts[i], r).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace) << "\n";
     } else if (!stream) {
       if (results.size() > 1) std::cout << "--- prompt " << i << " ---\n";
       if (tokenizer) {

@@ -51,9 +51,16 @@ CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run) {
       if (L == 0) fail("logits: the input holds no tokens (L == 0); expected at least one");
       std::vector<int64_t> chunks = o.chunks.empty() ? std::vector<int64_t>{L} : parse_chunks(o.chunks, "--chunks");
       int64_t sum = 0;
-      for (int64_t c : chunks) sum += c;
-      if (sum != L) fail("--chunks: the lengths sum to ", sum, ", expected L = ", L, " (the number of input tokens)");
-      auto state = model->create_state(1);
+      for (int64_t c : chunks) {
+        if (c > L - sum) {  // checked before adding: no overflow, and no chunk past the end
+          sum = L + 1;
+          break;
+        }
+        sum += c;
+      }
+      if (sum != L) fail("--chunks: the lengths ", sum > L ? "sum to more than " : "sum to ", sum > L ? L : sum, ", expected L = ", L,
+             " (the number of input tokens)");
+      auto state = model->create_state(1, o.model.state());
       std::vector<float> logits;
       logits.reserve(static_cast<size_t>(L * model->config().vocab_size));
       int64_t at = 0;

@@ -37,6 +37,8 @@ void run_perplexity(const PerplexityCliOptions& o) {
   std::vector<int32_t> ids = tokenizer->encode(ss.str());
   PerplexityOptions po;
   po.context = o.context;
+  po.batch_tokens = o.model.max_batch_tokens;
+  po.state_dtype = o.model.state();
   if (stderr_is_terminal())
     po.on_progress = [](int64_t done, int64_t total) {
       std::fprintf(stderr, "\r%lld / %lld tokens", static_cast<long long>(done), static_cast<long long>(total));

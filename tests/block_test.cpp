@@ -1,5 +1,6 @@
 // MambaBlock as a layer: running a model's blocks one after another (then norm_f) reproduces the model's hidden
 // states, and a block carries its state across calls like the model does.
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -81,6 +82,24 @@ TEST_P(Block, CarriesStateAcrossCalls) {
   }
   EXPECT_LE(test::max_rel_diff(pieces, whole), 1e-5);
   EXPECT_LE(test::max_rel_diff(st->read_slot(0), whole_state->read_slot(0)), 1e-5);
+}
+
+TEST_P(Block, StatesDoNotMixWithTheModelsOrOtherBlocks) {
+  MambaBlock b0(*model_, 0), b1(*model_, 1);
+  auto s0 = b0.create_state(1);
+  std::vector<float> x(static_cast<size_t>(2 * config_.d_model), 0.5f);
+  const TensorView xv(x.data(), DType::F32, {1, 2, config_.d_model});
+  EXPECT_THAT(test::error_of([&] { b1.forward(*s0, xv); }), ::testing::HasSubstr("this block's create_state"));
+  std::vector<int32_t> ids = {1, 2};
+  Sequence s = Sequence::tokens(ids);
+  EXPECT_THAT(test::error_of([&] { model_->forward(*s0, {&s, 1}, Output::LastLogits); }),
+              ::testing::HasSubstr("MambaBlock's state"));
+  test::TempDir d;
+  s0->save(0, d.file("b0.state"));
+  auto s1 = b1.create_state(1);
+  EXPECT_THAT(test::error_of([&] { s1->load(0, d.file("b0.state")); }), ::testing::HasSubstr("holds layers [0, 1)"));
+  EXPECT_THAT(test::error_of([&] { model_->create_state(1)->load(0, d.file("b0.state")); }),
+              ::testing::HasSubstr("holds layers [0, 1)"));
 }
 
 TEST_P(Block, RejectsWrongWidth) {

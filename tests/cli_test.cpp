@@ -81,6 +81,9 @@ TEST_F(CliErrors, ChunksThatDoNotSumToL) {
   CliResult r = run_cli(logits("--tokens-file " + tmp_.file("ok.txt") + " --chunks 1,2"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.output, AllOf(HasSubstr("--chunks"), HasSubstr("sum to 3"), HasSubstr("L = 4")));
+  r = run_cli(logits("--tokens-file " + tmp_.file("ok.txt") + " --chunks 9223372036854775807,9223372036854775807,4"));
+  EXPECT_NE(r.exit_code, 0);
+  EXPECT_THAT(r.output, HasSubstr("sum to more than 4"));
   r = run_cli(logits("--tokens-file " + tmp_.file("ok.txt") + " --chunks 2,x"));
   EXPECT_NE(r.exit_code, 0);
   EXPECT_THAT(r.output, HasSubstr("found 'x'"));

@@ -45,7 +45,7 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
   const int64_t piece = std::min(window, options.batch_tokens);
   const int64_t parallel = std::max<int64_t>(1, options.batch_tokens / piece);
   const int64_t n_slots = std::min<int64_t>(parallel, static_cast<int64_t>(windows.size()));
-  std::unique_ptr<StateCache> state = model.create_state(n_slots);
+  std::unique_ptr<StateCache> state = model.create_state(n_slots, options.state_dtype);
 
   double nll_sum = 0.0;
   int64_t predicted = 0;

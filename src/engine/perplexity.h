@@ -5,14 +5,16 @@
 //   it is fed in pieces of batch_tokens and positions 1..N-1 are predicted.
 // context == C > 0: independent windows of C tokens, each from a fresh state, like llama.cpp's perplexity; the
 //   first token of each window is not predicted. Unlike llama.cpp, every prediction in the window is scored (an SSM
-//   has no context-length edge effects to hide) and a final shorter window of >= 2 tokens is kept, so no token is
-//   dropped. Windows of length <= batch_tokens run several at a time, one state slot each.
+//   has no context-length edge effects to hide) and a final shorter window of >= 2 tokens is kept (a final window of
+//   one token has nothing to predict and is dropped). Windows of length <= batch_tokens run several at a time, one state slot each.
 // Log-softmax and the sums are computed in double.
 #pragma once
 
 #include <cstdint>
 #include <functional>
 #include <span>
+
+#include "mambacpp/dtype.h"
 
 namespace mambacpp {
 
@@ -21,6 +23,7 @@ class Model;
 struct PerplexityOptions {
   int64_t context = 0;         // 0: one sequence; C >= 2: windows of C tokens
   int64_t batch_tokens = 512;  // tokens per forward call (bounds the [tokens, vocab] logits buffer)
+  DType state_dtype = DType::F32;
   std::function<void(int64_t done, int64_t total)> on_progress;  // tokens fed so far / tokens in total
 };
 

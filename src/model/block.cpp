@@ -22,6 +22,7 @@ std::unique_ptr<StateCache> MambaBlock::create_state(int64_t n_slots) const {
   keep.push_back(std::move(impl.buffers[static_cast<size_t>(2 * layer_ + 1)]));
   impl.buffers = std::move(keep);
   impl.layers = {mine};
+  impl.first_layer = layer_;
   return full;
 }
 
@@ -32,7 +33,8 @@ std::vector<float> MambaBlock::forward(StateCache& state, const TensorView& x) c
          x.shape_string());
   const int64_t B = x.dim(0), L = x.dim(1);
   if (B < 1 || L < 1) fail("MambaBlock input: expected B >= 1 and L >= 1, found ", x.shape_string());
-  if (state.layers().size() != 1) fail("MambaBlock: expected a state made by MambaBlock::create_state");
+  if (state.impl_->model != &model_ || state.layers().size() != 1 || state.impl_->first_layer != layer_)
+    fail("MambaBlock (layer ", layer_, "): expected a state made by this block's create_state");
   for (int64_t b = 0; b < B; ++b) state.check_slot(b, "MambaBlock row slot");
 
   const Model::Impl& m = *model_.impl_;

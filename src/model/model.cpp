@@ -161,6 +161,9 @@ ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, 
                              const std::function<void(int64_t, int64_t)>& on_progress) const {
   const ModelConfig& c = impl_->config;
   if (state.impl_->model != this) fail("forward: this state cache was created by another model");
+  if (static_cast<int64_t>(state.layers().size()) != c.n_layer)
+    fail("forward: the state cache has ", state.layers().size(), " layers, expected ", c.n_layer,
+         " (a MambaBlock's state cannot run the whole model)");
   validate_sequences(c, state, seqs);
   std::lock_guard<std::mutex> lock(impl_->forward_mutex);
 

@@ -47,6 +47,7 @@ struct StateCache::Impl {
   DType dtype = DType::F32;
   std::vector<DeviceBuffer> buffers;
   std::vector<LayerCache> layers;
+  int64_t first_layer = 0;  // the model layer of layers[0] (a MambaBlock's state holds one layer)
 };
 
 // The backend LoadOptions::device asks for (auto: the GPU when one is usable).

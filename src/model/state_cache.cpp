@@ -2,7 +2,7 @@
 //
 // State file layout (little-endian):
 //   "MAMBACPP-STATE\0\0" (16 bytes) | u32 version | u32 dtype | u64 weights hash | u64 config length | config JSON
-//   | for each layer: conv bytes, ssm bytes (one slot, in the state dtype)
+//   | i64 first layer | i64 layer count | for each layer: conv bytes, ssm bytes (one slot, in the state dtype)
 #include <cstring>
 #include <fstream>
 
@@ -13,7 +13,7 @@ namespace mambacpp {
 
 namespace {
 constexpr char kMagic[16] = "MAMBACPP-STATE";
-constexpr uint32_t kVersion = 1;
+constexpr uint32_t kVersion = 2;
 }  // namespace
 
 TensorView slot_view(const TensorView& t, int64_t slot) { return t.rows(slot, 1); }
@@ -88,6 +88,8 @@ void StateCache::save(int64_t slot, const std::string& path) const {
   out.write(reinterpret_cast<const char*>(&hash), 8);
   out.write(reinterpret_cast<const char*>(&config_len), 8);
   out.write(config.data(), static_cast<std::streamsize>(config.size()));
+  const int64_t layer_range[2] = {impl_->first_layer, static_cast<int64_t>(impl_->layers.size())};
+  out.write(reinterpret_cast<const char*>(layer_range), sizeof(layer_range));
   std::vector<char> bytes;
   for (const LayerCache& l : impl_->layers) {
     for (const TensorView* t : {&l.conv, &l.ssm}) {
@@ -125,6 +127,13 @@ void StateCache::load(int64_t slot, const std::string& path) {
   if (hash != impl_->model->weights_hash())
     fail("state file '", path, "' was written by another model: weights hash ", std::hex, hash, ", this model's is ",
          impl_->model->weights_hash());
+  int64_t layer_range[2] = {};
+  in.read(reinterpret_cast<char*>(layer_range), sizeof(layer_range));
+  if (!in) fail("state file '", path, "' is truncated (header)");
+  if (layer_range[0] != impl_->first_layer || layer_range[1] != static_cast<int64_t>(impl_->layers.size()))
+    fail("state file '", path, "' holds layers [", layer_range[0], ", ", layer_range[0] + layer_range[1],
+         "); this state cache holds layers [", impl_->first_layer, ", ",
+         impl_->first_layer + static_cast<int64_t>(impl_->layers.size()), ")");
   if (dtype != static_cast<uint32_t>(impl_->dtype))
     fail("state file '", path, "' holds ", dtype_name(static_cast<DType>(dtype)), " state; this state cache is ",
          dtype_name(impl_->dtype));

@@ -80,23 +80,23 @@ void run_conv(const ConvCase& cs, uint64_t seed) {
 }
 
 TEST(CudaConv1d, MixedLengthsNonIdentitySlotsF32State) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_conv({37, 4, {5, 1, 2, 17}, {2, 0, 4, 1}, 5, true, DType::F32}, 21);
 }
 
 TEST(CudaConv1d, BF16StateAndNoBias) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_conv({64, 4, {3, 40, 1}, {1, 2, 0}, 4, false, DType::BF16}, 22);
 }
 
 TEST(CudaConv1d, SequencesShorterThanTheWindowShiftTheState) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_conv({19, 7, {1, 2, 5, 6, 7, 20}, {5, 4, 3, 2, 1, 0}, 6, true, DType::F32}, 23);
   run_conv({8, 2, {1, 1, 3}, {0, 2, 1}, 3, true, DType::F32}, 24);
 }
 
 TEST(CudaConv1d, RealMamba2WidthPrefill) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_conv({1536 + 2 * 128, 4, {600, 1, 33}, {1, 0, 2}, 3, true, DType::F32}, 25);
 }
 
@@ -162,23 +162,23 @@ void run_mamba1(const ScanCase& cs, uint64_t seed) {
 }
 
 TEST(CudaMamba1Scan, RealStateSizeMixedBatch) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_mamba1({64, 16, {1, 40, 3, 130}, {3, 0, 4, 1}, 5, DType::F32, DType::F32}, 31);
 }
 
 TEST(CudaMamba1Scan, OddSizesAndBF16StateAndWeights) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_mamba1({37, 5, {7, 1, 2}, {1, 2, 0}, 3, DType::BF16, DType::BF16}, 32);
   run_mamba1({29, 33, {9, 4}, {1, 0}, 2, DType::F32, DType::BF16}, 33);
 }
 
 TEST(CudaMamba1Scan, StatesBeyondOnePassAccumulateAcrossPasses) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_mamba1({9, 300, {5, 1, 12}, {2, 1, 0}, 3, DType::F32, DType::F32}, 34);
 }
 
 TEST(CudaMamba1Scan, Mamba130mWidthLongPrefill) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_mamba1({1536, 16, {600, 1}, {1, 0}, 2, DType::F32, DType::BF16}, 35);
 }
 

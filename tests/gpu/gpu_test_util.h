@@ -18,8 +18,9 @@
 
 namespace mambacpp::gputest {
 
-#define MAMBACPP_SKIP_WITHOUT_GPU() \
-  if (!::mambacpp::cuda_available()) GTEST_SKIP() << "no usable CUDA GPU"
+// GPU tests fail (never skip) without a GPU; CI leaves them out by their CTest label (ctest -LE gpu).
+#define MAMBACPP_REQUIRE_GPU() \
+  ASSERT_TRUE(::mambacpp::cuda_available()) << "the GPU tests need a usable CUDA GPU (ctest -LE gpu leaves them out)"
 
 // max|got - ref| / max|ref| over all elements; +inf on any NaN/inf or a size mismatch.
 inline double rel_err(const std::vector<float>& got, const std::vector<double>& ref) {

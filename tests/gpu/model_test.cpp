@@ -78,7 +78,7 @@ std::vector<std::vector<int32_t>> prompts_for(int64_t vocab, std::vector<int64_t
 }
 
 TEST(CudaModel, ShippedModelMatchesCpu) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   const std::string dir = test::source_dir() + "/models/default";
   auto cpu = load(dir, DeviceChoice::CPU);
   const auto prompts = prompts_for(cpu->config().vocab_size, {150, 1, 37}, 3);
@@ -128,7 +128,7 @@ struct RandomCase {
 // checkpoint on bf16 device weights: the difference is the weight rounding itself, bounded by 1e-2 (measured ~5e-3
 // on H200; tiny models with 18-20 wide dot products reach ~1e-2 and are not held to it).
 TEST(CudaModel, RandomCheckpointsMatchCpu) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   for (const RandomCase& rc : {RandomCase{"tiny mamba1", test::tiny_mamba1_config(), {9, 1, 2}, false},
                                RandomCase{"tiny mamba2 (2 groups, chunk 8)", test::tiny_mamba2_config(), {20, 1, 3},
                                           false},
@@ -151,7 +151,7 @@ TEST(CudaModel, RandomCheckpointsMatchCpu) {
 
 // Prefill of the first 60 tokens then 40 single-token steps gives the logits of one 100-token pass.
 TEST(CudaModel, PrefillThenDecodeEqualsOnePass) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   for (const ModelConfig& config : {medium_mamba1(), medium_mamba2()}) {
     test::TempDir dir("mambacpp_gpu_model");
     test::write_random_model(dir.path(), config, 78, DType::F32);
@@ -179,7 +179,7 @@ TEST(CudaModel, PrefillThenDecodeEqualsOnePass) {
 }
 
 TEST(CudaModel, BF16StateStaysCloseToF32State) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   for (const ModelConfig& config : {medium_mamba1(), medium_mamba2()}) {
     test::TempDir dir("mambacpp_gpu_model");
     test::write_random_model(dir.path(), config, 79, DType::F32);

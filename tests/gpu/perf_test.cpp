@@ -42,7 +42,7 @@ void report(const char* what, double us, double bytes) {
 }
 
 TEST(CudaPerf, DISABLED_Linear) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   auto be = make_cuda_backend(DType::BF16);
   DeviceArena arena(*be);
   Rng rng(1);
@@ -65,7 +65,7 @@ TEST(CudaPerf, DISABLED_Linear) {
 }
 
 TEST(CudaPerf, DISABLED_Mamba2Ssd) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   auto be = make_cuda_backend();
   DeviceArena arena(*be);
   Rng rng(2);
@@ -100,7 +100,7 @@ TEST(CudaPerf, DISABLED_Mamba2Ssd) {
 }
 
 TEST(CudaPerf, DISABLED_Mamba1ScanAndConv) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   auto be = make_cuda_backend();
   DeviceArena arena(*be);
   Rng rng(3);

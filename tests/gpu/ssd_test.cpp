@@ -145,12 +145,12 @@ void run_ssd(const SsdCase& cs, uint64_t seed) {
 }
 
 TEST(CudaMamba2Ssd, RealHeadLongSequenceCrossesChunks) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_ssd({4, 64, 128, 1, 256, {600, 1, 257, 3}, {1, 3, 0, 2}, 5}, 41);
 }
 
 TEST(CudaMamba2Ssd, BF16StateClampedDtTwoGroups) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   SsdCase cs{4, 64, 128, 2, 256, {300, 2}, {0, 1}, 2, DType::BF16};
   cs.dt_min = 0.001f;
   cs.dt_max = 0.1f;
@@ -158,18 +158,18 @@ TEST(CudaMamba2Ssd, BF16StateClampedDtTwoGroups) {
 }
 
 TEST(CudaMamba2Ssd, OddSizesAndGroups) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_ssd({6, 5, 7, 3, 16, {33, 2, 16, 17, 1}, {4, 0, 1, 2, 3}, 6}, 43);
   run_ssd({3, 70, 65, 3, 100, {150, 64}, {1, 0}, 2}, 44);  // tile remainders in head_dim and d_state
 }
 
 TEST(CudaMamba2Ssd, ResultDoesNotDependOnChunkSize) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   for (int64_t chunk : {1, 7, 64, 256, 1000}) run_ssd({2, 64, 128, 1, chunk, {300, 5}, {1, 0}, 2}, 45);
 }
 
 TEST(CudaMamba2Ssd, DecodeStepForSingleTokenBatches) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   run_ssd({8, 64, 128, 2, 256, {1, 1, 1, 1, 1, 1}, {5, 2, 0, 6, 1, 3}, 7}, 46);
   run_ssd({8, 64, 128, 8, 256, {1, 1, 1}, {1, 2, 0}, 3, DType::BF16}, 47);
   run_ssd({3, 5, 33, 1, 256, {1, 1}, {1, 0}, 2}, 48);
@@ -177,7 +177,7 @@ TEST(CudaMamba2Ssd, DecodeStepForSingleTokenBatches) {
 
 // The same inputs through the CPU backend: both implement the same contract.
 TEST(CudaMamba2Ssd, MatchesCpuBackend) {
-  MAMBACPP_SKIP_WITHOUT_GPU();
+  MAMBACPP_REQUIRE_GPU();
   const SsdCase cs{4, 64, 128, 1, 256, {600, 1, 40}, {2, 0, 1}, 3};
   const SsdInputs in = make_inputs(cs, 49);
   BatchLayout batch = make_batch(cs.lens, cs.slots);
