@@ -3,11 +3,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <array>
-#include <cstdio>
 #include <filesystem>
 #include <fstream>
-#include <sys/wait.h>
 
 #include "support/test_support.h"
 #include "util/npy.h"
@@ -18,20 +15,8 @@ namespace {
 using ::testing::AllOf;
 using ::testing::HasSubstr;
 
-struct CliResult {
-  int exit_code;
-  std::string output;  // stdout and stderr together
-};
-
-CliResult run_cli(const std::string& args) {
-  std::string cmd = std::string(MAMBACPP_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  std::string out;
-  std::array<char, 4096> buf{};
-  while (size_t n = fread(buf.data(), 1, buf.size(), p)) out.append(buf.data(), n);
-  int status = pclose(p);
-  return {WIFEXITED(status) ? WEXITSTATUS(status) : -1, out};
-}
+using test::CliResult;
+using test::run_cli;
 
 std::string fixture(const std::string& name) { return test::fixture_dir() + "/models/" + name; }
 
@@ -48,7 +33,7 @@ TEST_P(LogitsCommand, ReproducesFixtureWithAndWithoutChunks) {
     std::string args = "logits --device cpu --model " + dir + " --tokens-file " + dir + "/tokens.txt --out " + tmp.file("l.npy");
     if (!chunks.empty()) args += " --chunks " + chunks;
     CliResult r = run_cli(args);
-    ASSERT_EQ(r.exit_code, 0) << r.output;
+    ASSERT_EQ(r.exit_code, 0) << r.output();
     NpyArray got = read_npy(tmp.file("l.npy"));
     EXPECT_EQ(got.shape, ref.shape);
     std::vector<float> g(got.values.begin(), got.values.end());
@@ -73,48 +58,48 @@ class CliErrors : public ::testing::Test {
 
 TEST_F(CliErrors, WorkingCallSucceeds) {
   CliResult r = run_cli(logits("--tokens-file " + tmp_.file("ok.txt")));
-  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(r.exit_code, 0) << r.output();
   EXPECT_EQ(read_npy(tmp_.file("o.npy")).shape, (std::vector<int64_t>{4, 47}));
 }
 
 TEST_F(CliErrors, ChunksThatDoNotSumToL) {
   CliResult r = run_cli(logits("--tokens-file " + tmp_.file("ok.txt") + " --chunks 1,2"));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, AllOf(HasSubstr("--chunks"), HasSubstr("sum to 3"), HasSubstr("L = 4")));
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("--chunks"), HasSubstr("sum to 3"), HasSubstr("L = 4")));
   r = run_cli(logits("--tokens-file " + tmp_.file("ok.txt") + " --chunks 9223372036854775807,9223372036854775807,4"));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, HasSubstr("sum to more than 4"));
+  EXPECT_THAT(r.output(), HasSubstr("sum to more than 4"));
   r = run_cli(logits("--tokens-file " + tmp_.file("ok.txt") + " --chunks 2,x"));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, HasSubstr("found 'x'"));
+  EXPECT_THAT(r.output(), HasSubstr("found 'x'"));
 }
 
 TEST_F(CliErrors, TokenOutOfRange) {
   std::ofstream(tmp_.file("big.txt")) << "1 2 47";
   CliResult r = run_cli(logits("--tokens-file " + tmp_.file("big.txt")));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, AllOf(HasSubstr("token id 47"), HasSubstr("[0, 47)")));
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("token id 47"), HasSubstr("[0, 47)")));
 }
 
 TEST_F(CliErrors, EmptyTokenFile) {
   std::ofstream(tmp_.file("empty.txt")) << "  \n";
   CliResult r = run_cli(logits("--tokens-file " + tmp_.file("empty.txt")));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, HasSubstr("L == 0"));
+  EXPECT_THAT(r.output(), HasSubstr("L == 0"));
 }
 
 TEST_F(CliErrors, NotATokenFile) {
   std::ofstream(tmp_.file("words.txt")) << "1 2 hello";
   CliResult r = run_cli(logits("--tokens-file " + tmp_.file("words.txt")));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, AllOf(HasSubstr("found 'hello'"), HasSubstr("integer token ids")));
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("found 'hello'"), HasSubstr("integer token ids")));
 }
 
 TEST_F(CliErrors, MissingModelDirectory) {
   CliResult r = run_cli("logits --device cpu --model " + tmp_.file("nope") + " --tokens-file " + tmp_.file("ok.txt") +
                         " --out " + tmp_.file("o.npy"));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, AllOf(HasSubstr("nope"), HasSubstr("not a directory")));
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("nope"), HasSubstr("not a directory")));
 }
 
 TEST_F(CliErrors, EmbeddingsOfTheWrongWidth) {
@@ -122,16 +107,16 @@ TEST_F(CliErrors, EmbeddingsOfTheWrongWidth) {
   write_npy_f32(tmp_.file("e.npy"), e.data(), {3, 17});
   CliResult r = run_cli(logits("--embeddings-file " + tmp_.file("e.npy")));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, AllOf(HasSubstr("[L, 18]"), HasSubstr("[3, 17]")));
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("[L, 18]"), HasSubstr("[3, 17]")));
 }
 
 TEST_F(CliErrors, UnknownOptionAndDevice) {
   CliResult r = run_cli(logits("--tokens-file " + tmp_.file("ok.txt") + " --frobnicate"));
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, HasSubstr("frobnicate"));
+  EXPECT_THAT(r.output(), HasSubstr("frobnicate"));
   r = run_cli("logits --device tpu --model " + model_.path() + " --tokens-file x --out y");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.output, HasSubstr("--device"));
+  EXPECT_THAT(r.output(), HasSubstr("--device"));
 }
 
 }  // namespace

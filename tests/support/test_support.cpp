@@ -1,6 +1,10 @@
 #include "support/test_support.h"
 
+#include <sys/wait.h>
+
 #include <algorithm>
+#include <array>
+#include <cstdio>
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
@@ -40,6 +44,21 @@ std::string error_of(const std::function<void()>& f) {
     return e.what();
   }
   return "(no error)";
+}
+
+CliResult run_cli(const std::string& args) {
+  TempDir tmp("mambacpp_cli");
+  const std::string cmd = std::string(MAMBACPP_BINARY) + " " + args + " 2>" + tmp.file("stderr.txt");
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) fail("cannot run ", cmd);
+  CliResult r;
+  std::array<char, 4096> buf{};
+  while (size_t n = fread(buf.data(), 1, buf.size(), p)) r.out.append(buf.data(), n);
+  const int status = pclose(p);
+  r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  std::ifstream e(tmp.file("stderr.txt"));
+  r.err.assign(std::istreambuf_iterator<char>(e), {});
+  return r;
 }
 
 std::vector<std::string> fixture_model_dirs() {

@@ -30,6 +30,15 @@ std::vector<std::string> fixture_model_dirs();
 // Whitespace-separated token ids (the fixtures' tokens.txt).
 std::vector<int32_t> read_token_ids(const std::string& path);
 
+// Runs the mambacpp binary with `args` (shell syntax) and collects its exit code, stdout and stderr.
+struct CliResult {
+  int exit_code = -1;
+  std::string out;
+  std::string err;
+  std::string output() const { return out + err; }
+};
+CliResult run_cli(const std::string& args);
+
 // A fresh empty directory under the system temp dir, removed when the object dies.
 class TempDir {
  public:
