@@ -6,12 +6,15 @@ namespace mambacpp {
 
 namespace {
 constexpr size_t kMaxGraphs = 64;  // distinct (state, slots) keys kept; beyond that the cache starts over
+// Larger batches take the general path, which computes their logits in blocks of this many rows: a step's
+// [B, vocab] logits buffer stays as bounded as prefill's.
+constexpr int64_t kMaxDecodeBatch = 256;
 }
 
 bool decode_step_applies(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
   if (output != Output::LastLogits && output != Output::None) return false;
   const int64_t n = static_cast<int64_t>(seqs.size());
-  if (n > std::max<int64_t>(1, m.options.max_batch_tokens) || n > 256) return false;
+  if (n > std::max<int64_t>(1, m.options.max_batch_tokens) || n > kMaxDecodeBatch) return false;
   for (const Sequence& s : seqs)
     if (s.token_ids.size() != 1) return false;
   return true;
