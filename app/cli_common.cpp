@@ -26,6 +26,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd.add_flag("--no-cuda-graph", opts.no_cuda_graph, "GPU: run decode steps eagerly instead of replaying a CUDA graph");
+  cmd.add_flag("--no-fused-decode", opts.no_fused_decode,
+               "GPU: run decode blocks with the plain per-op kernels instead of the fused ones");
 }
 
 LoadOptions load_options(const ModelOptions& opts) {
@@ -35,6 +37,7 @@ LoadOptions load_options(const ModelOptions& opts) {
   lo.threads = opts.threads;
   lo.max_batch_tokens = opts.max_batch_tokens;
   lo.cuda_graphs = !opts.no_cuda_graph;
+  lo.fused_decode = !opts.no_fused_decode;
   lo.progress = stderr_is_terminal();
   return lo;
 }

@@ -18,6 +18,7 @@ struct ModelOptions {
   int threads = 0;
   int64_t max_batch_tokens = 2048;
   bool no_cuda_graph = false;
+  bool no_fused_decode = false;
   std::string state_dtype = "fp32";  // conv/SSM state; bf16 on the GPU only
 
   DType state() const { return parse_dtype(state_dtype); }

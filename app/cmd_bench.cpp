@@ -120,6 +120,7 @@ void run_bench(const BenchOptions& o) {
       {"state_dtype", dtype_name(state_dtype)},
       {"batch", o.batch}, {"prompt", o.prompt}, {"gen", o.gen}, {"repeat", o.repeat},
       {"cuda_graphs", lo.cuda_graphs},
+      {"fused_decode", lo.fused_decode},
       {"load_ms", load_ms},
       {"prefill_ms", pre}, {"prefill_tokens_per_s", pre > 0 ? o.batch * o.prompt / (pre / 1000.0) : 0.0},
       {"decode_ms_per_step", step_ms}, {"decode_tokens_per_s", step_ms > 0 ? o.batch / (step_ms / 1000.0) : 0.0},

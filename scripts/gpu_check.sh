@@ -74,11 +74,15 @@ if [ -x "$CLI" ]; then
   bench b_m2_130m_a 60 --shape mamba2-130m -b 1 -p 100 -g 1000
   bench b_m2_130m_b 60 --shape mamba2-130m -b 1 -p 100 -g 1000
   bench b_m2_130m_eager 90 --shape mamba2-130m -b 1 -p 100 -g 1000 --no-cuda-graph
+  bench b_m2_130m_plain 60 --shape mamba2-130m -b 1 -p 100 -g 1000 --no-fused-decode
   bench b_m1_130m_a 60 --shape mamba-130m -b 1 -p 100 -g 1000
   bench b_m1_130m_b 60 --shape mamba-130m -b 1 -p 100 -g 1000
   bench b_m1_130m_eager 90 --shape mamba-130m -b 1 -p 100 -g 1000 --no-cuda-graph
+  bench b_m1_130m_plain 60 --shape mamba-130m -b 1 -p 100 -g 1000 --no-fused-decode
   bench b_2p7_f32s 120 --shape mamba2-2.7b -b 1 -p 100 -g 200
   bench b_2p7_bf16s 120 --shape mamba2-2.7b -b 1 -p 100 -g 200 --state-dtype bf16
+  bench b_2p7_plain 120 --shape mamba2-2.7b -b 1 -p 100 -g 200 --no-fused-decode
+  bench b_2p7_b8 120 --shape mamba2-2.7b -b 8 -p 100 -g 100
   bench b_2p7_b32 120 --shape mamba2-2.7b -b 32 -p 100 -g 100 --state-dtype bf16
   bench b_2p7_prefill 120 --shape mamba2-2.7b -b 1 -p 4096 -g 0
   step profile_m2 150 scripts/gpu_profile.sh "$CLI" mamba2-130m "$LOG"
@@ -97,13 +101,13 @@ grep -h "\[perf\]" "$LOG/perf.log" 2>/dev/null
 if [ -s "$LOG/bench.jsonl" ]; then
   python3 - "$LOG/bench.jsonl" <<'PY'
 import json, sys
-print(f"{'model':12} {'B':>3} {'P':>5} {'G':>5} {'state':>5} {'prefill tok/s':>13} {'ms/step':>8} {'total ms':>9} {'floor ms':>8} {'% floor':>7}")
+print(f"{'model':12} {'B':>3} {'P':>5} {'G':>5} {'state':>5} {'graph':>5} {'fused':>5} {'prefill tok/s':>13} {'ms/step':>8} {'total ms':>9} {'floor ms':>8} {'% floor':>7}")
 for line in open(sys.argv[1]):
     try:
         j = json.loads(line)
     except ValueError:
         continue
-    print(f"{j['model']:12} {j['batch']:>3} {j['prompt']:>5} {j['gen']:>5} {j['state_dtype']:>5} {j['prefill_tokens_per_s']:>13.0f} "
+    print(f"{j['model']:12} {j['batch']:>3} {j['prompt']:>5} {j['gen']:>5} {j['state_dtype']:>5} {str(j['cuda_graphs']):>5} {str(j.get('fused_decode', '-')):>5} {j['prefill_tokens_per_s']:>13.0f} "
           f"{j['decode_ms_per_step']:>8.4f} {j['total_ms']:>9.1f} {j['decode_floor_ms_per_step']:>8.4f} {j['decode_floor_percent']:>7.1f}")
 PY
 fi

@@ -1,7 +1,7 @@
 // The backend seam. The model (src/model/) is written once against this table of operations; each backend
-// (src/backend/cpu/, src/backend/cuda/) fills it. A backend may also offer fused operations (a whole mixer step in
-// one kernel): the model asks for them through the `fused_*` hooks and falls back to the plain ops when they
-// return false.
+// (src/backend/cpu/, src/backend/cuda/) fills it. A backend may also offer fused operations (a whole decode block in
+// a few kernels): the model asks for them through decode_block / rmsnorm_linear and falls back to the plain ops
+// when they return false.
 //
 // Conventions for every op:
 // - Activations are f32, laid out as packed tokens: dim 0 is the token index t in [0, T) of a BatchLayout, with
@@ -70,6 +70,22 @@ struct Mamba2ScanArgs {
   TensorView y;        // [T, n_heads * head_dim] output
 };
 
+struct LayerWeights;  // src/model/weights.h
+struct ModelConfig;
+
+// One block of a decode step, for Backend::decode_block: the layer's weights and state, the residual stream and
+// scratch rows from the model's workspace (stable across steps, so a captured graph may hold them).
+struct DecodeBlockArgs {
+  const ModelConfig* config = nullptr;
+  const LayerWeights* weights = nullptr;
+  TensorView conv_state, ssm_state;  // the layer's state, as for conv1d_silu and the scans
+  TensorView residual;               // [B, d_model], updated in place
+  TensorView proj;                   // [B, in_proj_size] scratch
+  TensorView conv_out;               // [B, conv_channels] scratch
+  TensorView xdbc;                   // [B, dt_rank + 2 d_state] scratch (Mamba-1)
+  TensorView y;                      // [B, d_inner] scratch
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -117,6 +133,17 @@ class Backend {
                              float eps, TensorView out) = 0;
   // out[i, :] = x[rows[i], :]; rows is a host array of n indices.
   virtual void gather_rows(const TensorView& x, const int64_t* rows, int64_t n, TensorView out) = 0;
+
+  // ---- Fused decode (optional) ---------------------------------------------------------------------------------
+  // A whole block, residual += mixer(rmsnorm(residual)), for a batch in which sequence i is row i and has one
+  // token, in as few kernels as the backend can. Returns false, having done nothing, when it has no fused path for
+  // these shapes and dtypes (the same answer for every layer of a model); the model then runs the plain ops.
+  virtual bool decode_block(const DecodeBlockArgs&, const BatchLayout&) { return false; }
+  // y = rmsnorm(x, norm_w, eps) . w^T in one pass (the final norm folded into the LM head). False when not offered.
+  virtual bool rmsnorm_linear(const TensorView& /*x*/, const TensorView& /*norm_w*/, float /*eps*/,
+                              const TensorView& /*w*/, TensorView /*y*/) {
+    return false;
+  }
 
   // ---- Graphs (optional; CUDA graphs) ------------------------------------------------------------------------
   // Ops issued between begin_capture() and end_capture() are recorded instead of run; replay() runs them again with

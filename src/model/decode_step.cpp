@@ -9,7 +9,42 @@ constexpr size_t kMaxGraphs = 64;  // distinct (state, slots) keys kept; beyond 
 // Larger batches take the general path, which computes their logits in blocks of this many rows: a step's
 // [B, vocab] logits buffer stays as bounded as prefill's.
 constexpr int64_t kMaxDecodeBatch = 256;
+
+
+// Embedding, blocks and LM head of one step (the work a graph captures). Blocks go through the backend's fused
+// decode_block where it has one, else through the plain ops; one token per sequence, so the hidden rows are
+// already the last rows.
+void run_step(const Model::Impl& m, StateCache& state, const BatchLayout& batch, Output output, TensorView logits) {
+  const ModelConfig& c = m.config;
+  Backend& be = *m.backend;
+  const Device dev = be.device();
+  Workspace& ws = m.workspace;
+  const int64_t B = batch.total_tokens;
+  const float eps = static_cast<float>(c.norm_eps);
+  TensorView residual = Workspace::f32(ws.residual, dev, B, c.d_model);
+  be.embed(m.weights.embeddings, TensorView(ws.ids.data(), DType::I32, {B}, dev), residual);
+  DecodeBlockArgs a;
+  a.config = &c;
+  a.residual = residual;
+  a.proj = Workspace::f32(ws.proj, dev, B, c.in_proj_size());
+  a.conv_out = Workspace::f32(ws.conv, dev, B, c.conv_channels());
+  a.y = Workspace::f32(ws.y, dev, B, c.d_inner);
+  if (c.arch == Arch::Mamba1) a.xdbc = Workspace::f32(ws.xdbc, dev, B, c.dt_rank + 2 * c.d_state);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerCache& cache = state.layers()[static_cast<size_t>(l)];
+    a.weights = &m.weights.layers[static_cast<size_t>(l)];
+    a.conv_state = cache.conv;
+    a.ssm_state = cache.ssm;
+    if (!m.options.fused_decode || !be.decode_block(a, batch)) run_block(m, l, cache, batch, residual);
+  }
+  if (output != Output::LastLogits) return;
+  if (m.options.fused_decode && be.rmsnorm_linear(residual, m.weights.norm_f, eps, m.weights.lm_head, logits)) return;
+  TensorView normed = Workspace::f32(ws.normed, dev, B, c.d_model);
+  be.rmsnorm(residual, m.weights.norm_f, eps, normed);
+  be.linear(normed, m.weights.lm_head, {}, logits);
 }
+
+}  // namespace
 
 bool decode_step_applies(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
   if (output != Output::LastLogits && output != Output::None) return false;
@@ -40,11 +75,7 @@ void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequen
   be.prepare_batch(batch);
 
   TensorView logits = Workspace::f32(ws.logits, dev, B, c.vocab_size);
-  auto device_work = [&] {
-    run_blocks(m, state, batch, /*embed_ids=*/true);
-    if (output == Output::LastLogits)  // one token per sequence: the hidden rows are already the last rows
-      be.linear(Workspace::f32(ws.normed, dev, B, c.d_model), m.weights.lm_head, {}, logits);
-  };
+  auto device_work = [&] { run_step(m, state, batch, output, logits); };
 
   if (!m.options.cuda_graphs || !be.supports_graphs()) {
     device_work();

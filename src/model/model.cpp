@@ -132,29 +132,34 @@ void validate_sequences(const ModelConfig& c, const StateCache& state, std::span
 
 }  // namespace
 
+void run_block(const Model::Impl& m, int64_t layer, const LayerCache& cache, const BatchLayout& batch,
+               TensorView residual) {
+  const ModelConfig& c = m.config;
+  Backend& be = *m.backend;
+  const Device dev = be.device();
+  Workspace& ws = m.workspace;
+  const int64_t T = batch.total_tokens;
+  const LayerWeights& w = m.weights.layers[static_cast<size_t>(layer)];
+  TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
+  TensorView mixer_out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
+  be.rmsnorm(residual, w.norm, static_cast<float>(c.norm_eps), normed);
+  if (c.arch == Arch::Mamba1)
+    mamba1_mixer(be, c, w, cache, batch, ws, normed, mixer_out);
+  else
+    mamba2_mixer(be, c, w, cache, batch, ws, normed, mixer_out);
+  be.add_inplace(residual, mixer_out);
+}
+
 void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batch, bool embed_ids) {
   const ModelConfig& c = m.config;
   Backend& be = *m.backend;
   const Device dev = be.device();
   Workspace& ws = m.workspace;
   const int64_t T = batch.total_tokens;
-  const float eps = static_cast<float>(c.norm_eps);
   TensorView residual = Workspace::f32(ws.residual, dev, T, c.d_model);
   if (embed_ids) be.embed(m.weights.embeddings, TensorView(ws.ids.data(), DType::I32, {T}, dev), residual);
-  // Blocks: residual += mixer(rmsnorm(residual)).
-  TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
-  TensorView mixer_out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
-  const auto& cache = state.layers();
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const LayerWeights& w = m.weights.layers[static_cast<size_t>(l)];
-    be.rmsnorm(residual, w.norm, eps, normed);
-    if (c.arch == Arch::Mamba1)
-      mamba1_mixer(be, c, w, cache[static_cast<size_t>(l)], batch, ws, normed, mixer_out);
-    else
-      mamba2_mixer(be, c, w, cache[static_cast<size_t>(l)], batch, ws, normed, mixer_out);
-    be.add_inplace(residual, mixer_out);
-  }
-  be.rmsnorm(residual, m.weights.norm_f, eps, normed);
+  for (int64_t l = 0; l < c.n_layer; ++l) run_block(m, l, state.layers()[static_cast<size_t>(l)], batch, residual);
+  be.rmsnorm(residual, m.weights.norm_f, static_cast<float>(c.norm_eps), Workspace::f32(ws.normed, dev, T, c.d_model));
 }
 
 ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, Output output,

@@ -57,6 +57,10 @@ std::unique_ptr<Backend> make_backend(const LoadOptions& options);
 // hidden states in ws.normed. Embeddings inputs must already be in ws.residual.
 void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batch, bool embed_ids);
 
+// One block on the packed batch: residual += mixer(rmsnorm(residual)), with the plain ops.
+void run_block(const Model::Impl& m, int64_t layer, const LayerCache& cache, const BatchLayout& batch,
+               TensorView residual);
+
 // Per-slot views into a layer's state tensors.
 TensorView slot_view(const TensorView& t, int64_t slot);
 

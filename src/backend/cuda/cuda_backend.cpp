@@ -18,6 +18,8 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/fused_ops.h"
+#include "mambacpp/config.h"
 #include "mambacpp/error.h"
 
 namespace mambacpp {
@@ -54,6 +56,7 @@ class CudaBackend final : public Backend {
   CudaBackend(int device, DType weight_dtype) : device_(device), weight_dtype_(weight_dtype) {
     cudaDeviceProp prop{};
     MAMBACPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
+    sm_count_ = prop.multiProcessorCount;
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                    ", weights " + dtype_name(weight_dtype_) + ")";
   }
@@ -199,8 +202,15 @@ class CudaBackend final : public Backend {
       const SeqSpan& sp = layout.seqs[static_cast<size_t>(s)];
       std::fill(map + sp.start, map + sp.start + sp.len, static_cast<int32_t>(s));
     }
+    // Decode steps prepare the same layout over and over: the upload (and the new generation, which makes
+    // mamba2_ssd rebuild its chunk table) is skipped when the device already holds exactly these bytes.
+    if (host == uploaded_batch_ && n == n_prepared_seqs_ && batch_.ptr) {
+      layout.device_seqs = batch_.ptr;  // token_seq_ and n_mapped_tokens_ are those of the same bytes
+      return;
+    }
     void* buf = grow(batch_, std::max<size_t>(host.size(), 1));
     copy_from_host(buf, host.data(), host.size());
+    uploaded_batch_ = std::move(host);
     layout.device_seqs = buf;
     token_seq_ = reinterpret_cast<const int32_t*>(static_cast<char*>(buf) + seq_bytes);
     n_mapped_tokens_ = n_tokens;
@@ -429,6 +439,42 @@ class CudaBackend final : public Backend {
     launch_gated_rmsnorm(crows(y), crows(z), weight(w), group_size, eps, rows(out), y.dim(0), D, stream());
   }
 
+  // Fused decode (decode_block.cpp): batches of up to kFusedMaxRows sequences, sequence i in row i.
+  bool decode_block(const DecodeBlockArgs& a, const BatchLayout& batch) override {
+    const int64_t B = batch.total_tokens;
+    if (B < 1 || B > kFusedMaxRows || static_cast<int64_t>(batch.seqs.size()) != B) return false;
+    for (int64_t i = 0; i < B; ++i) {
+      const SeqSpan& s = batch.seqs[static_cast<size_t>(i)];
+      if (s.start != i || s.len != 1) return false;
+    }
+    const ModelConfig& c = *a.config;
+    check_f32_2d(a.residual, "decode_block: residual");
+    need(a.residual.dim(0) >= B && a.residual.dim(1) == c.d_model, "decode_block: residual ",
+         a.residual.shape_string(), " for ", B, " rows of d_model ", c.d_model);
+    for (const TensorView* v : {&a.proj, &a.conv_out, &a.y}) check_f32_2d(*v, "decode_block: scratch");
+    need(a.proj.dim(1) >= c.in_proj_size() && a.conv_out.dim(1) >= c.conv_channels() && a.y.dim(1) >= c.d_inner,
+         "decode_block: scratch rows too narrow");
+    check_state(a.conv_state, "decode_block: conv state", {c.conv_channels(), c.d_conv - 1});
+    if (c.arch == Arch::Mamba2) {
+      check_state(a.ssm_state, "decode_block: ssm state", {c.n_heads, c.head_dim, c.d_state});
+    } else {
+      check_f32_2d(a.xdbc, "decode_block: xdbc");
+      check_state(a.ssm_state, "decode_block: ssm state", {c.d_inner, c.d_state});
+    }
+    const SeqSpan* seqs = device_seqs(batch, std::min(a.conv_state.dim(0), a.ssm_state.dim(0)), B, "decode_block");
+    return run_decode_block(a, seqs, B, sm_count_, stream());
+  }
+
+  bool rmsnorm_linear(const TensorView& x, const TensorView& norm_w, float eps, const TensorView& w,
+                      TensorView y) override {
+    check_f32_2d(x, "rmsnorm_linear: x");
+    check_f32_2d(y, "rmsnorm_linear: y");
+    need(w.ndim == 2 && w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0) &&
+             norm_w.numel() == x.dim(1) && w.contiguous(),
+         "rmsnorm_linear: x ", x.shape_string(), ", w ", w.shape_string(), ", y ", y.shape_string());
+    return run_rmsnorm_linear(x, norm_w, eps, w, y, sm_count_, stream());
+  }
+
   void gather_rows(const TensorView& x, const int64_t* host_rows, int64_t n, TensorView out) override {
     need(x.ndim >= 1 && out.ndim >= 1 && x.dtype == out.dtype && x.row_size() == out.row_size() && out.dim(0) >= n,
          "gather_rows: x ", x.shape_string(), " vs out ", out.shape_string());
@@ -544,6 +590,7 @@ class CudaBackend final : public Backend {
   }
 
   int device_ = 0;
+  int sm_count_ = 1;
   DType weight_dtype_ = DType::BF16;
   std::string description_;
   cudaStream_t stream_ = nullptr;
@@ -553,6 +600,7 @@ class CudaBackend final : public Backend {
   std::vector<void*> owned_;  // adopted weights
 
   Scratch batch_;  // SeqSpan[n] then the token -> sequence map
+  std::vector<unsigned char> uploaded_batch_;  // what batch_ holds
   const int32_t* token_seq_ = nullptr;
   int64_t n_mapped_tokens_ = 0;
   int64_t n_prepared_seqs_ = 0;

@@ -57,3 +57,15 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 }
 
 }  // namespace mambacpp::cuda
+
+namespace mambacpp::cuda {
+
+// Programmatic dependent launch (sm_90; see launch_dependent in cuda_launch.cuh). A kernel launched that way may
+// start while the previous kernel of the stream is still running: before the wait it may only read what no
+// earlier kernel of the step writes (weights, the state it alone updates); the wait returns once the previous
+// kernel has finished and its writes are visible. Launched normally, both are no-ops.
+__device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
+// Lets the next kernel (if launched as dependent) be scheduled now rather than when this one exits.
+__device__ __forceinline__ void allow_next_kernel() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+
+}  // namespace mambacpp::cuda

@@ -81,6 +81,10 @@ struct Mamba1Launch {
   void* state = nullptr;        // [n_slots, d_inner, d_state]
   bool state_bf16 = false;
   F32Rows y;                    // [T, d_inner]
+  // Optional (decode): dt computed here as dt_low[t, :] . dt_proj[c, :] instead of read from `dt`.
+  ConstF32Rows dt_low;          // [T, dt_rank]
+  DevWeight dt_proj;            // [d_inner, dt_rank]; data null: read `dt`
+  int64_t dt_rank = 0;
   int64_t d_inner = 0, d_state = 0;
   const SeqSpan* seqs = nullptr;  // device
   int64_t n_seqs = 0;
@@ -110,6 +114,7 @@ struct Mamba2Launch {
   void* state = nullptr;  // [n_slots, n_heads, head_dim, d_state]
   bool state_bf16 = false;
   F32Rows y;              // [T, n_heads * head_dim]
+  ConstF32Rows z;         // decode step only, optional: y *= silu(z) ([T, n_heads * head_dim]; data null: no gate)
   int64_t T = 0;
   const SeqSpan* seqs = nullptr;  // device
   int64_t n_seqs = 0;

@@ -8,48 +8,13 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/weight_loads.cuh"
 
 namespace mambacpp::cuda {
 namespace {
 
 constexpr int kThreads = 256;           // 8 warps = 8 output features per block
 constexpr int kRowsPerBlock = kThreads / 32;
-
-template <class W>
-__device__ __forceinline__ float w_to_f(W v) {
-  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-    return __bfloat162float(v);
-  } else if constexpr (std::is_same_v<W, __half>) {
-    return __half2float(v);
-  } else {
-    return v;
-  }
-}
-
-// 16 bytes of weights as floats: 8 (bf16/f16) or 4 (f32).
-template <class W>
-__device__ __forceinline__ void unpack16(const uint4& raw, float* out) {
-  const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
-  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      out[2 * k] = __uint_as_float(u[k] << 16);          // low half = lower address
-      out[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
-    }
-  } else if constexpr (std::is_same_v<W, __half>) {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      __half2 h;
-      memcpy(&h, &u[k], 4);
-      const float2 f = __half22float2(h);
-      out[2 * k] = f.x;
-      out[2 * k + 1] = f.y;
-    }
-  } else {
-#pragma unroll
-    for (int k = 0; k < 4; ++k) out[k] = __uint_as_float(u[k]);
-  }
-}
 
 // VEC: in % (16 / sizeof(W)) == 0 and x rows 16-byte aligned (checked by the launcher); otherwise scalar loads.
 template <class W, int NT, bool VEC>

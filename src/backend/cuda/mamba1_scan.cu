@@ -1,5 +1,6 @@
 // Mamba-1 selective scan, sequential in time, parallel over (sequence, channel, state):
 //   dt = softplus(dt_raw[t, c] + dt_bias[c]);  A[c, n] = -exp(A_log[c, n])
+// (dt_raw read from `dt`, or, in the fused decode block, computed here from the low-rank dt and dt_proj)
 //   h[c, n] = exp(dt * A[c, n]) * h[c, n] + dt * B[t, n] * x[t, c]
 //   y[t, c] = (sum_n C[t, n] * h[c, n] + D[c] * x[t, c]) * silu(z[t, c])
 // A group of G lanes (a power of two up to 32) owns one channel; each lane keeps NPER states in registers and the
@@ -11,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 namespace mambacpp::cuda {
@@ -25,12 +27,22 @@ struct StepIn {
   float B[NPER], C[NPER];
 };
 
+// dt_low[t, :] . dt_proj[c, :], summed by the G lanes of channel c's group (every lane gets the total).
+__device__ __forceinline__ float dt_from_low_rank(const Mamba1Launch& p, int64_t t, int64_t c, int G, int lane_g) {
+  float acc = 0.0f;
+  for (int64_t r = lane_g; r < p.dt_rank; r += G)
+    acc += load_f(p.dt_proj.data, p.dt_proj.dtype, c * p.dt_rank + r) * p.dt_low.data[t * p.dt_low.stride + r];
+  for (int off = G / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+  return acc;
+}
+
+// Called by every lane of the warp (the dt_proj sum shuffles).
 template <int NPER>
 __device__ __forceinline__ StepIn<NPER> load_step(const Mamba1Launch& p, int64_t t, int64_t c, const int64_t* n,
-                                                  const bool* nv) {
+                                                  const bool* nv, int G, int lane_g) {
   StepIn<NPER> s;
   s.x = p.x.data[t * p.x.stride + c];
-  s.dt = p.dt.data[t * p.dt.stride + c];
+  s.dt = p.dt_proj.data ? dt_from_low_rank(p, t, c, G, lane_g) : p.dt.data[t * p.dt.stride + c];
   s.z = p.z.data[t * p.z.stride + c];
 #pragma unroll
   for (int j = 0; j < NPER; ++j) {
@@ -43,6 +55,7 @@ __device__ __forceinline__ StepIn<NPER> load_step(const Mamba1Launch& p, int64_t
 template <int NPER>
 __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G, int64_t n0, int64_t n_end,
                                                           bool first_pass, bool last_pass) {
+  allow_next_kernel();
   const int lane_g = threadIdx.x % G;
   const int64_t c = blockIdx.x * int64_t(kThreads / G) + threadIdx.x / G;
   const bool c_valid = c < p.d_inner;
@@ -60,6 +73,7 @@ __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G,
   }
   const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, cc);
   const float Dc = load_f(p.D.data, p.D.dtype, cc);
+  wait_for_previous_kernel();  // launched as a dependent (cuda_launch.cuh): weights above, activations below
 
   for (int64_t s = blockIdx.y; s < p.n_seqs; s += gridDim.y) {
     const SeqSpan seq = p.seqs[s];
@@ -70,9 +84,9 @@ __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G,
     for (int j = 0; j < NPER; ++j) h[j] = nv[j] ? load_state(p.state, p.state_bf16, sbase + n[j]) : 0.0f;
 
     const int64_t t_end = seq.start + seq.len;
-    StepIn<NPER> cur = load_step<NPER>(p, seq.start, cc, n, nv);
+    StepIn<NPER> cur = load_step<NPER>(p, seq.start, cc, n, nv, G, lane_g);
     for (int64_t t = seq.start; t < t_end; ++t) {
-      const StepIn<NPER> nxt = t + 1 < t_end ? load_step<NPER>(p, t + 1, cc, n, nv) : cur;
+      const StepIn<NPER> nxt = t + 1 < t_end ? load_step<NPER>(p, t + 1, cc, n, nv, G, lane_g) : cur;
       const float dtv = softplus_f(cur.dt + bias);
       const float dtx = dtv * cur.x;
       float acc = 0.0f;
@@ -112,15 +126,14 @@ void launch_mamba1_scan(const Mamba1Launch& p, cudaStream_t stream) {
                     static_cast<unsigned>(std::min<int64_t>(p.n_seqs, 65535)));
     const int64_t n_end = n0 + tile;
     if (per_lane <= 1) {
-      mamba1_kernel<1><<<grid, kThreads, 0, stream>>>(p, G, n0, n_end, first, last);
+      launch_dependent(mamba1_kernel<1>, grid, dim3(kThreads), stream, p, G, n0, n_end, first, last);
     } else if (per_lane <= 2) {
-      mamba1_kernel<2><<<grid, kThreads, 0, stream>>>(p, G, n0, n_end, first, last);
+      launch_dependent(mamba1_kernel<2>, grid, dim3(kThreads), stream, p, G, n0, n_end, first, last);
     } else if (per_lane <= 4) {
-      mamba1_kernel<4><<<grid, kThreads, 0, stream>>>(p, G, n0, n_end, first, last);
+      launch_dependent(mamba1_kernel<4>, grid, dim3(kThreads), stream, p, G, n0, n_end, first, last);
     } else {
-      mamba1_kernel<8><<<grid, kThreads, 0, stream>>>(p, G, n0, n_end, first, last);
+      launch_dependent(mamba1_kernel<8>, grid, dim3(kThreads), stream, p, G, n0, n_end, first, last);
     }
-    MAMBACPP_CUDA_LAUNCHED();
   }
 }
 

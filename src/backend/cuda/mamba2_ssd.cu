@@ -24,6 +24,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 namespace mambacpp::cuda {
@@ -51,6 +52,7 @@ constexpr int kStepRowsPerBlock = kThreads / 32;
 constexpr int kStepPer = 4;  // states per lane per pass: 128 = d_state of the released models in one pass
 
 __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
+  allow_next_kernel();
   const int64_t s = blockIdx.x, h = blockIdx.y;
   const int64_t row = int64_t(blockIdx.z) * kStepRowsPerBlock + (threadIdx.x >> 5);
   const SeqSpan seq = p.seqs[s];
@@ -58,14 +60,26 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
   if (seq.len <= 0 || row >= P) return;  // warp-uniform
   const int64_t t = seq.start;
   const int64_t g = h / (p.n_heads / p.n_groups);
-  const float dtv = ssd_dt(p, t, h, load_f(p.dt_bias.data, p.dt_bias.dtype, h));
-  const float dA = expf(dtv * head_A(p, h));
+  const int lane = threadIdx.x & 31;
+  const int64_t base = ((seq.slot * p.n_heads + h) * P + row) * N;
+  // The state is written by this kernel alone: its first pass is loaded before waiting for the kernel that
+  // produces x, B, C and dt (launched as a dependent, see cuda_launch.cuh).
+  float h_first[kStepPer];
+#pragma unroll
+  for (int j = 0; j < kStepPer; ++j) {
+    const int64_t n = lane + 32 * j;
+    h_first[j] = n < N ? load_state(p.state, p.state_bf16, base + n) : 0.0f;
+  }
+  const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h), A = head_A(p, h);
+  const float Dh = load_f(p.D.data, p.D.dtype, h);
+  wait_for_previous_kernel();
+
+  const float dtv = ssd_dt(p, t, h, bias);
+  const float dA = expf(dtv * A);
   const float* Bt = p.B.data + t * p.B.stride + g * N;
   const float* Ct = p.C.data + t * p.C.stride + g * N;
-  const int lane = threadIdx.x & 31;
   const float xv = p.x.data[t * p.x.stride + h * P + row];
   const float dtx = dtv * xv;
-  const int64_t base = ((seq.slot * p.n_heads + h) * P + row) * N;
   float acc = 0.0f;
   for (int64_t n0 = 0; n0 < N; n0 += 32 * kStepPer) {
     float hv[kStepPer], bv[kStepPer], cv[kStepPer];
@@ -73,7 +87,7 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
     for (int j = 0; j < kStepPer; ++j) {
       const int64_t n = n0 + lane + 32 * j;
       const bool ok = n < N;
-      hv[j] = ok ? load_state(p.state, p.state_bf16, base + n) : 0.0f;
+      hv[j] = n0 == 0 ? h_first[j] : ok ? load_state(p.state, p.state_bf16, base + n) : 0.0f;
       bv[j] = ok ? Bt[n] : 0.0f;
       cv[j] = ok ? Ct[n] : 0.0f;
     }
@@ -86,7 +100,11 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
     }
   }
   acc = warp_sum(acc);
-  if (lane == 0) p.y.data[t * p.y.stride + h * P + row] = acc + load_f(p.D.data, p.D.dtype, h) * xv;
+  if (lane == 0) {
+    float out = acc + Dh * xv;
+    if (p.z.data) out *= silu_f(p.z.data[t * p.z.stride + h * P + row]);  // the fused decode block's gate
+    p.y.data[t * p.y.stride + h * P + row] = out;
+  }
 }
 
 // ---- 1. dt and the in-chunk cumulative sum of a = dt * A -----------------------------------------------------------
@@ -354,10 +372,10 @@ unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) /
 
 void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream) {
   if (p.n_seqs <= 0 || p.n_heads <= 0) return;
-  ssd_step_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), static_cast<unsigned>(p.n_heads),
-                         cdiv(p.head_dim, kStepRowsPerBlock)),
-                    kThreads, 0, stream>>>(p);
-  MAMBACPP_CUDA_LAUNCHED();
+  launch_dependent(ssd_step_kernel,
+                   dim3(static_cast<unsigned>(p.n_seqs), static_cast<unsigned>(p.n_heads),
+                        cdiv(p.head_dim, kStepRowsPerBlock)),
+                   dim3(kThreads), stream, p);
 }
 
 void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,

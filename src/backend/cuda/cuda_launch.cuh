@@ -1,0 +1,30 @@
+// Kernel launch with programmatic dependent launch enabled (sm_90): the kernel may be scheduled before the
+// previous kernel in the stream has finished, overlapping its launch and its independent loads (weights, state)
+// with that kernel's tail; it must call wait_for_previous_kernel() (cuda_common.cuh) before touching anything the
+// previous kernels write. Stream capture keeps the relation as a programmatic edge of the CUDA graph.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <utility>
+
+#include "backend/cuda/cuda_check.h"
+
+namespace mambacpp::cuda {
+
+template <class... KernelArgs, class... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  cudaLaunchConfig_t config{};
+  config.gridDim = grid;
+  config.blockDim = block;
+  config.dynamicSmemBytes = 0;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  MAMBACPP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+}  // namespace mambacpp::cuda

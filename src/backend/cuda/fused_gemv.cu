@@ -1,0 +1,251 @@
+// The decode GEMV with its neighbours folded in (see FusedGemvLaunch in fused_ops.h): an RMSNorm prologue, and a
+// one-token conv1d or a residual-add epilogue. A decode block is then three kernels (Mamba-2) instead of eight:
+// the norm, the conv and the add no longer cost a launch and a round trip each.
+//
+// Layout: 256 threads = 8 warps; `wpr` warps (1, 2, 4 or 8) share one output feature, each taking every wpr-th
+// 16-byte vector of its weight row, so that narrow outputs (out_proj) still put enough loads in flight. Partial
+// sums meet in shared memory and are added in warp order: the result does not depend on timing (graph replays
+// are bit-identical to eager runs). Every kernel here is launched as a programmatic dependent of the previous one
+// (cuda_launch.cuh), so a launch and the first weight loads overlap the previous kernel's tail.
+#include <algorithm>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/fused_ops.h"
+#include "backend/cuda/weight_loads.cuh"
+#include "mambacpp/error.h"
+
+namespace mambacpp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+// What the thread finishing output o of row t needs for the conv epilogue, loaded before the wait: the taps are
+// weights and the conv state is written by this kernel alone, so neither depends on the previous kernel.
+struct ConvTaps {
+  float w[kFusedMaxConvTaps];      // w[c, 0 .. K-1]
+  float s[kFusedMaxConvTaps - 1];  // the K-1 previous inputs, oldest first
+  float bias = 0.0f;
+  int64_t base = 0;                // the slot's state row
+  bool active = false;             // o is a conv channel
+};
+
+__device__ __forceinline__ ConvTaps load_conv_taps(const FusedGemvLaunch& p, int t, int64_t o) {
+  ConvTaps ct;
+  const int64_t c = o - p.conv_begin;
+  if (c < 0 || c >= p.conv_channels) return ct;
+  ct.active = true;
+  const int64_t S = p.K - 1;
+  ct.base = (p.seqs[t].slot * p.conv_channels + c) * S;
+  ct.bias = p.conv_bias.data ? load_f(p.conv_bias.data, p.conv_bias.dtype, c) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kFusedMaxConvTaps; ++k) {
+    ct.w[k] = k <= S ? load_f(p.conv_w.data, p.conv_w.dtype, c * p.K + k) : 0.0f;
+    if (k < kFusedMaxConvTaps - 1) ct.s[k] = k < S ? load_state(p.conv_state, p.state_bf16, ct.base + k) : 0.0f;
+  }
+  return ct;
+}
+
+// The epilogue for output o of row t, done by one thread. Conv channels: out = silu(bias + sum_k w[k] * in[k])
+// over the K-1 inputs held in the state and v; the state then drops its oldest input and appends v.
+__device__ __forceinline__ void finish_output(const FusedGemvLaunch& p, int t, int64_t o, float v,
+                                              const ConvTaps& ct) {
+  if (ct.active) {
+    const int64_t S = p.K - 1;
+    float acc = ct.bias;
+#pragma unroll
+    for (int k = 0; k < kFusedMaxConvTaps - 1; ++k)
+      if (k < S) acc += ct.w[k] * ct.s[k];
+#pragma unroll
+    for (int k = 0; k < kFusedMaxConvTaps; ++k)
+      if (k == S) acc += ct.w[k] * v;
+#pragma unroll
+    for (int k = 0; k + 1 < kFusedMaxConvTaps - 1; ++k)
+      if (k + 1 < S) store_state(p.conv_state, p.state_bf16, ct.base + k, ct.s[k + 1]);
+    if (S > 0) store_state(p.conv_state, p.state_bf16, ct.base + S - 1, v);
+    p.conv_out.data[t * p.conv_out.stride + (o - p.conv_begin)] = silu_f(acc);
+    return;
+  }
+  float* yp = p.y.data + t * p.y.stride + o;
+  *yp = p.accumulate ? *yp + v : v;
+}
+
+// One 16-byte weight vector (input features v*V .. v*V+V-1 of the row) against every row of x: acc += w . x
+// (times the group's scale), ss += x . x (only for the one-group norm).
+template <class W, int NT>
+__device__ __forceinline__ void consume_vector(const FusedGemvLaunch& p, const uint4& raw, int64_t v,
+                                               const float* nw, bool per_group, bool post_scale,
+                                               const float* group_scale, int64_t n_groups, float (&acc)[NT],
+                                               float (&ss)[NT]) {
+  constexpr int V = 16 / sizeof(W);
+  float wf[V];
+  unpack16<W>(raw, wf);
+  if (nw) {
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 g = *reinterpret_cast<const float4*>(nw + v * V + 4 * q);
+      wf[4 * q] *= g.x, wf[4 * q + 1] *= g.y, wf[4 * q + 2] *= g.z, wf[4 * q + 3] *= g.w;
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NT; ++r) {
+    const float4* xp = reinterpret_cast<const float4*>(p.x.data + r * p.x.stride + v * V);
+    float dot = 0.0f, sq = 0.0f;
+#pragma unroll
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 xv = xp[q];
+      dot += wf[4 * q] * xv.x + wf[4 * q + 1] * xv.y + wf[4 * q + 2] * xv.z + wf[4 * q + 3] * xv.w;
+      if (post_scale) sq += xv.x * xv.x + xv.y * xv.y + xv.z * xv.z + xv.w * xv.w;
+    }
+    if (per_group) dot *= group_scale[r * n_groups + (v * V) / p.norm_group];
+    acc[r] += dot;
+    ss[r] += sq;
+  }
+}
+
+constexpr int kPrefetch = 4;  // weight vectors per lane loaded before waiting for the previous kernel
+
+// VEC: 16-byte loads (in % V == 0, aligned rows, and norm groups made of whole vectors; checked by the launcher).
+// Launched as a dependent kernel: the first kPrefetch weight vectors of each lane (and the conv epilogue's taps
+// and state) are loaded while the previous kernel finishes, everything else after the wait.
+// Occupancy: a memory-bound GEMV needs many loads in flight, so registers are capped at 64 for one or two rows
+// (4 blocks = 32 warps per SM); more rows keep more accumulators.
+template <class W, int NT, bool VEC>
+__global__ void __launch_bounds__(kThreads, NT <= 2 ? 4 : 2) fused_gemv_kernel(FusedGemvLaunch p, int wpr) {
+  __shared__ float part[kWarps][NT];
+  __shared__ float part_ss[kWarps][NT];
+  __shared__ float group_scale[NT * kFusedMaxNormGroups];
+  allow_next_kernel();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+  const int64_t o = blockIdx.x * int64_t(kWarps / wpr) + warp / wpr;
+  const int seg = warp % wpr;
+  const W* wr = static_cast<const W*>(p.w.data) + (o < p.out ? o : 0) * p.in;
+  constexpr int V = VEC ? 16 / sizeof(W) : 1;
+  const int64_t n_vec = p.in / V;
+  const int64_t v0 = seg * 32 + lane, dv = 32 * int64_t(wpr);
+  const uint4* wv = reinterpret_cast<const uint4*>(wr);
+  // Lane t of a row's first warp finishes row t of output o; its conv taps wait in shared memory (registers
+  // are the scarce resource here).
+  __shared__ ConvTaps taps[kWarps][NT];
+  const bool finisher = o < p.out && seg == 0 && lane < NT;
+  if (finisher) taps[warp][lane] = load_conv_taps(p, lane, o);
+  uint4 pre[VEC ? kPrefetch : 1];
+  if constexpr (VEC) {
+#pragma unroll
+    for (int k = 0; k < kPrefetch; ++k)
+      if (o < p.out && v0 + k * dv < n_vec) pre[k] = __ldg(wv + v0 + k * dv);
+  }
+  wait_for_previous_kernel();
+
+  const bool norm = p.norm_w.data != nullptr;
+  const bool per_group = norm && p.norm_group != p.in;
+  const bool post_scale = norm && !per_group;  // one group: scale after the dot, from sums of squares
+  const int64_t n_groups = per_group ? p.in / p.norm_group : 1;
+  if (per_group) {  // one warp per (row, group)
+    for (int64_t k = warp; k < NT * n_groups; k += kWarps) {
+      const float* xr = p.x.data + (k / n_groups) * p.x.stride + (k % n_groups) * p.norm_group;
+      float ss = 0.0f;
+      for (int64_t i = lane; i < p.norm_group; i += 32) ss += xr[i] * xr[i];
+      ss = warp_sum(ss);
+      if (lane == 0) group_scale[k] = rsqrtf(ss / static_cast<float>(p.norm_group) + p.eps);
+    }
+    __syncthreads();
+  }
+
+  const float* nw = static_cast<const float*>(p.norm_w.data);
+  float acc[NT], ss[NT];
+#pragma unroll
+  for (int r = 0; r < NT; ++r) acc[r] = ss[r] = 0.0f;
+  if (o < p.out) {
+    if constexpr (VEC) {
+#pragma unroll
+      for (int k = 0; k < kPrefetch; ++k)
+        if (v0 + k * dv < n_vec)
+          consume_vector<W, NT>(p, pre[k], v0 + k * dv, nw, per_group, post_scale, group_scale, n_groups, acc, ss);
+#pragma unroll 4
+      for (int64_t v = v0 + kPrefetch * dv; v < n_vec; v += dv)
+        consume_vector<W, NT>(p, __ldg(wv + v), v, nw, per_group, post_scale, group_scale, n_groups, acc, ss);
+    } else {
+      for (int64_t i = v0; i < p.in; i += dv) {
+        float wf = w_to_f(wr[i]);
+        if (norm) wf *= nw[i];
+#pragma unroll
+        for (int r = 0; r < NT; ++r) {
+          const float xv = p.x.data[r * p.x.stride + i];
+          acc[r] += per_group ? wf * xv * group_scale[r * n_groups + i / p.norm_group] : wf * xv;
+          if (post_scale) ss[r] += xv * xv;
+        }
+      }
+    }
+  }
+#pragma unroll
+  for (int r = 0; r < NT; ++r) {
+    acc[r] = warp_sum(acc[r]);
+    if (post_scale) ss[r] = warp_sum(ss[r]);
+  }
+  if (lane == 0) {
+#pragma unroll
+    for (int r = 0; r < NT; ++r) part[warp][r] = acc[r], part_ss[warp][r] = ss[r];
+  }
+  __syncthreads();
+  if (finisher) {
+    const int t = lane;
+    float a = 0.0f, s = 0.0f;
+    for (int k = 0; k < wpr; ++k) a += part[warp + k][t], s += part_ss[warp + k][t];
+    if (post_scale) a *= rsqrtf(s / static_cast<float>(p.in) + p.eps);
+    if (p.bias.data) a += load_f(p.bias.data, p.bias.dtype, o);
+    finish_output(p, t, o, a, taps[warp][t]);
+  }
+}
+
+template <class W, int NT>
+void launch_rows(const FusedGemvLaunch& p, bool vec, int wpr, cudaStream_t stream) {
+  const int64_t rows_per_block = kWarps / wpr;
+  const auto blocks = static_cast<unsigned>((p.out + rows_per_block - 1) / rows_per_block);
+  if (vec) {
+    launch_dependent(fused_gemv_kernel<W, NT, true>, dim3(blocks), dim3(kThreads), stream, p, wpr);
+  } else {
+    launch_dependent(fused_gemv_kernel<W, NT, false>, dim3(blocks), dim3(kThreads), stream, p, wpr);
+  }
+}
+
+template <class W>
+void launch_typed(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream) {
+  constexpr int64_t V = 16 / sizeof(W);
+  const bool norm = p.norm_w.data != nullptr;
+  const bool vec = p.in % V == 0 && reinterpret_cast<uintptr_t>(p.w.data) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(p.x.data) % 16 == 0 && (p.T == 1 || p.x.stride % 4 == 0) &&
+                   (!norm || (reinterpret_cast<uintptr_t>(p.norm_w.data) % 16 == 0 && p.norm_group % V == 0));
+  // Split rows over more warps until the grid covers the GPU twice, keeping >= 2 vectors per lane.
+  int wpr = 1;
+  const int64_t n_vec = p.in / V;
+  while (wpr < kWarps && (p.out * wpr + kWarps - 1) / kWarps < 2 * int64_t(sm_count) && n_vec >= 64 * wpr) wpr *= 2;
+  switch (p.T) {
+    case 1: launch_rows<W, 1>(p, vec, wpr, stream); break;
+    case 2: launch_rows<W, 2>(p, vec, wpr, stream); break;
+    case 3: launch_rows<W, 3>(p, vec, wpr, stream); break;
+    case 4: launch_rows<W, 4>(p, vec, wpr, stream); break;
+    case 5: launch_rows<W, 5>(p, vec, wpr, stream); break;
+    case 6: launch_rows<W, 6>(p, vec, wpr, stream); break;
+    case 7: launch_rows<W, 7>(p, vec, wpr, stream); break;
+    default: launch_rows<W, 8>(p, vec, wpr, stream); break;
+  }
+}
+
+}  // namespace
+
+void launch_fused_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream) {
+  MAMBACPP_ASSERT(p.T >= 1 && p.T <= kFusedMaxRows && p.in >= 1);
+  MAMBACPP_ASSERT(p.norm_w.data == nullptr ||
+                  (p.norm_group > 0 && p.in % p.norm_group == 0 && p.in / p.norm_group <= kFusedMaxNormGroups));
+  if (p.out <= 0) return;
+  switch (p.w.dtype) {
+    case DType::BF16: launch_typed<__nv_bfloat16>(p, sm_count, stream); break;
+    case DType::F16: launch_typed<__half>(p, sm_count, stream); break;
+    default: launch_typed<float>(p, sm_count, stream); break;
+  }
+}
+
+}  // namespace mambacpp::cuda

@@ -1,0 +1,59 @@
+// Launchers of the fused decode kernels (fused_gemv.cu) and the decode-block driver (decode_block.cpp), callable
+// from plain C++. Decode batches put sequence t in row t with exactly one token, so a row's slot is seqs[t].slot.
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "backend/backend.h"
+#include "backend/cuda/cuda_ops.h"
+
+namespace mambacpp {
+struct LayerWeights;
+}
+
+namespace mambacpp::cuda {
+
+inline constexpr int64_t kFusedMaxRows = 8;       // decode batches up to this many sequences take the fused kernels
+inline constexpr int64_t kFusedMaxNormGroups = 16;  // group-wise norm prologue: scales kept in shared memory
+inline constexpr int kFusedMaxConvTaps = 4;          // conv epilogue: d_conv (4 in every released model)
+
+// y = x . w^T (+ bias) for T <= kFusedMaxRows rows, with optional pieces folded in:
+//   - prologue: an RMSNorm of x (norm_w set): each run of `norm_group` consecutive input features is scaled by
+//     rsqrt(mean(x^2 over the run) + eps) and by norm_w. With one group (norm_group == in) the scale is applied
+//     after the dot product, from a sum of squares gathered in the same pass over x; with several groups the block
+//     computes the scales first.
+//   - epilogue: outputs [conv_begin, conv_begin + conv_channels) feed a one-token causal conv1d + SiLU (the
+//     result goes to conv_out and the slot's conv state shifts by one); other outputs go to y, or are added to it
+//     (accumulate: the residual add).
+struct FusedGemvLaunch {
+  ConstF32Rows x;      // [T, in]
+  DevWeight w;         // [out, in] contiguous
+  DevWeight bias;      // [out] or absent
+  int64_t T = 0, in = 0, out = 0;
+  DevWeight norm_w;    // [in] f32, or absent: no norm
+  int64_t norm_group = 0;
+  float eps = 0.0f;
+  F32Rows y;           // [T, out] (columns of the conv range are not written)
+  bool accumulate = false;
+  int64_t conv_begin = 0, conv_channels = 0;  // conv_channels 0: no conv epilogue
+  DevWeight conv_w;    // [conv_channels, K] f32
+  DevWeight conv_bias; // [conv_channels] f32 or absent
+  int64_t K = 0;
+  void* conv_state = nullptr;  // [n_slots, conv_channels, K - 1]
+  bool state_bf16 = false;
+  F32Rows conv_out;    // [T, conv_channels]
+  const SeqSpan* seqs = nullptr;  // device; row t is sequence t
+};
+void launch_fused_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream);
+
+// One whole block of a decode step (see Backend::decode_block), after the caller has checked the batch shape.
+// Returns false, launching nothing, when the weights or state are of a kind these kernels do not take.
+bool run_decode_block(const DecodeBlockArgs& a, const SeqSpan* device_seqs, int64_t B, int sm_count,
+                      cudaStream_t stream);
+// y = rmsnorm(x) . w^T as one fused GEMV; false when not applicable.
+bool run_rmsnorm_linear(const TensorView& x, const TensorView& norm_w, float eps, const TensorView& w, TensorView y,
+                        int sm_count, cudaStream_t stream);
+
+}  // namespace mambacpp::cuda
