@@ -1,5 +1,5 @@
 // A decode block in three (Mamba-2) or four (Mamba-1) kernels, for batches of up to kFusedMaxRows sequences of one
-// token each:
+// token each (fused_gemv_supported says which shapes and dtypes):
 //   Mamba-2: 1. in_proj GEMV with the block's RMSNorm folded in and the conv1d + SiLU on the xBC outputs;
 //            2. the SSD state update, D skip and silu(z) gate (launch_mamba2_step with z);
 //            3. out_proj GEMV with the group-wise gated norm folded in, added to the residual.
@@ -29,7 +29,6 @@ bool run_decode_block(const DecodeBlockArgs& a, const SeqSpan* device_seqs, int6
   const bool mamba2 = c.arch == Arch::Mamba2;
   if (B < 1 || B > kFusedMaxRows || c.d_model < 1 || c.d_inner < 1) return false;
   if (!is_f32_vector(w.norm) || (mamba2 && !is_f32_vector(w.gated_norm))) return false;
-  if (mamba2 && c.n_groups > kFusedMaxNormGroups) return false;
   if (c.d_conv < 1 || c.d_conv > kFusedMaxConvTaps) return false;
   const int64_t di = c.d_inner, conv_ch = c.conv_channels();
   const bool state_bf16 = a.ssm_state.dtype == DType::BF16;
@@ -54,8 +53,35 @@ bool run_decode_block(const DecodeBlockArgs& a, const SeqSpan* device_seqs, int6
   in.state_bf16 = a.conv_state.dtype == DType::BF16;
   in.conv_out = rows(a.conv_out);
   in.seqs = device_seqs;
-  launch_fused_gemv(in, sm_count, stream);
 
+  FusedGemvLaunch out;
+  out.x = crows(a.y);
+  out.w = weight(w.out_proj);
+  out.bias = weight(w.out_proj_bias);
+  out.T = B;
+  out.in = di;
+  out.out = c.d_model;
+  if (mamba2) {
+    out.norm_w = weight(w.gated_norm);
+    out.norm_group = di / c.n_groups;
+    out.eps = static_cast<float>(c.norm_eps);
+  }
+  out.y = rows(a.residual);
+  out.accumulate = true;
+
+  FusedGemvLaunch xp;  // Mamba-1's x_proj
+  if (!mamba2) {
+    xp.x = crows(a.conv_out);
+    xp.w = weight(w.x_proj);
+    xp.T = B;
+    xp.in = di;
+    xp.out = c.dt_rank + 2 * c.d_state;
+    xp.y = rows(a.xdbc);
+  }
+  if (!fused_gemv_supported(in) || !fused_gemv_supported(out) || (!mamba2 && !fused_gemv_supported(xp)))
+    return false;  // nothing launched yet
+
+  launch_fused_gemv(in, sm_count, stream);
   if (mamba2) {
     const int64_t gn = c.n_groups * c.d_state;
     Mamba2Launch s;
@@ -83,13 +109,6 @@ bool run_decode_block(const DecodeBlockArgs& a, const SeqSpan* device_seqs, int6
     launch_mamba2_step(s, stream);
   } else {
     const int64_t r = c.dt_rank, n = c.d_state;
-    FusedGemvLaunch xp;
-    xp.x = crows(a.conv_out);
-    xp.w = weight(w.x_proj);
-    xp.T = B;
-    xp.in = di;
-    xp.out = r + 2 * n;
-    xp.y = rows(a.xdbc);
     launch_fused_gemv(xp, sm_count, stream);
     Mamba1Launch m;
     m.x = crows(a.conv_out);
@@ -112,20 +131,6 @@ bool run_decode_block(const DecodeBlockArgs& a, const SeqSpan* device_seqs, int6
     launch_mamba1_scan(m, stream);
   }
 
-  FusedGemvLaunch out;
-  out.x = crows(a.y);
-  out.w = weight(w.out_proj);
-  out.bias = weight(w.out_proj_bias);
-  out.T = B;
-  out.in = di;
-  out.out = c.d_model;
-  if (mamba2) {
-    out.norm_w = weight(w.gated_norm);
-    out.norm_group = di / c.n_groups;
-    out.eps = static_cast<float>(c.norm_eps);
-  }
-  out.y = rows(a.residual);
-  out.accumulate = true;
   launch_fused_gemv(out, sm_count, stream);
   return true;
 }
@@ -144,6 +149,7 @@ bool run_rmsnorm_linear(const TensorView& x, const TensorView& norm_w, float eps
   p.norm_group = p.in;
   p.eps = eps;
   p.y = rows(y);
+  if (!fused_gemv_supported(p)) return false;
   launch_fused_gemv(p, sm_count, stream);
   return true;
 }

@@ -15,11 +15,14 @@ struct LayerWeights;
 
 namespace mambacpp::cuda {
 
-inline constexpr int64_t kFusedMaxRows = 8;       // decode batches up to this many sequences take the fused kernels
+// Decode batches of up to kFusedMaxRows sequences take the fused kernels: up to kFusedMaxRowsCudaCores rows on CUDA
+// cores with any weight dtype, more (from 3) on the tensor cores with 16-bit weights.
+inline constexpr int64_t kFusedMaxRows = 32;
+inline constexpr int64_t kFusedMaxRowsCudaCores = 8;
 inline constexpr int64_t kFusedMaxNormGroups = 16;  // group-wise norm prologue: scales kept in shared memory
 inline constexpr int kFusedMaxConvTaps = 4;          // conv epilogue: d_conv (4 in every released model)
 
-// y = x . w^T (+ bias) for T <= kFusedMaxRows rows, with optional pieces folded in:
+// y = x . w^T (+ bias) for T <= kFusedMaxRows rows (see fused_gemv_supported), with optional pieces folded in:
 //   - prologue: an RMSNorm of x (norm_w set): each run of `norm_group` consecutive input features is scaled by
 //     rsqrt(mean(x^2 over the run) + eps) and by norm_w. With one group (norm_group == in) the scale is applied
 //     after the dot product, from a sum of squares gathered in the same pass over x; with several groups the block
@@ -46,6 +49,9 @@ struct FusedGemvLaunch {
   F32Rows conv_out;    // [T, conv_channels]
   const SeqSpan* seqs = nullptr;  // device; row t is sequence t
 };
+// Whether launch_fused_gemv takes these shapes, dtypes and alignments; and whether it uses the tensor cores.
+bool fused_gemv_supported(const FusedGemvLaunch& p);
+bool uses_tensor_cores(const FusedGemvLaunch& p);
 void launch_fused_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream);
 
 // One whole block of a decode step (see Backend::decode_block), after the caller has checked the batch shape.
