@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -18,6 +19,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/gemm_lt.h"
 #include "mambacpp/error.h"
 
 namespace mambacpp {
@@ -286,13 +288,15 @@ class CudaBackend final : public Backend {
     char* hi = static_cast<char*>(grow(split_, 2 * half_bytes));
     char* lo = hi + half_bytes;
     launch_split_hi_lo(crows(x), T, in, w.dtype, hi, lo, stream());
+    // Two cuBLASLt matmuls (gemm_lt.h), the second accumulating onto the first. MAMBACPP_EXPERIMENTAL_BF16_GEMM
+    // drops the second (activations rounded to 16 bits): a measurement switch for docs/benchmarks.md, not an option.
     const cudaDataType_t ab = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    MAMBACPP_CUBLAS_CHECK(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, ab, k, hi, ab, k,
-                                       beta0, y.data, CUDA_R_32F, static_cast<int>(y.stride0()), CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
-    MAMBACPP_CUBLAS_CHECK(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, ab, k, lo, ab, k,
-                                       &one, y.data, CUDA_R_32F, static_cast<int>(y.stride0()), CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
+    cublas();  // the shared workspace exists
+    lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, hi, y.ptr<float>(), m, n, k, y.stride0(),
+            *beta0);
+    if (!single_16bit_gemm_)
+      lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, lo, y.ptr<float>(), m, n, k,
+              y.stride0(), 1.0f);
   }
 
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
@@ -539,6 +543,7 @@ class CudaBackend final : public Backend {
       // A workspace of our own, so that cuBLAS allocates nothing while a CUDA graph is being captured.
       MAMBACPP_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
       MAMBACPP_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+      lt_.init();
     }
     return cublas_;
   }
@@ -549,7 +554,9 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
-  void* cublas_workspace_ = nullptr;
+  void* cublas_workspace_ = nullptr;  // shared by cuBLAS and cuBLASLt (one stream: never used at once)
+  LtMatmul lt_;                        // prefill GEMMs with 16-bit weights
+  const bool single_16bit_gemm_ = std::getenv("MAMBACPP_EXPERIMENTAL_BF16_GEMM") != nullptr;
   std::vector<void*> owned_;  // adopted weights
 
   Scratch batch_;  // SeqSpan[n] then the token -> sequence map
