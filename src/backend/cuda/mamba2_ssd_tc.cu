@@ -114,14 +114,10 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_state_tc_kernel(Mamba2Laun
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < kT / 16; ++ks) {
-      uint32_t ah[4], al[4];
+      uint32_t ah[4], al[4], bh[8][2], bl[8][2];
       load_a(xs, 16 * warp, 16 * ks, lane, ah, al);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        uint32_t bh[2], bl[2];
-        load_b(bs, 8 * nt, 16 * ks, lane, bh, bl);
-        mma3(acc[nt], ah, al, bh, bl);
-      }
+      load_b_row(bs, 16 * ks, lane, 8, bh, bl);
+      mma3_row(acc, ah, al, bh, bl, 8);
     }
   }
   float* out = sc.chunk_states + (chunk * H + h) * P * N;
@@ -143,7 +139,8 @@ size_t output_smem_bytes(int64_t N) {
   return static_cast<size_t>(2 * 2 * kT * (N + 8) + 2 * kT * kPitch) * sizeof(__nv_bfloat16);
 }
 
-__global__ void __launch_bounds__(kThreads) ssd_chunk_output_tc_kernel(Mamba2Launch p, const SsdChunk* chunks,
+// Two blocks per SM (the shared-memory bound at d_state 128) leave 255 registers per thread: no cap below that.
+__global__ void __launch_bounds__(kThreads, 2) ssd_chunk_output_tc_kernel(Mamba2Launch p, const SsdChunk* chunks,
                                                                       SsdScratch sc, int tiles_p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   __shared__ double cum_j[kT];
@@ -178,14 +175,10 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_output_tc_kernel(Mamba2Lau
   // Carried-in term: acc[i][p] = exp(S_i) * sum_n C_i[n] H_in[p, n].
   float acc[8][4] = {};
   for (int k0 = 0; k0 < N; k0 += 16) {
-    uint32_t ah[4], al[4];
+    uint32_t ah[4], al[4], bh[8][2], bl[8][2];
     load_a(cs, 16 * warp, k0, lane, ah, al);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      uint32_t bh[2], bl[2];
-      load_b(ks, 8 * nt, k0, lane, bh, bl);
-      mma3(acc[nt], ah, al, bh, bl);
-    }
+    load_b_row(ks, k0, lane, 8, bh, bl);
+    mma3_row(acc, ah, al, bh, bl, 8);
   }
   {
     const float e0 = expf(static_cast<float>(cum0)), e1 = expf(static_cast<float>(cum1));
@@ -218,16 +211,10 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_output_tc_kernel(Mamba2Lau
     const int nt_end = diag ? 2 * warp + 2 : 8;
     float s[8][4] = {};
     for (int k0 = 0; k0 < N; k0 += 16) {
-      uint32_t ah[4], al[4];
+      uint32_t ah[4], al[4], bh[8][2], bl[8][2];
       load_a(cs, 16 * warp, k0, lane, ah, al);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        if (nt < nt_end) {
-          uint32_t bh[2], bl[2];
-          load_b(ks, 8 * nt, k0, lane, bh, bl);
-          mma3(s[nt], ah, al, bh, bl);
-        }
-      }
+      load_b_row(ks, k0, lane, nt_end, bh, bl);
+      mma3_row(s, ah, al, bh, bl, nt_end);
     }
     // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j.
 #pragma unroll
@@ -245,14 +232,10 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_output_tc_kernel(Mamba2Lau
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       if (kk < kk_end) {
-        uint32_t ah[4], al[4];
+        uint32_t ah[4], al[4], bh[8][2], bl[8][2];
         acc_to_a(s[2 * kk], s[2 * kk + 1], ah, al);
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          uint32_t bh[2], bl[2];
-          load_b(xs, 8 * nt, 16 * kk, lane, bh, bl);
-          mma3(acc[nt], ah, al, bh, bl);
-        }
+        load_b_row(xs, 16 * kk, lane, 8, bh, bl);
+        mma3_row(acc, ah, al, bh, bl, 8);
       }
     }
   }

@@ -76,20 +76,38 @@ __device__ __forceinline__ void load_b(const SplitTile& t, int n0, int k0, int l
   lo[1] = ld32(t.lo + o + 8);
 }
 
+// Not volatile: the compiler may interleave independent products (a volatile asm keeps source order, which made
+// every three products into one accumulator a chain of dependent tensor-core latencies).
 __device__ __forceinline__ void mma_bf16(float (&d)[4], const uint32_t (&a)[4], const uint32_t (&b)[2]) {
-  asm volatile(
+  asm(
       "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};\n"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// d += a.b with both operands split: the two small cross terms first, then the large one.
-__device__ __forceinline__ void mma3(float (&d)[4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
-                                     const uint32_t (&bh)[2], const uint32_t (&bl)[2]) {
-  mma_bf16(d, al, bh);
-  mma_bf16(d, ah, bl);
-  mma_bf16(d, ah, bh);
+// d[nt] += a . b[nt] for the 8 column tiles nt < n_end (the rest untouched), three products each, issued as three
+// passes over the tiles so that consecutive products go to different accumulators. b: the B fragments of one
+// 16-deep k step for 8 tiles, loaded by the caller.
+__device__ __forceinline__ void mma3_row(float (&d)[8][4], const uint32_t (&ah)[4], const uint32_t (&al)[4],
+                                         const uint32_t (&bh)[8][2], const uint32_t (&bl)[8][2], int n_end) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+    if (nt < n_end) mma_bf16(d[nt], al, bh[nt]);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+    if (nt < n_end) mma_bf16(d[nt], ah, bl[nt]);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+    if (nt < n_end) mma_bf16(d[nt], ah, bh[nt]);
+}
+
+// B fragments of 8 consecutive column tiles (n0 = 0, 8, ..., 56) at k step k0, tiles nt < n_end.
+__device__ __forceinline__ void load_b_row(const SplitTile& t, int k0, int lane, int n_end, uint32_t (&hi)[8][2],
+                                           uint32_t (&lo)[8][2]) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt)
+    if (nt < n_end) load_b(t, 8 * nt, k0, lane, hi[nt], lo[nt]);
 }
 
 // A fragment (hi, lo) of the 16 x 16 tile made of accumulator tiles s0 (columns 0..7) and s1 (columns 8..15).
