@@ -251,7 +251,8 @@ class CudaBackend final : public Backend {
   // Larger T, bf16/f16 weights: the tensor cores need both operands in the weight's dtype. Rounding x to bf16 would
   // cost 2^-9 relative per activation (~1e-3 on every projection, compounding over layers, and making prefill
   // differ from the f32-activation GEMV decode). Instead x = hi + lo (+ r, |r| <= 2^-17 |x| for bf16, 2^-22 for f16)
-  // with hi = round(x), lo = round(x - hi), and y = W.hi + W.lo: two GEMMs with f32 accumulation whose products are
+  // with hi = round(x), lo = round(x - hi), and y = W.hi + W.lo: two GEMMs (cuBLASLt, gemm_lt.h; the second
+  // accumulates with beta = 1) with f32 accumulation whose products are
   // exact, so the op is as accurate as an f32 GEMM over the stored weights (~1e-5 relative) at twice the tensor-core
   // work, still far cheaper than an f32 GEMM. What remains between bf16-weight logits and the fp32 CPU path is the
   // rounding of the weights themselves (2^-9 relative each), which stays within ~1e-2 of the logits' range.
