@@ -93,6 +93,9 @@ LtMatmul::Plan& LtMatmul::plan(cudaDataType_t ab, int out, int T, int in, int64_
   if (found < 1)
     fail("linear: cuBLASLt has no algorithm for y [", T, ", ", out, "] = x [", T, ", ", in, "] . w^T");
   p->algo = result.algo;
+  // Every distinct T (prompt piece length) is a shape: keep the most recent plans only. Dropping one is safe at any
+  // time, a matmul reads its descriptors when it is enqueued.
+  if (plans_.size() >= kMaxPlans) plans_.erase(plans_.begin());
   plans_.push_back(std::move(p));
   return *plans_.back();
 }

@@ -1,7 +1,7 @@
 // The prefill GEMMs of the linear layer through cuBLASLt: y^T [out, T] = W [out, in] . X^T + beta * y^T, with W and
 // X in the same 16-bit dtype (X: [T, in] contiguous), f32 accumulation and an f32 y whose rows are ldy apart.
 // One plan per shape and alignment (matmul descriptor, layouts and the heuristic's first algorithm for the given
-// workspace), built on first use and reused, so steady-state calls only enqueue the matmul.
+// workspace), built on first use and reused, so steady-state calls only enqueue the matmul; the last kMaxPlans kept.
 #pragma once
 
 #include <cublasLt.h>
@@ -31,6 +31,7 @@ class LtMatmul {
   Plan& plan(cudaDataType_t ab, int out, int T, int in, int64_t ldy, int align_w, int align_x, int align_y,
              size_t ws_bytes);
 
+  static constexpr size_t kMaxPlans = 64;
   cublasLtHandle_t handle_ = nullptr;
   std::vector<std::unique_ptr<Plan>> plans_;
 };
