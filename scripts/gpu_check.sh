@@ -61,7 +61,7 @@ step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS"
 step memcheck_lin 50 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
   --gtest_filter='CudaOps.LinearMatches*'
 step racecheck 80 compute-sanitizer --tool racecheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
-  --gtest_filter='CudaMamba2Ssd.OddSizesAndGroups:CudaOps.RmsNorm*:CudaOps.GatedRmsNorm*'
+  --gtest_filter='CudaMamba2Ssd.OddSizesAndGroups:CudaMamba2Ssd.RealHeadLongSequenceCrossesChunks:CudaOps.RmsNorm*:CudaOps.GatedRmsNorm*'
 # The workloads of docs/benchmarks.md (random weights of real shapes, bf16 weights, greedy), each a median of 3 runs,
 # the CUDA-graph ones twice so that the spread is visible. One JSON line per run in $LOG/bench.jsonl.
 bench() {  # bench NAME LIMIT ARGS...

@@ -4,8 +4,8 @@
 //
 // Shapes cover both GEMV load paths (16-byte vectors: widths that are multiples of 8; scalar: d_model 38, 36), the
 // one-group norm (scaled after the dot) and the group-wise one (n_groups 2: scales computed first), d_state
-// 16 and 128, Mamba-1 with dt_proj folded into the scan, batches of 1 to 32 sequences in permuted slots (CUDA-core
-// and tensor-core GEMVs), and a batch of 33 (beyond kFusedMaxRows: the plain path must run and give the same values
+// 16 and 128, Mamba-1 with dt_proj folded into the scan, batches of 1 to 8 sequences in permuted slots (CUDA-core
+// and tensor-core GEMVs), and a batch of 9 (beyond kFusedMaxRows: the plain path must run and give the same values
 // bit for bit).
 //
 // Tolerance: the two paths differ only in the order of f32 roundings (the norm scale is applied after the dot
@@ -122,13 +122,14 @@ std::vector<Case> cases() {
   };
 }
 
-// Batches up to 8 run on CUDA cores (any weight dtype); 3..32 with 16-bit weights on the tensor cores, whose
+// Batches of 1-2 run on CUDA cores (any weight dtype, and 3-8 with f32 weights); 3-8 with 16-bit weights on the
+// tensor cores, whose
 // hi + lo split of the activations leaves up to 2^-17 of each product (7.6e-6 relative): 5e-5 there.
 TEST(FusedDecode, MatchesPlainOpsF32State) {
   MAMBACPP_REQUIRE_GPU();
   for (const Case& k : cases())
     for (DType w : {DType::F32, DType::BF16})
-      for (int64_t B : {1, 2, 3, 8, 9, 32}) {
+      for (int64_t B : {1, 2, 3, 8}) {
         const Diff d = compare(k.config, w, DType::F32, B);
         const double tol = B > 2 && w != DType::F32 ? 5e-5 : 2e-5;
         std::printf("[fused] %-36s weights %-4s B %2lld: logits %.2e, state %.2e (tolerance %.0e)\n", k.name,
@@ -141,7 +142,7 @@ TEST(FusedDecode, MatchesPlainOpsF32State) {
 TEST(FusedDecode, MatchesPlainOpsBf16State) {
   MAMBACPP_REQUIRE_GPU();
   for (const Case& k : cases())
-    for (int64_t B : {1, 8, 32}) {
+    for (int64_t B : {1, 3, 8}) {
       const Diff d = compare(k.config, DType::BF16, DType::BF16, B);
       EXPECT_LE(d.logits, 2e-2) << k.name << " B " << B;
       EXPECT_LE(d.state, 2e-2) << k.name << " B " << B;
@@ -151,7 +152,7 @@ TEST(FusedDecode, MatchesPlainOpsBf16State) {
 TEST(FusedDecode, LargerBatchesTakeThePlainPath) {
   MAMBACPP_REQUIRE_GPU();
   for (const Case& k : cases()) {
-    const Diff d = compare(k.config, DType::BF16, DType::F32, 33, 3);
+    const Diff d = compare(k.config, DType::BF16, DType::F32, 9, 3);
     EXPECT_TRUE(d.bitwise_equal) << k.name << ": logits " << d.logits << ", state " << d.state;
   }
 }

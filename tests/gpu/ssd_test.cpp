@@ -4,9 +4,13 @@
 // Covers the real Mamba-2 head (head_dim 64, d_state 128, chunk 256) with L = 600 crossing chunk boundaries, odd
 // sizes and tile remainders, n_groups in {1, 2, 3, n_heads}, dt clamping, decays from |a| ~ 1e-4 (state carried
 // across chunks) to |a| ~ 10 per token (|S| in the thousands inside a chunk), non-identity slots, an unused slot,
-// f32 and bf16 state, and chunk sizes 1..1000 on the same inputs. Also compared with the CPU backend.
-// Tolerances: the kernels are f32 with f32 accumulation over <= chunk_size terms and f64 cumulative decays: ~1e-6
-// relative in practice; 2e-5 is the bound. bf16 state: one rounding on write, 4e-3 of max|state| (see conv tests).
+// f32 and bf16 state, and chunk sizes 1..1000 on the same inputs, and mamba2-2.7b's shape (80 heads) at 4096 tokens.
+// Head_dim and d_state multiples of 16 take the tensor-core chunk kernels (mamba2_ssd_tc.cu), the odd sizes the
+// CUDA-core ones. Also compared with the CPU backend.
+// Tolerances: the CUDA-core kernels are f32 with f32 accumulation over <= chunk_size terms and f64 cumulative
+// decays: ~1e-6 relative in practice; the tensor-core ones split each f32 operand into two bf16 halves and keep
+// three of the four partial products, ~3 * 2^-18 relative per product at worst, averaging down in the sums (a few
+// 1e-6 expected). 2e-5 is the bound for both. bf16 state: one rounding on write, 4e-3 of max|state| (see conv tests).
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -147,6 +151,18 @@ void run_ssd(const SsdCase& cs, uint64_t seed) {
 TEST(CudaMamba2Ssd, RealHeadLongSequenceCrossesChunks) {
   MAMBACPP_REQUIRE_GPU();
   run_ssd({4, 64, 128, 1, 256, {600, 1, 257, 3}, {1, 3, 0, 2}, 5}, 41);
+}
+
+// mamba2-2.7b's SSD shape (80 heads x 64 x 128, one group, chunk 256): the tensor-core chunk kernels at the size
+// the prefill benchmark runs (4096 tokens: 16 chunks), and two sequences that end inside a chunk.
+TEST(CudaMamba2Ssd, Mamba2_2p7bShapeLongPrompt) {
+  MAMBACPP_REQUIRE_GPU();
+  run_ssd({80, 64, 128, 1, 256, {4096}, {1}, 2}, 50);
+}
+
+TEST(CudaMamba2Ssd, Mamba2_2p7bShapeTwoSequences) {
+  MAMBACPP_REQUIRE_GPU();
+  run_ssd({80, 64, 128, 1, 256, {300, 300}, {1, 0}, 2}, 51);
 }
 
 TEST(CudaMamba2Ssd, BF16StateClampedDtTwoGroups) {

@@ -1,9 +1,13 @@
 // Causal depthwise conv1d + SiLU over the sequences of a packed batch, continuing from each slot's conv state:
 //   out[t, c] = silu(bias[c] + sum_k w[c, k] * in[t - (K-1) + k, c])
 // where positions before the sequence start read the slot's state (the last K-1 inputs, oldest first).
-// Two launches: (1) one thread per (token, channel), fully parallel over the packed batch, reading the old state;
-// (2) one thread per (sequence, channel) writing the new state (the last K-1 inputs of old state ++ sequence).
-// Splitting them keeps (1) free of any read-after-write hazard on the state.
+// Two launches: (1) the outputs, fully parallel over the packed batch, reading the old state; (2) one thread per
+// (sequence, channel) writing the new state (the last K-1 inputs of old state ++ sequence). Splitting them keeps (1)
+// free of any read-after-write hazard on the state.
+// (1) for K <= kWinMaxK (every released model has K = 4): a thread per (channel, kWinTokens consecutive tokens)
+// keeps the inputs in a sliding window of registers, so each input is read once (not K times) and no 64-bit
+// division is needed per element (146 us -> see docs/benchmarks.md, mamba2-2.7b, 2048 x 5376). Larger K: one
+// thread per (token, channel).
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -27,6 +31,48 @@ __global__ void conv_out_kernel(Conv1dLaunch p) {
       const float v = pos >= 0 ? p.x.data[(seq.start + pos) * p.x.stride + c]
                                : load_state(p.state, p.state_bf16, (seq.slot * p.C + c) * S + S + pos);
       acc += load_f(p.w.data, p.w.dtype, c * p.K + k) * v;
+    }
+    p.out.data[t * p.out.stride + c] = silu_f(acc);
+  }
+}
+
+constexpr int kWinMaxK = 4;
+constexpr int kWinTokens = 16;
+
+// grid (ceil(C / kThreads), ceil(T / kWinTokens)).
+__global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch p) {
+  const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
+  const int64_t t0 = int64_t(blockIdx.y) * kWinTokens;
+  if (c >= p.C) return;
+  const int K = static_cast<int>(p.K), S = K - 1;
+  float w[kWinMaxK];
+#pragma unroll
+  for (int k = 0; k < kWinMaxK; ++k) w[k] = k < K ? load_f(p.w.data, p.w.dtype, c * K + k) : 0.0f;
+  const float b = p.bias.data ? load_f(p.bias.data, p.bias.dtype, c) : 0.0f;
+  // xw[u] = x[t0 - S + u]: the window of inputs the block's tokens read (rows outside [0, T) never used).
+  float xw[kWinTokens + kWinMaxK - 1];
+#pragma unroll
+  for (int u = 0; u < kWinTokens + kWinMaxK - 1; ++u) {
+    const int64_t t = t0 - S + u;
+    xw[u] = u < kWinTokens + S && t >= 0 && t < p.T ? p.x.data[t * p.x.stride + c] : 0.0f;
+  }
+#pragma unroll
+  for (int v = 0; v < kWinTokens; ++v) {
+    const int64_t t = t0 + v;
+    if (t >= p.T) break;
+    const int32_t s = p.token_seq[t];
+    if (s < 0) continue;
+    const SeqSpan seq = p.seqs[s];
+    const int64_t rel = t - seq.start;  // position inside the sequence
+    float acc = b;
+#pragma unroll
+    for (int k = 0; k < kWinMaxK; ++k) {
+      if (k < K) {
+        const int64_t pos = rel - S + k;  // input row t - S + k, or the state before the sequence starts
+        const float val = pos >= 0 ? xw[v + k]
+                                   : load_state(p.state, p.state_bf16, (seq.slot * p.C + c) * S + S + pos);
+        acc += w[k] * val;
+      }
     }
     p.out.data[t * p.out.stride + c] = silu_f(acc);
   }
@@ -58,7 +104,13 @@ unsigned blocks_for(int64_t n) {
 
 void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream) {
   if (p.T <= 0 || p.C <= 0) return;
-  conv_out_kernel<<<blocks_for(p.T * p.C), kThreads, 0, stream>>>(p);
+  if (p.K <= kWinMaxK && (p.T + kWinTokens - 1) / kWinTokens <= 65535) {
+    conv_out_window_kernel<<<dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads),
+                                  static_cast<unsigned>((p.T + kWinTokens - 1) / kWinTokens)),
+                             kThreads, 0, stream>>>(p);
+  } else {
+    conv_out_kernel<<<blocks_for(p.T * p.C), kThreads, 0, stream>>>(p);
+  }
   MAMBACPP_CUDA_LAUNCHED();
   if (p.K > 1 && p.n_seqs > 0) {
     conv_state_kernel<<<blocks_for(p.n_seqs * p.C), kThreads, 0, stream>>>(p);

@@ -10,6 +10,7 @@
 
 #include <algorithm>
 #include <climits>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
 #include <string>
@@ -19,6 +20,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fused_ops.h"
+#include "backend/cuda/gemm_lt.h"
 #include "mambacpp/config.h"
 #include "mambacpp/error.h"
 
@@ -259,7 +261,8 @@ class CudaBackend final : public Backend {
   // Larger T, bf16/f16 weights: the tensor cores need both operands in the weight's dtype. Rounding x to bf16 would
   // cost 2^-9 relative per activation (~1e-3 on every projection, compounding over layers, and making prefill
   // differ from the f32-activation GEMV decode). Instead x = hi + lo (+ r, |r| <= 2^-17 |x| for bf16, 2^-22 for f16)
-  // with hi = round(x), lo = round(x - hi), and y = W.hi + W.lo: two GEMMs with f32 accumulation whose products are
+  // with hi = round(x), lo = round(x - hi), and y = W.hi + W.lo: two GEMMs (cuBLASLt, gemm_lt.h; the second
+  // accumulates with beta = 1) with f32 accumulation whose products are
   // exact, so the op is as accurate as an f32 GEMM over the stored weights (~1e-5 relative) at twice the tensor-core
   // work, still far cheaper than an f32 GEMM. What remains between bf16-weight logits and the fp32 CPU path is the
   // rounding of the weights themselves (2^-9 relative each), which stays within ~1e-2 of the logits' range.
@@ -296,13 +299,14 @@ class CudaBackend final : public Backend {
     char* hi = static_cast<char*>(grow(split_, 2 * half_bytes));
     char* lo = hi + half_bytes;
     launch_split_hi_lo(crows(x), T, in, w.dtype, hi, lo, stream());
+    // Two cuBLASLt matmuls (gemm_lt.h), the second accumulating onto the first (dropping it, i.e. rounding the
+    // activations to 16 bits, was measured in docs/benchmarks.md: 17% faster prefill, 1e-3 worse logits).
     const cudaDataType_t ab = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    MAMBACPP_CUBLAS_CHECK(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, ab, k, hi, ab, k,
-                                       beta0, y.data, CUDA_R_32F, static_cast<int>(y.stride0()), CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
-    MAMBACPP_CUBLAS_CHECK(cublasGemmEx(cublas(), CUBLAS_OP_T, CUBLAS_OP_N, m, n, k, &one, w.data, ab, k, lo, ab, k,
-                                       &one, y.data, CUDA_R_32F, static_cast<int>(y.stride0()), CUBLAS_COMPUTE_32F,
-                                       CUBLAS_GEMM_DEFAULT));
+    cublas();  // the shared workspace exists
+    lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, hi, y.ptr<float>(), m, n, k, y.stride0(),
+            *beta0);
+    lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, lo, y.ptr<float>(), m, n, k,
+              y.stride0(), 1.0f);
   }
 
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
@@ -585,6 +589,7 @@ class CudaBackend final : public Backend {
       // A workspace of our own, so that cuBLAS allocates nothing while a CUDA graph is being captured.
       MAMBACPP_CUDA_CHECK(cudaMalloc(&cublas_workspace_, kCublasWorkspaceBytes));
       MAMBACPP_CUBLAS_CHECK(cublasSetWorkspace(cublas_, cublas_workspace_, kCublasWorkspaceBytes));
+      lt_.init();
     }
     return cublas_;
   }
@@ -596,7 +601,8 @@ class CudaBackend final : public Backend {
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
-  void* cublas_workspace_ = nullptr;
+  void* cublas_workspace_ = nullptr;  // shared by cuBLAS and cuBLASLt (one stream: never used at once)
+  LtMatmul lt_;                        // prefill GEMMs with 16-bit weights
   std::vector<void*> owned_;  // adopted weights
 
   Scratch batch_;  // SeqSpan[n] then the token -> sequence map

@@ -200,8 +200,8 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 4 : 2) fused_gemv_kernel(F
   }
 }
 
-// ---- Tensor-core path for 3 <= T <= kFusedMaxRowsMma (16-bit weights) --------------------------------------------
-// Each warp computes a 16-output x 8*NTILES-row tile with mma.sync m16n8k16 (f32 accumulation). Products must stay
+// ---- Tensor-core path for 3 <= T <= 8 (16-bit weights) ------------------------------------------------------------
+// Each warp computes a 16-output x 8*NTILES-row tile (NTILES = 1 is launched, see kFusedMaxRows) with mma.sync m16n8k16 (f32 accumulation). Products must stay
 // exact as in the CUDA-core path, so each activation is split as x = hi + lo in the weight's 16-bit type (as for
 // the cuBLAS GEMMs, see CudaBackend::linear) and both halves go through the tensor cores: y = W.hi + W.lo.
 //
@@ -374,16 +374,6 @@ void launch_mma(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream) {
   launch_dependent(fused_gemv_mma_kernel<W, NTILES>, dim3(blocks), dim3(kThreads), stream, p, wpr);
 }
 
-template <class W>
-void launch_mma_typed(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream) {
-  switch ((p.T + 7) / 8) {
-    case 1: launch_mma<W, 1>(p, sm_count, stream); break;
-    case 2: launch_mma<W, 2>(p, sm_count, stream); break;
-    case 3: launch_mma<W, 3>(p, sm_count, stream); break;
-    default: launch_mma<W, 4>(p, sm_count, stream); break;
-  }
-}
-
 template <class W, int NT>
 void launch_rows(const FusedGemvLaunch& p, bool vec, int wpr, cudaStream_t stream) {
   const int64_t rows_per_block = kWarps / wpr;
@@ -424,7 +414,7 @@ bool fused_gemv_supported(const FusedGemvLaunch& p) {
   if (p.T < 1 || p.in < 1 || p.T > kFusedMaxRows) return false;
   if (p.norm_w.data && (p.norm_group <= 0 || p.in % p.norm_group != 0 || p.in / p.norm_group > kFusedMaxNormGroups))
     return false;
-  return p.T <= kFusedMaxRowsCudaCores || uses_tensor_cores(p);
+  return true;
 }
 
 bool uses_tensor_cores(const FusedGemvLaunch& p) {
@@ -440,9 +430,9 @@ void launch_fused_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stre
   if (p.out <= 0) return;
   if (uses_tensor_cores(p)) {
     if (p.w.dtype == DType::BF16) {
-      launch_mma_typed<__nv_bfloat16>(p, sm_count, stream);
+      launch_mma<__nv_bfloat16, 1>(p, sm_count, stream);
     } else {
-      launch_mma_typed<__half>(p, sm_count, stream);
+      launch_mma<__half, 1>(p, sm_count, stream);
     }
     return;
   }

@@ -15,10 +15,11 @@ struct LayerWeights;
 
 namespace mambacpp::cuda {
 
-// Decode batches of up to kFusedMaxRows sequences take the fused kernels: up to kFusedMaxRowsCudaCores rows on CUDA
-// cores with any weight dtype, more (from 3) on the tensor cores with 16-bit weights.
-inline constexpr int64_t kFusedMaxRows = 32;
-inline constexpr int64_t kFusedMaxRowsCudaCores = 8;
+// Decode batches of up to kFusedMaxRows sequences take the fused kernels (1-2 rows on CUDA cores, 3-8 on the
+// tensor cores with 16-bit weights). Larger batches take the plain path: the tensor-core GEMV takes 32 rows
+// (NTILES = 4) but each warp re-reads the activations from L2, which made mamba2-2.7b batch 32 slower than
+// cuBLASLt (20.6 vs 15.6 ms/step, docs/benchmarks.md); it needs them staged in shared memory first.
+inline constexpr int64_t kFusedMaxRows = 8;
 inline constexpr int64_t kFusedMaxNormGroups = 16;  // group-wise norm prologue: scales kept in shared memory
 inline constexpr int kFusedMaxConvTaps = 4;          // conv epilogue: d_conv (4 in every released model)
 

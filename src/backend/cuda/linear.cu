@@ -95,22 +95,57 @@ void gemv_typed(ConstF32Rows x, DevWeight w, DevWeight bias, F32Rows y, int64_t 
 }
 
 template <class H>
-__global__ void split_kernel(ConstF32Rows x, int64_t T, int64_t in, H* hi, H* lo) {
-  const int64_t n = T * in;
-  for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
-    const int64_t t = i / in, c = i % in;
-    const float v = x.data[t * x.stride + c];
-    H h, l;
-    if constexpr (std::is_same_v<H, __nv_bfloat16>) {
-      h = __float2bfloat16_rn(v);
-      l = __float2bfloat16_rn(v - __bfloat162float(h));
-    } else {
-      h = __float2half_rn(v);
-      l = __float2half_rn(v - __half2float(h));
-    }
-    hi[i] = h;
-    lo[i] = l;
+__device__ __forceinline__ void split_one(float v, H& h, H& l) {
+  if constexpr (std::is_same_v<H, __nv_bfloat16>) {
+    h = __float2bfloat16_rn(v);
+    l = __float2bfloat16_rn(v - __bfloat162float(h));
+  } else {
+    h = __float2half_rn(v);
+    l = __float2half_rn(v - __half2float(h));
   }
+}
+
+// grid (ceil(in / (4 * kThreads)) , rows): each thread splits 4 consecutive columns of a row; 16-byte loads and 8-byte
+// stores when VEC (in % 4 == 0, x 16-byte aligned with a stride that keeps it so). The first version (one element
+// per thread with a 64-bit division for its row) took 41 us for 2048 x 5120, twice the memory time.
+template <class H, bool VEC>
+__global__ void __launch_bounds__(kThreads) split_kernel(ConstF32Rows x, int64_t T, int64_t in, H* hi, H* lo) {
+  const int64_t c = (blockIdx.x * int64_t(kThreads) + threadIdx.x) * 4;
+  if (c >= in) return;
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    const float* xr = x.data + t * x.stride + c;
+    H* hr = hi + t * in + c;
+    H* lr = lo + t * in + c;
+    if constexpr (VEC) {
+      const float4 v = *reinterpret_cast<const float4*>(xr);
+      H h[4], l[4];
+      split_one(v.x, h[0], l[0]);
+      split_one(v.y, h[1], l[1]);
+      split_one(v.z, h[2], l[2]);
+      split_one(v.w, h[3], l[3]);
+      uint2 hb, lb;
+      memcpy(&hb, h, 8);
+      memcpy(&lb, l, 8);
+      *reinterpret_cast<uint2*>(hr) = hb;
+      *reinterpret_cast<uint2*>(lr) = lb;
+    } else {
+      for (int k = 0; k < 4 && c + k < in; ++k) split_one(xr[k], hr[k], lr[k]);
+    }
+  }
+}
+
+template <class H>
+void split_typed(ConstF32Rows x, int64_t T, int64_t in, H* hi, H* lo, cudaStream_t stream) {
+  const bool vec = in % 4 == 0 && x.stride % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
+                   reinterpret_cast<uintptr_t>(hi) % 8 == 0 && reinterpret_cast<uintptr_t>(lo) % 8 == 0;
+  const dim3 grid(static_cast<unsigned>((in + 4 * kThreads - 1) / (4 * kThreads)),
+                  static_cast<unsigned>(std::min<int64_t>(T, 65535)));
+  if (vec) {
+    split_kernel<H, true><<<grid, kThreads, 0, stream>>>(x, T, in, hi, lo);
+  } else {
+    split_kernel<H, false><<<grid, kThreads, 0, stream>>>(x, T, in, hi, lo);
+  }
+  MAMBACPP_CUDA_LAUNCHED();
 }
 
 }  // namespace
@@ -126,17 +161,12 @@ void launch_gemv(ConstF32Rows x, DevWeight w, DevWeight bias, F32Rows y, int64_t
 }
 
 void launch_split_hi_lo(ConstF32Rows x, int64_t T, int64_t in, DType to, void* hi, void* lo, cudaStream_t stream) {
-  const int64_t n = T * in;
-  if (n <= 0) return;
-  const int64_t blocks = std::min<int64_t>((n + kThreads - 1) / kThreads, 1 << 16);
+  if (T <= 0 || in <= 0) return;
   if (to == DType::BF16) {
-    split_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(
-        x, T, in, static_cast<__nv_bfloat16*>(hi), static_cast<__nv_bfloat16*>(lo));
+    split_typed(x, T, in, static_cast<__nv_bfloat16*>(hi), static_cast<__nv_bfloat16*>(lo), stream);
   } else {
-    split_kernel<<<static_cast<unsigned>(blocks), kThreads, 0, stream>>>(x, T, in, static_cast<__half*>(hi),
-                                                                         static_cast<__half*>(lo));
+    split_typed(x, T, in, static_cast<__half*>(hi), static_cast<__half*>(lo), stream);
   }
-  MAMBACPP_CUDA_LAUNCHED();
 }
 
 }  // namespace mambacpp::cuda

@@ -16,6 +16,8 @@
 //                        chunk's contribution by the state entering it, and writes the final state to the slot.
 //   4. ssd_chunk_output: y per (chunk, head, 64 rows, 64 columns): the carried-in term, then the causal
 //                        intra-chunk term tile by tile (C.B^T masked and scaled, times x), then D * x.
+// Steps 2 and 4 run on the tensor cores (mamba2_ssd_tc.cu, near-f32 by a bf16 hi/lo split) for head_dim and
+// d_state multiples of 16 (every released model); the CUDA-core kernels below cover every other shape.
 // Numerics: |S| reaches hundreds within a 256-long chunk; an f32 difference S_i - S_j of two running sums would lose
 // ~1e-5 relative. S is kept in f64 (exact to ~1e-16 relative), so S_i - S_j is formed in f64 and rounded once to
 // f32 before the exponential: as accurate as summing a_{j+1..i} directly, without the O(Q^2) segment sums.
@@ -26,6 +28,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/mamba2_ssd_tc.h"
 
 namespace mambacpp::cuda {
 namespace {
@@ -196,27 +199,51 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_state_kernel(Mamba2Launch 
 }
 
 // ---- 3. pass the state along each sequence's chunks ----------------------------------------------------------------
-// grid (n_seqs, n_heads, ceil(P * N / 256)); one thread per element of H.
+// grid (n_seqs, n_heads, ceil(P * N / 256)); one thread per element of H. The chunk decays of a batch of kPassBatch
+// chunks go to shared memory first, and each thread issues the loads of kPassLoads chunk contributions before it
+// uses any: the chain of dependent memory round trips per chunk (table entry, then cum, then the contribution) was
+// what made the first version take 195 us for 8 chunks x 80 heads (ncu, mamba2-2.7b, 2048 tokens).
+constexpr int kPassBatch = 32;
+constexpr int kPassLoads = 8;
+
 __global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p, const SsdChunk* chunks,
                                                                  const SsdSeqChunks* seq_chunks, SsdScratch sc) {
+  __shared__ float decay[kPassBatch];
   const int64_t s = blockIdx.x, h = blockIdx.y, PN = p.head_dim * p.d_state;
   const int64_t e = blockIdx.z * int64_t(kThreads) + threadIdx.x;
-  if (e >= PN) return;
+  const bool mine_e = e < PN;
   const SsdSeqChunks mine = seq_chunks[s];
-  if (mine.count == 0) return;
+  if (mine.count == 0) return;  // block-uniform
   const SeqSpan seq = p.seqs[s];
   const int64_t sidx = (seq.slot * p.n_heads + h) * PN + e;
-  float state = load_state(p.state, p.state_bf16, sidx);
-  for (int32_t k = 0; k < mine.count; ++k) {
-    const int64_t chunk = mine.first + k;
-    const SsdChunk ch = chunks[chunk];
-    const float decay = expf(static_cast<float>(sc.cum[(ch.start + ch.len - 1) * p.n_heads + h]));
-    float* cs = sc.chunk_states + (chunk * p.n_heads + h) * PN + e;
-    const float own = *cs;
-    *cs = state;  // from here on: the state entering this chunk
-    state = decay * state + own;
+  float state = mine_e ? load_state(p.state, p.state_bf16, sidx) : 0.0f;
+  for (int32_t k0 = 0; k0 < mine.count; k0 += kPassBatch) {
+    const int nb = min(kPassBatch, mine.count - k0);
+    __syncthreads();  // the previous batch's decays have been read
+    if (threadIdx.x < nb) {
+      const SsdChunk ch = chunks[mine.first + k0 + threadIdx.x];
+      decay[threadIdx.x] = expf(static_cast<float>(sc.cum[(ch.start + ch.len - 1) * p.n_heads + h]));
+    }
+    __syncthreads();
+    if (!mine_e) continue;
+    for (int b0 = 0; b0 < nb; b0 += kPassLoads) {
+      float own[kPassLoads];
+#pragma unroll
+      for (int u = 0; u < kPassLoads; ++u) {
+        const int64_t chunk = mine.first + k0 + b0 + u;
+        own[u] = b0 + u < nb ? sc.chunk_states[(chunk * p.n_heads + h) * PN + e] : 0.0f;
+      }
+#pragma unroll
+      for (int u = 0; u < kPassLoads; ++u) {
+        if (b0 + u < nb) {
+          const int64_t chunk = mine.first + k0 + b0 + u;
+          sc.chunk_states[(chunk * p.n_heads + h) * PN + e] = state;  // from here on: the state entering the chunk
+          state = decay[b0 + u] * state + own[u];
+        }
+      }
+    }
   }
-  store_state(p.state, p.state_bf16, sidx, state);
+  if (mine_e) store_state(p.state, p.state_bf16, sidx, state);
 }
 
 // ---- 4. outputs ----------------------------------------------------------------------------------------------------
@@ -382,20 +409,27 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
                            const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream) {
   if (n_chunks <= 0 || p.n_heads <= 0) return;
   const unsigned nc = static_cast<unsigned>(n_chunks), nh = static_cast<unsigned>(p.n_heads);
+  const bool tensor_cores = ssd_tc_supported(p);  // steps 2 and 4 on tensor cores (mamba2_ssd_tc.cu)
   ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, kThreads / 32)), kThreads, 0, stream>>>(p, chunks, scratch);
   MAMBACPP_CUDA_LAUNCHED();
   if (p.head_dim <= 0 || p.d_state <= 0) {
     // No state: y = D * x only (ssd_chunk_output's carried-in and intra-chunk terms are empty sums).
   } else {
-    const int tiles_n = static_cast<int>(cdiv(p.d_state, kTile));
-    ssd_chunk_state_kernel<<<dim3(nc, nh, cdiv(p.head_dim, kTile) * tiles_n), kThreads, 0, stream>>>(
-        p, chunks, scratch, tiles_n);
-    MAMBACPP_CUDA_LAUNCHED();
+    if (tensor_cores) {
+      launch_ssd_chunk_state_tc(p, chunks, n_chunks, scratch, stream);
+    } else {
+      const int tiles_n = static_cast<int>(cdiv(p.d_state, kTile));
+      ssd_chunk_state_kernel<<<dim3(nc, nh, cdiv(p.head_dim, kTile) * tiles_n), kThreads, 0, stream>>>(
+          p, chunks, scratch, tiles_n);
+      MAMBACPP_CUDA_LAUNCHED();
+    }
     ssd_state_pass_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), nh, cdiv(p.head_dim * p.d_state, kThreads)),
                             kThreads, 0, stream>>>(p, chunks, seq_chunks, scratch);
     MAMBACPP_CUDA_LAUNCHED();
   }
-  if (p.head_dim > 0) {
+  if (tensor_cores) {
+    launch_ssd_chunk_output_tc(p, chunks, n_chunks, scratch, stream);
+  } else if (p.head_dim > 0) {
     const int tiles_p = static_cast<int>(cdiv(p.head_dim, kTile));
     ssd_chunk_output_kernel<<<dim3(nc, nh, cdiv(p.chunk_size, kTile) * tiles_p), kThreads, 0, stream>>>(
         p, chunks, scratch, tiles_p);
