@@ -10,7 +10,6 @@ constexpr size_t kMaxGraphs = 64;  // distinct (state, slots) keys kept; beyond 
 // [B, vocab] logits buffer stays as bounded as prefill's.
 constexpr int64_t kMaxDecodeBatch = 256;
 
-
 // Embedding, blocks and LM head of one step (the work a graph captures). Blocks go through the backend's fused
 // decode_block where it has one, else through the plain ops; one token per sequence, so the hidden rows are
 // already the last rows.

@@ -54,6 +54,8 @@ struct FusedGemvLaunch {
 bool fused_gemv_supported(const FusedGemvLaunch& p);
 bool uses_tensor_cores(const FusedGemvLaunch& p);
 void launch_fused_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream);
+// The tensor-core kernel behind launch_fused_gemv when uses_tensor_cores(p) (fused_gemv_mma.cu).
+void launch_fused_gemv_mma(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream);
 
 // One whole block of a decode step (see Backend::decode_block), after the caller has checked the batch shape.
 // Returns false, launching nothing, when the weights or state are of a kind these kernels do not take.

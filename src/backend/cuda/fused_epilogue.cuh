@@ -1,0 +1,60 @@
+// The epilogue shared by the fused GEMV kernels (fused_gemv.cu, fused_gemv_mma.cu): bias and norm scale are applied
+// by the caller; this stores the output, adds it to the residual, or runs the one-token conv1d + SiLU on it.
+#pragma once
+
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/fused_ops.h"
+
+namespace mambacpp::cuda {
+
+// What the thread finishing output o of row t needs for the conv epilogue, loaded before the wait: the taps are
+// weights and the conv state is written by this kernel alone, so neither depends on the previous kernel.
+struct ConvTaps {
+  float w[kFusedMaxConvTaps];      // w[c, 0 .. K-1]
+  float s[kFusedMaxConvTaps - 1];  // the K-1 previous inputs, oldest first
+  float bias;
+  int64_t base;                    // the slot's state row
+  bool active;                     // o is a conv channel (no initialisers: the struct lives in shared memory)
+};
+
+__device__ __forceinline__ ConvTaps load_conv_taps(const FusedGemvLaunch& p, int t, int64_t o) {
+  ConvTaps ct{};
+  const int64_t c = o - p.conv_begin;
+  if (c < 0 || c >= p.conv_channels) return ct;
+  ct.active = true;
+  const int64_t S = p.K - 1;
+  ct.base = (p.seqs[t].slot * p.conv_channels + c) * S;
+  ct.bias = p.conv_bias.data ? load_f(p.conv_bias.data, p.conv_bias.dtype, c) : 0.0f;
+#pragma unroll
+  for (int k = 0; k < kFusedMaxConvTaps; ++k) {
+    ct.w[k] = k <= S ? load_f(p.conv_w.data, p.conv_w.dtype, c * p.K + k) : 0.0f;
+    if (k < kFusedMaxConvTaps - 1) ct.s[k] = k < S ? load_state(p.conv_state, p.state_bf16, ct.base + k) : 0.0f;
+  }
+  return ct;
+}
+
+// The epilogue for output o of row t, done by one thread. Conv channels: out = silu(bias + sum_k w[k] * in[k])
+// over the K-1 inputs held in the state and v; the state then drops its oldest input and appends v.
+__device__ __forceinline__ void finish_output(const FusedGemvLaunch& p, int t, int64_t o, float v,
+                                              const ConvTaps& ct) {
+  if (ct.active) {
+    const int64_t S = p.K - 1;
+    float acc = ct.bias;
+#pragma unroll
+    for (int k = 0; k < kFusedMaxConvTaps - 1; ++k)
+      if (k < S) acc += ct.w[k] * ct.s[k];
+#pragma unroll
+    for (int k = 0; k < kFusedMaxConvTaps; ++k)
+      if (k == S) acc += ct.w[k] * v;
+#pragma unroll
+    for (int k = 0; k + 1 < kFusedMaxConvTaps - 1; ++k)
+      if (k + 1 < S) store_state(p.conv_state, p.state_bf16, ct.base + k, ct.s[k + 1]);
+    if (S > 0) store_state(p.conv_state, p.state_bf16, ct.base + S - 1, v);
+    p.conv_out.data[t * p.conv_out.stride + (o - p.conv_begin)] = silu_f(acc);
+    return;
+  }
+  float* yp = p.y.data + t * p.y.stride + o;
+  *yp = p.accumulate ? *yp + v : v;
+}
+
+}  // namespace mambacpp::cuda
