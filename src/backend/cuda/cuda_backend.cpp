@@ -62,7 +62,8 @@ class CudaBackend final : public Backend {
     // No throwing here: errors at teardown are ignored (the process may be exiting after a device fault).
     if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &rows_})
+    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &rows_, &select_in_,
+                       &select_out_})
       if (s->ptr) cudaFree(s->ptr);
     if (cublas_) cublasDestroy(cublas_);
     if (cublas_workspace_) cudaFree(cublas_workspace_);
@@ -444,6 +445,58 @@ class CudaBackend final : public Backend {
                        out.stride0(), stream());
   }
 
+  // One upload (row parameters, then the penalised ids), the kernel, one download of the packed candidates.
+  void select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
+                    std::vector<TopKCandidates>& out) override {
+    const std::vector<int64_t> limits = check_top_k_requests(logits, requests);
+    check_f32_2d(logits, "select_top_k: logits");
+    const int64_t n = logits.dim(0);
+    out.assign(static_cast<size_t>(n), TopKCandidates{});
+    if (n == 0) return;
+    std::vector<SelectRowParams> params(static_cast<size_t>(n));
+    std::vector<int32_t> ids;
+    int32_t kmax = 1;
+    for (size_t r = 0; r < params.size(); ++r) {
+      const TopKRequest& q = requests[r];
+      SelectRowParams& pr = params[r];
+      pr.k = q.k;
+      pr.limit = static_cast<int32_t>(limits[r]);
+      pr.penalty = q.repeat_penalty;
+      pr.pen_offset = static_cast<int32_t>(ids.size());
+      if (q.repeat_penalty != 1.0f) ids.insert(ids.end(), q.penalized.begin(), q.penalized.end());
+      pr.pen_count = static_cast<int32_t>(ids.size()) - pr.pen_offset;
+      need(ids.size() <= INT32_MAX, "select_top_k: more than 2^31-1 penalized ids in one call");
+      kmax = std::max(kmax, q.k);
+    }
+    const size_t ids_offset = align(params.size() * sizeof(SelectRowParams));
+    std::vector<unsigned char> host(ids_offset + ids.size() * sizeof(int32_t));
+    std::memcpy(host.data(), params.data(), params.size() * sizeof(SelectRowParams));
+    if (!ids.empty()) std::memcpy(host.data() + ids_offset, ids.data(), ids.size() * sizeof(int32_t));
+    auto* in = static_cast<unsigned char*>(grow(select_in_, host.size()));
+    copy_from_host(in, host.data(), host.size());
+    SelectLaunch p;
+    p.logits = logits.ptr<float>();
+    p.stride = logits.stride0();
+    p.n_rows = n;
+    p.rows = reinterpret_cast<const SelectRowParams*>(in);
+    p.pen_ids = reinterpret_cast<const int32_t*>(in + ids_offset);
+    p.out_stride = 3 + 2 * int64_t(kmax);
+    p.kmax = kmax;
+    std::vector<int32_t> packed(static_cast<size_t>(n * p.out_stride));
+    p.out = static_cast<int32_t*>(grow(select_out_, packed.size() * sizeof(int32_t)));
+    launch_select_top_k(p, stream());
+    copy_to_host(packed.data(), p.out, packed.size() * sizeof(int32_t));
+    for (int64_t r = 0; r < n; ++r) {
+      const int32_t* w = packed.data() + r * p.out_stride;
+      TopKCandidates& c = out[static_cast<size_t>(r)];
+      c.bad_id = w[1];
+      std::memcpy(&c.bad_value, &w[2], sizeof(float));
+      c.ids.assign(w + 3, w + 3 + w[0]);
+      c.logits.resize(static_cast<size_t>(w[0]));
+      std::memcpy(c.logits.data(), w + 3 + kmax, static_cast<size_t>(w[0]) * sizeof(float));
+    }
+  }
+
  private:
   template <class... Parts>
   static void need(bool ok, const Parts&... parts) {
@@ -567,6 +620,7 @@ class CudaBackend final : public Backend {
   Scratch ssd_dt_, ssd_cum_, ssd_states_;  // mamba2_ssd's chunked path
   Scratch split_;                          // linear: hi/lo halves of x
   Scratch rows_;                           // gather_rows: row indices
+  Scratch select_in_, select_out_;         // select_top_k: parameters in, packed candidates out
 };
 
 }  // namespace
