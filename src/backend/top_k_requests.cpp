@@ -17,7 +17,8 @@ std::vector<int64_t> check_top_k_requests(const TensorView& logits, const std::v
   const int64_t n = logits.dim(0), V = logits.dim(1);
   if (static_cast<int64_t>(requests.size()) != n)
     fail("select_top_k: expected one request per logits row (", n, "), found ", requests.size());
-  if (V < 1 || V > INT32_MAX) fail("select_top_k: rows must have 1 to 2^31-1 entries, found ", V);
+  // 2^30: the kernels index a row with 32-bit ints, with room for a block of threads past the end.
+  if (V < 1 || V > (int64_t(1) << 30)) fail("select_top_k: rows must have 1 to 2^30 entries, found ", V);
   std::vector<int64_t> limits(requests.size());
   std::vector<int32_t> sorted;
   for (size_t r = 0; r < requests.size(); ++r) {

@@ -65,6 +65,7 @@ class CudaBackend final : public Backend {
     for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &rows_, &select_in_,
                        &select_out_})
       if (s->ptr) cudaFree(s->ptr);
+    if (pinned_) cudaFreeHost(pinned_);
     if (cublas_) cublasDestroy(cublas_);
     if (cublas_workspace_) cudaFree(cublas_workspace_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -468,26 +469,32 @@ class CudaBackend final : public Backend {
       need(ids.size() <= INT32_MAX, "select_top_k: more than 2^31-1 penalized ids in one call");
       kmax = std::max(kmax, q.k);
     }
+    // Both copies go through one pinned host buffer (parameters, then the packed output), so that they are truly
+    // asynchronous and the call waits once. It is free again when this call returns (the stream has drained).
     const size_t ids_offset = align(params.size() * sizeof(SelectRowParams));
-    std::vector<unsigned char> host(ids_offset + ids.size() * sizeof(int32_t));
-    std::memcpy(host.data(), params.data(), params.size() * sizeof(SelectRowParams));
-    if (!ids.empty()) std::memcpy(host.data() + ids_offset, ids.data(), ids.size() * sizeof(int32_t));
-    auto* in = static_cast<unsigned char*>(grow(select_in_, host.size()));
-    copy_from_host(in, host.data(), host.size());
+    const size_t in_bytes = ids_offset + ids.size() * sizeof(int32_t);
+    const int64_t out_stride = 3 + 2 * int64_t(kmax);
+    const size_t out_bytes = static_cast<size_t>(n * out_stride) * sizeof(int32_t);
+    auto* pinned = static_cast<unsigned char*>(grow_pinned(align(in_bytes) + out_bytes));
+    std::memcpy(pinned, params.data(), params.size() * sizeof(SelectRowParams));
+    if (!ids.empty()) std::memcpy(pinned + ids_offset, ids.data(), ids.size() * sizeof(int32_t));
+    auto* in = static_cast<unsigned char*>(grow(select_in_, in_bytes));
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(in, pinned, in_bytes, cudaMemcpyHostToDevice, stream()));
     SelectLaunch p;
     p.logits = logits.ptr<float>();
     p.stride = logits.stride0();
     p.n_rows = n;
     p.rows = reinterpret_cast<const SelectRowParams*>(in);
     p.pen_ids = reinterpret_cast<const int32_t*>(in + ids_offset);
-    p.out_stride = 3 + 2 * int64_t(kmax);
+    p.out_stride = out_stride;
     p.kmax = kmax;
-    std::vector<int32_t> packed(static_cast<size_t>(n * p.out_stride));
-    p.out = static_cast<int32_t*>(grow(select_out_, packed.size() * sizeof(int32_t)));
+    p.out = static_cast<int32_t*>(grow(select_out_, out_bytes));
     launch_select_top_k(p, stream());
-    copy_to_host(packed.data(), p.out, packed.size() * sizeof(int32_t));
+    auto* packed = reinterpret_cast<int32_t*>(pinned + align(in_bytes));
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(packed, p.out, out_bytes, cudaMemcpyDeviceToHost, stream()));
+    MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
     for (int64_t r = 0; r < n; ++r) {
-      const int32_t* w = packed.data() + r * p.out_stride;
+      const int32_t* w = packed + r * p.out_stride;
       TopKCandidates& c = out[static_cast<size_t>(r)];
       c.bad_id = w[1];
       std::memcpy(&c.bad_value, &w[2], sizeof(float));
@@ -581,6 +588,19 @@ class CudaBackend final : public Backend {
     return s.ptr;
   }
 
+  // The pinned host buffer of select_top_k. Only ever in use inside one call, which drains the stream before
+  // returning, so growing it needs no wait.
+  void* grow_pinned(size_t bytes) {
+    if (bytes <= pinned_cap_) return pinned_;
+    if (pinned_) MAMBACPP_CUDA_CHECK(cudaFreeHost(pinned_));
+    pinned_ = nullptr;
+    pinned_cap_ = 0;
+    const size_t cap = align(std::max(bytes, size_t(64) << 10));
+    MAMBACPP_CUDA_CHECK(cudaMallocHost(&pinned_, cap));
+    pinned_cap_ = cap;
+    return pinned_;
+  }
+
   cudaStream_t stream() {
     if (!stream_) MAMBACPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     return stream_;
@@ -621,6 +641,8 @@ class CudaBackend final : public Backend {
   Scratch split_;                          // linear: hi/lo halves of x
   Scratch rows_;                           // gather_rows: row indices
   Scratch select_in_, select_out_;         // select_top_k: parameters in, packed candidates out
+  void* pinned_ = nullptr;                 // select_top_k's host side of both copies (pinned)
+  size_t pinned_cap_ = 0;
 };
 
 }  // namespace

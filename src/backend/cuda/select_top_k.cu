@@ -22,6 +22,10 @@ namespace {
 
 constexpr int kThreads = 1024;
 constexpr int kWarps = kThreads / 32;
+// Each thread loads kUnroll entries of a tile before it looks at any: one block reads a whole row, so its passes
+// are bound by load latency unless many loads are in flight.
+constexpr int kUnroll = 8;
+constexpr int kTile = kThreads * kUnroll;
 constexpr int kSortSize = kMaxTopK;  // candidates fit one bitonic network
 static_assert((kSortSize & (kSortSize - 1)) == 0, "the bitonic sort needs a power of two");
 constexpr unsigned kFull = 0xffffffffu;
@@ -33,6 +37,16 @@ __device__ __forceinline__ uint32_t key_of(float v) {
 }
 __device__ __forceinline__ bool is_bad(float v) { return isnan(v) || v == __int_as_float(0x7f800000); }
 __device__ __forceinline__ bool is_considered(float v) { return !isnan(v) && v != __int_as_float(0xff800000); }
+
+// Entries [base, base + kTile) of a row as kUnroll sub-tiles of kThreads consecutive ids (sub-tile u, thread t:
+// id base + u * kThreads + t); ids at or past `limit` read as -inf.
+__device__ __forceinline__ void load_tile(const float* row, int base, int limit, float (&v)[kUnroll]) {
+#pragma unroll
+  for (int u = 0; u < kUnroll; ++u) {
+    const int i = base + u * kThreads + static_cast<int>(threadIdx.x);
+    v[u] = i < limit ? row[i] : __int_as_float(0xff800000);
+  }
+}
 
 // Candidate a goes before b: larger key, then lower id.
 __device__ __forceinline__ bool before(uint32_t ka, int32_t ia, uint32_t kb, int32_t ib) {
@@ -86,12 +100,18 @@ __global__ void __launch_bounds__(kThreads) select_top_k_kernel(SelectLaunch p) 
   if (rp.k == 1) {
     unsigned long long best = 0;
     int bad = INT_MAX;
-    for (int i = tid; i < limit; i += kThreads) {
-      const float v = row[i];
-      if (is_bad(v)) bad = min(bad, i);
-      if (is_considered(v)) {
-        const unsigned long long c = (static_cast<unsigned long long>(key_of(v)) << 32) | (~static_cast<uint32_t>(i));
-        best = c > best ? c : best;
+    for (int base = 0; base < limit; base += kTile) {
+      float v[kUnroll];
+      load_tile(row, base, limit, v);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads + tid;
+        if (is_bad(v[u])) bad = min(bad, i);
+        if (is_considered(v[u])) {
+          const unsigned long long c =
+              (static_cast<unsigned long long>(key_of(v[u])) << 32) | (~static_cast<uint32_t>(i));
+          best = c > best ? c : best;
+        }
       }
     }
     for (int off = 16; off > 0; off >>= 1) {
@@ -139,16 +159,20 @@ __global__ void __launch_bounds__(kThreads) select_top_k_kernel(SelectLaunch p) 
     const uint32_t prefix = sh.prefix;
     int bad = INT_MAX;
     // Every thread runs the same number of iterations, so whole warps meet at the match below.
-    for (int base = 0; base < limit; base += kThreads) {
-      const int i = base + tid;
-      const float v = i < limit ? row[i] : __int_as_float(0xff800000);
-      if (pass == 0 && is_bad(v)) bad = min(bad, i);
-      const uint32_t key = key_of(v);
-      const bool take = is_considered(v) && (pass == 0 || (key >> (shift + 8)) == prefix);
-      const uint32_t bin = take ? (key >> shift) & 255u : 256u;
-      if (__any_sync(kFull, take)) {  // later passes: most warps hold no entry of the chosen prefix
-        const unsigned peers = __match_any_sync(kFull, bin);
-        if (take && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[bin], static_cast<uint32_t>(__popc(peers)));
+    for (int base = 0; base < limit; base += kTile) {
+      float v[kUnroll];
+      load_tile(row, base, limit, v);
+#pragma unroll
+      for (int u = 0; u < kUnroll; ++u) {
+        const int i = base + u * kThreads + tid;
+        if (pass == 0 && is_bad(v[u])) bad = min(bad, i);
+        const uint32_t key = key_of(v[u]);
+        const bool take = is_considered(v[u]) && (pass == 0 || (key >> (shift + 8)) == prefix);
+        const uint32_t bin = take ? (key >> shift) & 255u : 256u;
+        if (__any_sync(kFull, take)) {  // later passes: most warps hold no entry of the chosen prefix
+          const unsigned peers = __match_any_sync(kFull, bin);
+          if (take && lane == __ffs(peers) - 1) atomicAdd(&sh.hist[bin], static_cast<uint32_t>(__popc(peers)));
+        }
       }
     }
     if (pass == 0) {
@@ -157,6 +181,8 @@ __global__ void __launch_bounds__(kThreads) select_top_k_kernel(SelectLaunch p) 
     }
     __syncthreads();
     if (warp == 0) {
+      uint32_t rem = sh.remaining;
+      __syncwarp();  // every lane has read `remaining` before the lane that finds the bin rewrites it
       // Lane l holds bins 255 - 8l down to 248 - 8l: lanes in descending key order.
       uint32_t c[8], sum = 0;
 #pragma unroll
@@ -166,7 +192,6 @@ __global__ void __launch_bounds__(kThreads) select_top_k_kernel(SelectLaunch p) 
         const uint32_t o = __shfl_up_sync(kFull, incl, off);
         if (lane >= off) incl += o;
       }
-      uint32_t rem = sh.remaining;
       if (pass == 0) {  // the whole histogram counts the considered entries
         const uint32_t total = __shfl_sync(kFull, incl, 31);
         rem = min(rem, total);
@@ -208,35 +233,41 @@ __global__ void __launch_bounds__(kThreads) select_top_k_kernel(SelectLaunch p) 
   const uint32_t take_from = ties_wanted == 0 ? tie_key : tie_key + 1;
   if (tid == 0) sh.n_above = 0;
   __syncthreads();
-  uint32_t ties_before = 0;  // ties at tie_key seen in earlier tiles (the same in every thread)
-  for (int base = 0, tile = 0; base < limit; base += kThreads, ++tile) {
-    const int i = base + tid;
-    const float v = i < limit ? row[i] : __int_as_float(0xff800000);
-    const uint32_t key = key_of(v);
-    const bool ok = is_considered(v);
-    if (ok && key >= take_from) {
-      const uint32_t pos = atomicAdd(&sh.n_above, 1u);
-      sh.keys[pos] = key;
-      sh.ids[pos] = i;
-    }
-    const bool tie = ok && ties_wanted > 0 && key == tie_key && ties_before < ties_wanted;
-    if (__syncthreads_or(tie)) {
-      const unsigned ballot = __ballot_sync(kFull, tie);
-      uint32_t* counts = sh.warp_ties[tile & 1];
-      if (lane == 0) counts[warp] = static_cast<uint32_t>(__popc(ballot));
-      __syncthreads();
-      uint32_t before_warp = 0, total = 0;
-      for (int w = 0; w < kWarps; ++w) {
-        const uint32_t n = counts[w];
-        before_warp += w < warp ? n : 0;
-        total += n;
+  uint32_t ties_before = 0;  // ties at tie_key seen in earlier sub-tiles (the same in every thread)
+  int sub = 0;               // sub-tiles done: its parity picks the buffer of per-warp tie counts
+  for (int base = 0; base < limit; base += kTile) {
+    float v[kUnroll];
+    load_tile(row, base, limit, v);
+#pragma unroll
+    for (int u = 0; u < kUnroll; ++u, ++sub) {
+      const int i = base + u * kThreads + tid;
+      const uint32_t key = key_of(v[u]);
+      const bool ok = is_considered(v[u]);
+      if (ok && key >= take_from) {
+        const uint32_t pos = atomicAdd(&sh.n_above, 1u);
+        sh.keys[pos] = key;
+        sh.ids[pos] = i;
       }
-      const uint32_t rank = ties_before + before_warp + static_cast<uint32_t>(__popc(ballot & ((1u << lane) - 1u)));
-      if (tie && rank < ties_wanted) {
-        sh.keys[n_above + rank] = key;
-        sh.ids[n_above + rank] = i;
+      const bool tie = ok && ties_wanted > 0 && key == tie_key && ties_before < ties_wanted;
+      if (__syncthreads_or(tie)) {
+        const unsigned ballot = __ballot_sync(kFull, tie);
+        uint32_t* counts = sh.warp_ties[sub & 1];
+        if (lane == 0) counts[warp] = static_cast<uint32_t>(__popc(ballot));
+        __syncthreads();
+        uint32_t before_warp = 0, total = 0;
+        for (int w = 0; w < kWarps; ++w) {
+          const uint32_t n = counts[w];
+          before_warp += w < warp ? n : 0;
+          total += n;
+        }
+        const uint32_t rank =
+            ties_before + before_warp + static_cast<uint32_t>(__popc(ballot & ((1u << lane) - 1u)));
+        if (tie && rank < ties_wanted) {
+          sh.keys[n_above + rank] = key;
+          sh.ids[n_above + rank] = i;
+        }
+        ties_before += total;
       }
-      ties_before += total;
     }
   }
   // Padding sorts last.
