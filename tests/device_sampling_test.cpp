@@ -108,23 +108,23 @@ TEST_F(DeviceSampling, ForwardTopKEqualsTheReferenceOnLastLogits) {
   const std::vector<Sequence> one = {Sequence::tokens(prompts[0])};
   std::vector<TopKRequest> bad(1);
   bad[0].k = 0;
-  EXPECT_NE(test::error_of([&] { model->forward_top_k(*state, one, bad); })
-                .find("k must be in [1, 256]"),
+  EXPECT_NE(test::error_of([&] { model->forward_top_k(*state, one, bad); }).find("k must be in [1, 256]"),
             std::string::npos);
-  EXPECT_NE(test::error_of([&] { model->forward_top_k(*state, one, {}); })
-                .find("expected one request per sequence (1), found 0"),
+  EXPECT_NE(test::error_of([&] {
+              model->forward_top_k(*state, one, {});
+            }).find("expected one request per sequence (1), found 0"),
             std::string::npos);
 }
 
 TEST_F(DeviceSampling, GenerateGivesTheSameTokensOnBothPaths) {
   const int64_t V = model->config().vocab_size;  // 47
   const std::vector<SamplingParams> chains = {
-      chain(0.0f, 40, 0.95f, 0.05f, 1.0f),   // greedy
-      chain(0.0f, 40, 0.95f, 0.05f, 1.3f),   // greedy with a penalty
-      chain(0.8f, 40, 0.95f, 0.05f, 1.0f),   // the defaults
-      chain(1.5f, 12, 0.9f, 0.02f, 1.3f),    // every stage, penalised
-      chain(2.0f, 256, 1.0f, 0.0f, 0.9f),    // k above the vocabulary; penalty < 1
-      chain(1.0f, 3, 1.0f, 0.0f, 1.1f),      // top-k only
+      chain(0.0f, 40, 0.95f, 0.05f, 1.0f),  // greedy
+      chain(0.0f, 40, 0.95f, 0.05f, 1.3f),  // greedy with a penalty
+      chain(0.8f, 40, 0.95f, 0.05f, 1.0f),  // the defaults
+      chain(1.5f, 12, 0.9f, 0.02f, 1.3f),   // every stage, penalised
+      chain(2.0f, 256, 1.0f, 0.0f, 0.9f),   // k above the vocabulary; penalty < 1
+      chain(1.0f, 3, 1.0f, 0.0f, 1.1f),     // top-k only
   };
   SmallTokenizer padded(40);  // 7 padding rows that must never be sampled
   int differing_chains = 0;

@@ -31,7 +31,7 @@ SamplingParams params(float temperature, int top_k, float top_p, float min_p, fl
 }
 
 TEST(SamplerCandidates, CandidatesNeeded) {
-  EXPECT_EQ(params(0.0f, 0, 1.0f, 0.0f, 1.0f, 0).candidates_needed(), 1);   // greedy, whatever top_k says
+  EXPECT_EQ(params(0.0f, 0, 1.0f, 0.0f, 1.0f, 0).candidates_needed(), 1);  // greedy, whatever top_k says
   EXPECT_EQ(params(0.8f, 40, 0.95f, 0.05f, 1.0f, 0).candidates_needed(), 40);
   EXPECT_EQ(params(0.8f, 1, 1.0f, 0.0f, 1.0f, 0).candidates_needed(), 1);
   EXPECT_EQ(params(0.8f, kMaxTopK, 1.0f, 0.0f, 1.0f, 0).candidates_needed(), kMaxTopK);
@@ -42,7 +42,7 @@ TEST(SamplerCandidates, CandidatesNeeded) {
 
 TEST(SamplerCandidates, PenalizedIdsAreTheDistinctWindowInsideTheVocabulary) {
   Sampler s(params(0.8f, 40, 1.0f, 0.0f, 1.2f, 4), 10);
-  for (int32_t t : {3, 3, 7, 12, 3, 1}) s.accept(t);  // window: 12 (outside), 3, 1 ... last 4 = {7, 12, 3, 1}
+  for (int32_t t : {3, 3, 7, 12, 3, 1}) s.accept(t);  // window (last 4): 7, 12 (outside), 3, 1
   std::vector<int32_t> ids = s.penalized_ids();
   EXPECT_EQ(std::set<int32_t>(ids.begin(), ids.end()), (std::set<int32_t>{7, 3, 1}));
   EXPECT_EQ(ids.size(), 3u);
@@ -76,19 +76,20 @@ void expect_same_tokens(const SamplingParams& p, int64_t V, int64_t limit, int k
     top.accept(b);
     seen.insert(a);
   }
-  if (!p.greedy() && p.top_k > 1 && V >= 300 && kind <= 1) EXPECT_GT(seen.size(), 3u) << "the draws hardly vary; the test shows little";
+  if (!p.greedy() && p.top_k > 1 && V >= 300 && kind <= 1)
+    EXPECT_GT(seen.size(), 3u) << "the draws hardly vary; the test shows little";
 }
 
 TEST(SamplerCandidates, SameTokensAsTheWholeRow) {
   const std::vector<SamplingParams> chains = {
-      params(0.0f, 40, 0.95f, 0.05f, 1.0f, 64),   // greedy
-      params(0.0f, 0, 1.0f, 0.0f, 1.5f, 8),       // greedy with a penalty
-      params(0.8f, 40, 0.95f, 0.05f, 1.0f, 64),   // the defaults
-      params(1.5f, 5, 1.0f, 0.0f, 1.3f, 16),      // top-k only, hot, penalised
-      params(0.7f, 256, 0.9f, 0.1f, 0.8f, 32),    // k above many rows' considered count; penalty < 1
-      params(1.0f, 1, 1.0f, 0.0f, 1.0f, 0),       // top_k 1 is greedy through the draw path
-      params(1.2f, 20, 0.5f, 0.0f, 1.1f, 64),     // top-p cuts hard
-      params(1.0f, 60, 1.0f, 0.3f, 1.0f, 0),      // min-p only
+      params(0.0f, 40, 0.95f, 0.05f, 1.0f, 64),  // greedy
+      params(0.0f, 0, 1.0f, 0.0f, 1.5f, 8),      // greedy with a penalty
+      params(0.8f, 40, 0.95f, 0.05f, 1.0f, 64),  // the defaults
+      params(1.5f, 5, 1.0f, 0.0f, 1.3f, 16),     // top-k only, hot, penalised
+      params(0.7f, 256, 0.9f, 0.1f, 0.8f, 32),   // k above many rows' considered count; penalty < 1
+      params(1.0f, 1, 1.0f, 0.0f, 1.0f, 0),      // top_k 1 is greedy through the draw path
+      params(1.2f, 20, 0.5f, 0.0f, 1.1f, 64),    // top-p cuts hard
+      params(1.0f, 60, 1.0f, 0.3f, 1.0f, 0),     // min-p only
   };
   uint64_t seed = 1;
   for (const SamplingParams& p : chains)
@@ -109,8 +110,9 @@ TEST(SamplerCandidates, ErrorsMatchTheWholeRowPath) {
   const std::vector<float> none(4, -std::numeric_limits<float>::infinity());
   EXPECT_EQ(test::error_of([&] { s.sample(none); }),
             test::error_of([&] { s.sample_candidates(test::reference_top_k(none, q)); }));
-  EXPECT_NE(test::error_of([&] { s.sample_top(std::vector<float>{1.0f}, std::vector<int32_t>{}); })
-                .find("expected as many candidate ids as logits"),
+  EXPECT_NE(test::error_of([&] {
+              s.sample_top(std::vector<float>{1.0f}, std::vector<int32_t>{});
+            }).find("expected as many candidate ids as logits"),
             std::string::npos);
 }
 

@@ -91,7 +91,7 @@ TEST(SelectTopK, TiesGoToTheLowestIdsAndZerosTie) {
 
 TEST(SelectTopK, KAboveTheConsideredCountReturnsThemAllAndAllMinusInfReturnsNone) {
   auto be = make_cpu_backend(1);
-  std::vector<float> rows = {-kInf, 3.0f, -kInf, 1.0f,  // two considered
+  std::vector<float> rows = {-kInf, 3.0f,  -kInf, 1.0f,  // two considered
                              -kInf, -kInf, -kInf, -kInf};
   TopKRequest q;
   q.k = 40;
@@ -140,9 +140,7 @@ TEST(SelectTopK, RejectsBadRequests) {
   std::vector<float> row(10, 0.0f);
   const TensorView v(row.data(), DType::F32, {1, 10});
   std::vector<TopKCandidates> got;
-  auto error_for = [&](TopKRequest q) {
-    return test::error_of([&] { be->select_top_k(v, {q}, got); });
-  };
+  auto error_for = [&](TopKRequest q) { return test::error_of([&] { be->select_top_k(v, {q}, got); }); };
   TopKRequest q;
   q.k = 0;
   EXPECT_NE(error_for(q).find("k must be in [1, 256], found 0"), std::string::npos) << error_for(q);
@@ -160,8 +158,9 @@ TEST(SelectTopK, RejectsBadRequests) {
   q.penalized = {};
   q.repeat_penalty = 0.0f;
   EXPECT_NE(error_for(q).find("repeat_penalty must be a finite number > 0"), std::string::npos) << error_for(q);
-  EXPECT_NE(test::error_of([&] { be->select_top_k(v, {TopKRequest{}, TopKRequest{}}, got); })
-                .find("expected one request per logits row (1), found 2"),
+  EXPECT_NE(test::error_of([&] {
+              be->select_top_k(v, {TopKRequest{}, TopKRequest{}}, got);
+            }).find("expected one request per logits row (1), found 2"),
             std::string::npos);
 }
 

@@ -23,18 +23,18 @@ inline constexpr int kMaxTopK = 256;
 
 // What to select from one row.
 struct TopKRequest {
-  int32_t k = 1;                       // 1..kMaxTopK
-  int64_t limit = 0;                   // ids >= limit are never candidates (padding rows); 0: the whole row
-  float repeat_penalty = 1.0f;         // > 0, finite; 1: off
-  std::vector<int32_t> penalized;      // distinct ids in [0, row length) the penalty applies to
+  int32_t k = 1;                   // 1..kMaxTopK
+  int64_t limit = 0;               // ids >= limit are never candidates (padding rows); 0: the whole row
+  float repeat_penalty = 1.0f;     // > 0, finite; 1: off
+  std::vector<int32_t> penalized;  // distinct ids in [0, row length) the penalty applies to
 };
 
 // The candidates of one row.
 struct TopKCandidates {
-  std::vector<int32_t> ids;    // min(k, considered) ids, best first
-  std::vector<float> logits;   // their penalised logits, descending
-  int32_t bad_id = -1;         // the lowest considered id whose logit is NaN or +inf; -1: none
-  float bad_value = 0.0f;      // that logit
+  std::vector<int32_t> ids;   // min(k, considered) ids, best first
+  std::vector<float> logits;  // their penalised logits, descending
+  int32_t bad_id = -1;        // the lowest considered id whose logit is NaN or +inf; -1: none
+  float bad_value = 0.0f;     // that logit
 };
 
 }  // namespace mambacpp

@@ -12,8 +12,7 @@ namespace mambacpp {
 
 std::vector<int64_t> check_top_k_requests(const TensorView& logits, const std::vector<TopKRequest>& requests) {
   if (logits.ndim != 2 || logits.dtype != DType::F32)
-    fail("select_top_k: logits must be a 2-D f32 tensor, found ", logits.shape_string(), " ",
-         dtype_name(logits.dtype));
+    fail("select_top_k: logits must be a 2-D f32 tensor, found ", logits.shape_string(), " ", dtype_name(logits.dtype));
   const int64_t n = logits.dim(0), V = logits.dim(1);
   if (static_cast<int64_t>(requests.size()) != n)
     fail("select_top_k: expected one request per logits row (", n, "), found ", requests.size());

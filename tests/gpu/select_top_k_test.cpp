@@ -50,8 +50,8 @@ void compare(Backend& gpu, Backend& cpu, const std::vector<std::vector<float>>& 
   std::vector<float> flat;
   for (const auto& r : rows) flat.insert(flat.end(), r.begin(), r.end());
   gputest::DeviceArena arena(gpu);
-  TensorView dev = strided ? arena.upload_strided(flat, n, V, V + 5, 3, std::nanf(""))
-                           : arena.upload(flat, DType::F32, {n, V});
+  TensorView dev =
+      strided ? arena.upload_strided(flat, n, V, V + 5, 3, std::nanf("")) : arena.upload(flat, DType::F32, {n, V});
   std::vector<TopKCandidates> got, want;
   gpu.select_top_k(dev, reqs, got);
   std::vector<float> host = flat;
@@ -101,13 +101,13 @@ TEST(GpuSelectTopK, BadAndEmptyRows) {
   auto cpu = make_cpu_backend(1);
   const int64_t V = 3000;
   std::vector<std::vector<float>> rows(6, std::vector<float>(static_cast<size_t>(V), -kInf));
-  rows[1][17] = 2.0f;           // one considered entry, k 40
+  rows[1][17] = 2.0f;  // one considered entry, k 40
   rows[2] = std::vector<float>(static_cast<size_t>(V), 0.5f);
   rows[2][2500] = std::nanf("");  // NaN at 2500, +inf at 900: the lowest bad id is 900
   rows[2][900] = kInf;
-  rows[3] = rows[2];            // the same, but the limit 800 leaves both out
-  rows[4] = rows[2];            // k 1: the argmax path flags it too
-  rows[5][V - 1] = 1.0f;        // a single entry at the last id
+  rows[3] = rows[2];      // the same, but the limit 800 leaves both out
+  rows[4] = rows[2];      // k 1: the argmax path flags it too
+  rows[5][V - 1] = 1.0f;  // a single entry at the last id
   std::vector<TopKRequest> reqs(6);
   for (TopKRequest& q : reqs) q.k = 40;
   reqs[3].limit = 800;
@@ -252,8 +252,10 @@ TEST(GpuGenerate, PerfDecodeStepOnBothPaths) {
         first[device] = res[0].tokens;
       }
       EXPECT_EQ(first[1], first[0]);
-      std::printf("[perf] generate mamba2-130m batch %lld %-7s: %.4f ms/step with whole rows, %.4f with device "
-                  "sampling\n", static_cast<long long>(batch), s.greedy() ? "greedy" : "sampled", ms[0], ms[1]);
+      std::printf(
+          "[perf] generate mamba2-130m batch %lld %-7s: %.4f ms/step with whole rows, %.4f with device "
+          "sampling\n",
+          static_cast<long long>(batch), s.greedy() ? "greedy" : "sampled", ms[0], ms[1]);
     }
   }
 }

@@ -58,10 +58,18 @@ inline std::vector<float> random_row(int64_t V, int kind, std::mt19937_64& rng) 
   static const float levels[12] = {-0.0f, 0.0f, 1.5f, -2.25f, 3.0f, 7.0f, 7.0f, -7.0f, 0.5f, 2.0f, -0.0f, 11.0f};
   for (float& x : row) {
     switch (kind) {
-      case 0: x = levels[small(rng)]; break;
-      case 1: x = normal(rng); break;
-      case 2: x = 1.25f; break;
-      default: x = small(rng) == 0 ? normal(rng) : neg_inf; break;
+      case 0:
+        x = levels[small(rng)];
+        break;
+      case 1:
+        x = normal(rng);
+        break;
+      case 2:
+        x = 1.25f;
+        break;
+      default:
+        x = small(rng) == 0 ? normal(rng) : neg_inf;
+        break;
     }
     if (kind != 3 && small(rng) == 0 && small(rng) < 3) x = neg_inf;  // ~2% holes
   }

@@ -42,10 +42,9 @@ void select_row(float* row, int64_t limit, const TopKRequest& q, TopKCandidates&
   for (int64_t i = 0; i < limit; ++i)
     if (row[i] != kNegInf) cand.emplace_back(row[i], static_cast<int32_t>(i));
   const size_t k = std::min(cand.size(), static_cast<size_t>(q.k));
-  std::partial_sort(cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(),
-                    [](const auto& a, const auto& b) {
-                      return a.first > b.first || (a.first == b.first && a.second < b.second);
-                    });
+  std::partial_sort(
+      cand.begin(), cand.begin() + static_cast<std::ptrdiff_t>(k), cand.end(),
+      [](const auto& a, const auto& b) { return a.first > b.first || (a.first == b.first && a.second < b.second); });
   for (size_t i = 0; i < k; ++i) {
     out.ids.push_back(cand[i].second);
     out.logits.push_back(cand[i].first);
@@ -60,7 +59,8 @@ void select_top_k_f32(Rows<float> logits, std::span<const TopKRequest> requests,
   out.resize(requests.size());
 #pragma omp parallel for schedule(dynamic) num_threads(threads) if (n > 1)
   for (int64_t r = 0; r < n; ++r)
-    select_row(logits[r], limits[static_cast<size_t>(r)], requests[static_cast<size_t>(r)], out[static_cast<size_t>(r)]);
+    select_row(logits[r], limits[static_cast<size_t>(r)], requests[static_cast<size_t>(r)],
+               out[static_cast<size_t>(r)]);
 }
 
 }  // namespace mambacpp::cpu

@@ -260,8 +260,7 @@ __global__ void __launch_bounds__(kThreads) select_top_k_kernel(SelectLaunch p) 
           before_warp += w < warp ? n : 0;
           total += n;
         }
-        const uint32_t rank =
-            ties_before + before_warp + static_cast<uint32_t>(__popc(ballot & ((1u << lane) - 1u)));
+        const uint32_t rank = ties_before + before_warp + static_cast<uint32_t>(__popc(ballot & ((1u << lane) - 1u)));
         if (tie && rank < ties_wanted) {
           sh.keys[n_above + rank] = key;
           sh.ids[n_above + rank] = i;
