@@ -18,6 +18,7 @@
 #include "mambacpp/config.h"
 #include "mambacpp/state.h"
 #include "mambacpp/tensor.h"
+#include "mambacpp/top_k.h"
 
 namespace mambacpp {
 
@@ -60,6 +61,7 @@ struct ForwardResult {
   std::vector<float> values;  // row-major [rows, cols]
   int64_t rows = 0;
   int64_t cols = 0;
+  std::vector<TopKCandidates> candidates;  // forward_top_k only: one per sequence (rows = n_seqs, cols = 0)
   std::span<const float> row(int64_t i) const { return {values.data() + i * cols, static_cast<size_t>(cols)}; }
 };
 
@@ -90,6 +92,12 @@ class Model {
   ForwardResult forward(StateCache& state, std::span<const Sequence> seqs, Output output,
                         const std::function<void(int64_t, int64_t)>& on_progress = {}) const;
 
+  // As forward(..., Output::LastLogits), but returns, instead of each sequence's logits row, its top-k candidates
+  // for requests[i] (mambacpp/top_k.h): only those leave the device. Throws Error on a bad request (k outside
+  // [1, kMaxTopK], limit outside [0, vocab], penalized ids repeated or out of range), before touching any state.
+  ForwardResult forward_top_k(StateCache& state, std::span<const Sequence> seqs, std::span<const TopKRequest> requests,
+                              const std::function<void(int64_t, int64_t)>& on_progress = {}) const;
+
   // Convenience for a uniform batch: token ids [B, L] (i32/i64) or embeddings [B, L, d_model] (f32/f16/bf16) on
   // the host; row b uses slot b.
   ForwardResult forward(StateCache& state, const TensorView& input, Output output) const;
@@ -106,6 +114,10 @@ class Model {
  private:
   friend class MambaBlock;
   explicit Model(std::unique_ptr<Impl> impl);
+  // forward and forward_top_k (top_k non-null: output is LastLogits and each last row is reduced to candidates).
+  ForwardResult forward_impl(StateCache& state, std::span<const Sequence> seqs, Output output,
+                             const std::vector<TopKRequest>* top_k,
+                             const std::function<void(int64_t, int64_t)>& on_progress) const;
   std::unique_ptr<Impl> impl_;
 };
 

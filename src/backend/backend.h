@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "mambacpp/tensor.h"
+#include "mambacpp/top_k.h"
 
 namespace mambacpp {
 
@@ -133,6 +134,11 @@ class Backend {
                              float eps, TensorView out) = 0;
   // out[i, :] = x[rows[i], :]; rows is a host array of n indices.
   virtual void gather_rows(const TensorView& x, const int64_t* rows, int64_t n, TensorView out) = 0;
+  // The top-k candidates of each row of logits [n, V] (f32, may be strided) for requests[i] on row i, as defined in
+  // mambacpp/top_k.h, into `out` (host, resized to n). A bad row gets no candidates. `logits` may be modified (the
+  // penalty is applied in place). Requests are checked with check_top_k_requests. Waits for the result.
+  virtual void select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
+                            std::vector<TopKCandidates>& out) = 0;
 
   // ---- Fused decode (optional) ---------------------------------------------------------------------------------
   // A whole block, residual += mixer(rmsnorm(residual)), for a batch in which sequence i is row i and has one
@@ -161,6 +167,11 @@ class Backend {
  private:
   [[noreturn]] void unsupported(const char* what) const;
 };
+
+// Throws Error unless `logits` is a 2-D f32 view with one row per request and every request is valid for rows of
+// V = logits.dim(1) entries: 1 <= k <= kMaxTopK, 0 <= limit <= V, penalty finite and > 0, penalized ids distinct and
+// in [0, V). Returns the limit in effect for each row (0 means V).
+std::vector<int64_t> check_top_k_requests(const TensorView& logits, const std::vector<TopKRequest>& requests);
 
 // Backends available in this build. make_cuda_backend throws a clear Error when CUDA is not compiled in or no
 // usable GPU is present; cuda_available() treats any CUDA error as "no GPU".

@@ -134,22 +134,24 @@ class BatchGenerator {
 
     const Clock::time_point t0 = Clock::now();
     std::vector<Sequence> seqs;
-    for (const Run& r : runs_) seqs.push_back(Sequence::tokens(r.request->prompt, r.slot));
-    ForwardResult out = model_.forward(state_, seqs, Output::LastLogits, options_.on_prefill_progress);
+    std::vector<Run*> active;
+    for (Run& r : runs_) {
+      seqs.push_back(Sequence::tokens(r.request->prompt, r.slot));
+      active.push_back(&r);
+    }
+    ForwardResult out = forward(seqs, active, options_.on_prefill_progress);
     const Clock::time_point t_prefill = Clock::now();
     prefill_end_ = t_prefill;
-    MAMBACPP_ASSERT(out.rows == static_cast<int64_t>(runs_.size()) && out.cols == vocab_);
     for (Run& r : runs_) r.result.prompt_ms = ms_between(t0, t_prefill);
     for (size_t i = 0; i < runs_.size(); ++i) {
       if (runs_[i].request->max_new_tokens == 0) {
         finish(runs_[i], GenerateResult::Length, t_prefill);
       } else {
-        step(runs_[i], out.row(static_cast<int64_t>(i)), t_prefill);
+        step(runs_[i], sample(runs_[i], out, i), t_prefill);
       }
     }
 
     // Decode: one forward call per step, one token for each request still running.
-    std::vector<Run*> active;
     for (;;) {
       active.clear();
       seqs.clear();
@@ -159,10 +161,9 @@ class BatchGenerator {
         seqs.push_back(Sequence::tokens(std::span<const int32_t>(&r.next, 1), r.slot));
       }
       if (active.empty()) break;
-      out = model_.forward(state_, seqs, Output::LastLogits);
-      MAMBACPP_ASSERT(out.rows == static_cast<int64_t>(active.size()));
+      out = forward(seqs, active, {});
       const Clock::time_point now = Clock::now();
-      for (size_t k = 0; k < active.size(); ++k) step(*active[k], out.row(static_cast<int64_t>(k)), now);
+      for (size_t k = 0; k < active.size(); ++k) step(*active[k], sample(*active[k], out, k), now);
     }
 
     std::vector<GenerateResult> results;
@@ -171,15 +172,45 @@ class BatchGenerator {
   }
 
  private:
-  void step(Run& r, std::span<const float> logits, Clock::time_point now) {
-    int32_t token;
+  // One forward call for `runs` (sequence i is runs[i]'s). With device sampling, and when every run that will
+  // sample from it can finish on top candidates (runs that sample nothing ask for one), only those come back.
+  ForwardResult forward(const std::vector<Sequence>& seqs, const std::vector<Run*>& runs,
+                        const std::function<void(int64_t, int64_t)>& on_progress) {
+    bool candidates = options_.device_sampling;
+    for (const Run* r : runs)
+      if (r->request->max_new_tokens > 0 && r->sampler->params().candidates_needed() == 0) candidates = false;
+    ForwardResult out;
+    if (!candidates) {
+      out = model_.forward(state_, seqs, Output::LastLogits, on_progress);
+      MAMBACPP_ASSERT(out.rows == static_cast<int64_t>(runs.size()) && out.cols == vocab_);
+      return out;
+    }
+    std::vector<TopKRequest> requests(runs.size());
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Sampler& s = *runs[i]->sampler;
+      requests[i].k = std::max(1, s.params().candidates_needed());
+      requests[i].limit = sample_limit_;
+      requests[i].repeat_penalty = s.params().repeat_penalty;
+      requests[i].penalized = s.penalized_ids();
+    }
+    out = model_.forward_top_k(state_, seqs, requests, on_progress);
+    MAMBACPP_ASSERT(out.candidates.size() == runs.size());
+    return out;
+  }
+
+  // The next token of `r` from row i of `out` (candidates or logits, whichever forward() returned).
+  int32_t sample(Run& r, const ForwardResult& out, size_t i) {
+    if (!out.candidates.empty()) return r.sampler->sample_candidates(out.candidates[i]);
+    const std::span<const float> logits = out.row(static_cast<int64_t>(i));
     if (sample_limit_ < vocab_) {
       std::vector<float> masked(logits.begin(), logits.end());
       std::fill(masked.begin() + sample_limit_, masked.end(), -std::numeric_limits<float>::infinity());
-      token = r.sampler->sample(masked);
-    } else {
-      token = r.sampler->sample(logits);
+      return r.sampler->sample(masked);
     }
+    return r.sampler->sample(logits);
+  }
+
+  void step(Run& r, int32_t token, Clock::time_point now) {
     if (r.stop_tokens.count(token)) return finish(r, GenerateResult::Eos, now);
 
     r.result.tokens.push_back(token);

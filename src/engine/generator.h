@@ -62,6 +62,10 @@ struct GenerateOptions {
   bool reset_slots = true;
   TextCallback on_text;        // may be empty
   std::function<void(int64_t done, int64_t total)> on_prefill_progress;  // prompt tokens processed; may be empty
+  // true: when every request's sampling chain allows it (greedy, or 1 <= top_k <= kMaxTopK), the backend selects
+  // each row's top candidates next to the logits and only those leave the device (Model::forward_top_k); else
+  // whole logits rows come back. The tokens are the same either way; false forces whole rows.
+  bool device_sampling = true;
 };
 
 // Runs `requests` to completion. `tokenizer` may be null for token-ids-only models: then text is empty, stop

@@ -19,6 +19,11 @@ void SamplingParams::validate() const {
   if (repeat_last_n < 0) fail("sampling: repeat_last_n must be >= 0, found ", repeat_last_n);
 }
 
+int SamplingParams::candidates_needed() const {
+  if (greedy()) return 1;
+  return top_k >= 1 && top_k <= kMaxTopK ? top_k : 0;
+}
+
 void apply_repeat_penalty(std::span<float> logits, std::span<const int32_t> recent, float penalty) {
   if (penalty == 1.0f) return;
   std::unordered_set<int32_t> seen;
@@ -54,12 +59,29 @@ std::vector<float> Sampler::penalized(std::span<const float> logits) const {
   std::vector<float> out(logits.begin(), logits.end());
   const std::vector<int32_t> recent(recent_.begin(), recent_.end());
   apply_repeat_penalty(out, recent, params_.repeat_penalty);
+  // A penalty < 1 can push a huge logit to +inf, which no distribution can hold (select_top_k reports it too).
+  int32_t overflow = -1;
+  for (int32_t id : recent)
+    if (id >= 0 && id < vocab_size_ && out[static_cast<size_t>(id)] == std::numeric_limits<float>::infinity() &&
+        (overflow < 0 || id < overflow))
+      overflow = id;
+  if (overflow >= 0)
+    fail("sampler: logit of token ", overflow, " is inf after the repetition penalty; expected a finite value or -inf");
   return out;
+}
+
+std::vector<int32_t> Sampler::penalized_ids() const {
+  std::vector<int32_t> ids;
+  if (params_.repeat_penalty == 1.0f) return ids;
+  std::unordered_set<int32_t> seen;
+  for (int32_t id : recent_)
+    if (id >= 0 && id < vocab_size_ && seen.insert(id).second) ids.push_back(id);
+  return ids;
 }
 
 namespace {
 
-// Softmax over logits[0, n) in double, relative to the first (largest) logit.
+// Softmax over the candidates in double, relative to the first (largest) logit.
 std::vector<double> softmax_sorted(const std::vector<std::pair<float, int32_t>>& cand, double inv_temp) {
   std::vector<double> p(cand.size());
   const double top = static_cast<double>(cand.front().first) * inv_temp;
@@ -105,7 +127,10 @@ std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) cons
   } else {
     std::sort(cand.begin(), cand.end(), by_logit);
   }
+  return finish_distribution(std::move(cand));
+}
 
+std::vector<TokenProb> Sampler::finish_distribution(Candidates cand) const {
   if (params_.top_p < 1.0f) {
     const std::vector<double> p = softmax_sorted(cand, 1.0);
     double cum = 0.0;
@@ -137,6 +162,31 @@ std::vector<TokenProb> Sampler::distribution(std::span<const float> logits) cons
 int32_t Sampler::sample(std::span<const float> logits) {
   const std::vector<TokenProb> dist = distribution(logits);
   if (params_.greedy()) return dist.front().id;
+  return draw(dist);
+}
+
+int32_t Sampler::sample_candidates(const TopKCandidates& top) {
+  // The messages of penalized() and distribution(), so that both paths fail alike.
+  if (top.bad_id >= 0)
+    fail("sampler: logit of token ", top.bad_id, " is ", top.bad_value, "; expected a finite value or -inf");
+  if (top.ids.empty()) fail("sampler: every logit is -inf; nothing can be sampled");
+  return sample_top(top.logits, top.ids);
+}
+
+int32_t Sampler::sample_top(std::span<const float> sorted_logits, std::span<const int32_t> ids) {
+  if (sorted_logits.size() != ids.size() || ids.empty())
+    fail("sampler: expected as many candidate ids as logits (>= 1), found ", ids.size(), " ids and ",
+         sorted_logits.size(), " logits");
+  if (params_.greedy()) return ids.front();
+  // Step 4 on a longer list than top_k: the first top_k are the ones a full row keeps.
+  size_t n = ids.size();
+  if (params_.top_k > 0) n = std::min(n, static_cast<size_t>(params_.top_k));
+  Candidates cand(n);
+  for (size_t i = 0; i < n; ++i) cand[i] = {sorted_logits[i], ids[i]};
+  return draw(finish_distribution(std::move(cand)));
+}
+
+int32_t Sampler::draw(const std::vector<TokenProb>& dist) {
   // 53 random bits -> u uniform in [0, 1), exactly representable; the same on every platform.
   const double u = static_cast<double>(rng_() >> 11) * 0x1.0p-53;
   double cum = 0.0;

@@ -15,13 +15,20 @@
 //   7. temperature: logits / T, softmax in double;
 //   8. draw u in [0, 1) from 53 random bits and take the first candidate whose cumulative probability exceeds u.
 // As in llama.cpp, the truncations 5 and 6 look at the distribution before temperature.
+//
+// Steps 5-8 only look at the candidates that top-k kept, so a backend can do 1-4 next to the logits
+// (Backend::select_top_k, mambacpp/top_k.h) and hand over just those: sample_candidates() finishes the chain on them
+// and picks exactly the token sample() picks from the full row.
 #pragma once
 
 #include <cstdint>
 #include <deque>
 #include <random>
 #include <span>
+#include <utility>
 #include <vector>
+
+#include "mambacpp/top_k.h"
 
 namespace mambacpp {
 
@@ -36,6 +43,9 @@ struct SamplingParams {
   bool seed_given = false;
 
   bool greedy() const { return temperature <= 0.0f; }
+  // How many top candidates the chain looks at: 1 for greedy, top_k when 1 <= top_k <= kMaxTopK; 0 when it needs
+  // the whole row (top-k off or wider than a selection gives).
+  int candidates_needed() const;
   // Throws Error naming the parameter when a value is NaN or out of range (penalty <= 0, repeat_last_n < 0).
   void validate() const;
 };
@@ -61,6 +71,17 @@ class Sampler {
   // +inf logit, or when every logit is -inf.
   int32_t sample(std::span<const float> logits);
 
+  // Picks the next token from the top candidates of the row (as Backend::select_top_k gives them for
+  // k = params().candidates_needed(), this sampler's limit and penalized_ids()): exactly the token sample() picks
+  // from the row, with the same one draw (none for greedy). Throws the Error sample() throws for a bad row or one
+  // without candidates.
+  int32_t sample_candidates(const TopKCandidates& top);
+  // sample_candidates on candidates already checked: logits descending (ties: lowest id first), none -inf, the
+  // first min(top_k, considered) of the penalised row. Throws Error when empty or of different sizes.
+  int32_t sample_top(std::span<const float> sorted_logits, std::span<const int32_t> ids);
+  // The distinct ids the repetition penalty applies to now (empty when the penalty is off), inside the vocabulary.
+  std::vector<int32_t> penalized_ids() const;
+
   // The distribution sample() draws from, sorted by descending probability (ties: lowest id first); for greedy a
   // single token with p = 1. Does not touch the RNG.
   std::vector<TokenProb> distribution(std::span<const float> logits) const;
@@ -73,7 +94,12 @@ class Sampler {
   uint64_t seed() const { return seed_; }  // the seed in use (the drawn one when none was given)
 
  private:
+  using Candidates = std::vector<std::pair<float, int32_t>>;  // (logit, id), sorted, no -inf
   std::vector<float> penalized(std::span<const float> logits) const;
+  // Steps 5-7 on the candidates top-k kept.
+  std::vector<TokenProb> finish_distribution(Candidates cand) const;
+  // Step 8 (consumes one draw).
+  int32_t draw(const std::vector<TokenProb>& dist);
 
   SamplingParams params_;
   int64_t vocab_size_;

@@ -55,7 +55,7 @@ bool decode_step_applies(const Model::Impl& m, std::span<const Sequence> seqs, O
 }
 
 void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequence> seqs, Output output,
-                 ForwardResult& result) {
+                 const std::vector<TopKRequest>* top_k, ForwardResult& result) {
   const ModelConfig& c = m.config;
   Backend& be = *m.backend;
   const Device dev = be.device();
@@ -106,7 +106,10 @@ void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequen
       be.replay(*g.graph);
     }
   }
-  if (output == Output::LastLogits) be.copy_to_host(result.values.data(), logits.data, result.values.size() * 4);
+  if (top_k)  // only the candidates come back
+    be.select_top_k(logits, *top_k, result.candidates);
+  else if (output == Output::LastLogits)
+    be.copy_to_host(result.values.data(), logits.data, result.values.size() * 4);
   be.synchronize();
 }
 

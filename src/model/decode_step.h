@@ -13,8 +13,9 @@ namespace mambacpp {
 
 bool decode_step_applies(const Model::Impl& m, std::span<const Sequence> seqs, Output output);
 
-// Fills `result` (sized by the caller: [n_seqs, vocab] for LastLogits, empty for None).
+// Fills `result` (sized by the caller: [n_seqs, vocab] for LastLogits, empty for None; with top_k, LastLogits is
+// reduced to result.candidates by Backend::select_top_k after the step, outside any captured graph).
 void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequence> seqs, Output output,
-                 ForwardResult& result);
+                 const std::vector<TopKRequest>* top_k, ForwardResult& result);
 
 }  // namespace mambacpp

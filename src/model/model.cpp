@@ -164,6 +164,24 @@ void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batc
 
 ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, Output output,
                              const std::function<void(int64_t, int64_t)>& on_progress) const {
+  return forward_impl(state, seqs, output, nullptr, on_progress);
+}
+
+ForwardResult Model::forward_top_k(StateCache& state, std::span<const Sequence> seqs,
+                                   std::span<const TopKRequest> requests,
+                                   const std::function<void(int64_t, int64_t)>& on_progress) const {
+  if (requests.size() != seqs.size())
+    fail("forward_top_k: expected one request per sequence (", seqs.size(), "), found ", requests.size());
+  std::vector<TopKRequest> reqs(requests.begin(), requests.end());
+  // The checks of the backend op, here on a shape-only view, so that nothing has run when a request is bad.
+  check_top_k_requests(TensorView(nullptr, DType::F32, {static_cast<int64_t>(reqs.size()), impl_->config.vocab_size}),
+                       reqs);
+  return forward_impl(state, seqs, Output::LastLogits, &reqs, on_progress);
+}
+
+ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> seqs, Output output,
+                                  const std::vector<TopKRequest>* top_k,
+                                  const std::function<void(int64_t, int64_t)>& on_progress) const {
   const ModelConfig& c = impl_->config;
   if (state.impl_->model != this) fail("forward: this state cache was created by another model");
   if (static_cast<int64_t>(state.layers().size()) != c.n_layer)
@@ -184,11 +202,12 @@ ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, 
   ForwardResult result;
   result.cols = output == Output::Hidden ? c.d_model : c.vocab_size;
   result.rows = output == Output::None ? 0 : output == Output::LastLogits ? static_cast<int64_t>(seqs.size()) : total;
-  if (output == Output::None) result.cols = 0;
+  if (output == Output::None || top_k) result.cols = 0;
   result.values.resize(static_cast<size_t>(result.rows * result.cols));
+  if (top_k) result.candidates.resize(seqs.size());
 
   if (decode_step_applies(*impl_, seqs, output)) {
-    decode_step(*impl_, state, seqs, output, result);
+    decode_step(*impl_, state, seqs, output, top_k, result);
     return result;
   }
 
@@ -273,6 +292,15 @@ ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, 
         be.gather_rows(normed, rows.data() + r, n, last);
         TensorView logits = Workspace::f32(ws.logits, dev, n, c.vocab_size);
         be.linear(last, impl_->weights.lm_head, {}, logits);
+        if (top_k) {
+          std::vector<TopKRequest> reqs;
+          for (int64_t i = 0; i < n; ++i) reqs.push_back((*top_k)[out_index[r + static_cast<size_t>(i)]]);
+          std::vector<TopKCandidates> cands;
+          be.select_top_k(logits, reqs, cands);
+          for (int64_t i = 0; i < n; ++i)
+            result.candidates[out_index[r + static_cast<size_t>(i)]] = std::move(cands[static_cast<size_t>(i)]);
+          continue;
+        }
         std::vector<float> host(static_cast<size_t>(n * c.vocab_size));
         be.copy_to_host(host.data(), logits.data, host.size() * 4);
         for (int64_t i = 0; i < n; ++i)

@@ -208,6 +208,13 @@ void CpuBackend::gather_rows(const TensorView& x, const int64_t* idx, int64_t n,
   }
 }
 
+void CpuBackend::select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
+                              std::vector<TopKCandidates>& out) {
+  const std::vector<int64_t> limits = check_top_k_requests(logits, requests);
+  check_act("select_top_k", "logits", logits, logits.dim(0), logits.dim(1));
+  cpu::select_top_k_f32(rows<float>(logits), requests, limits, out, threads_);
+}
+
 // ---- Mixer ops --------------------------------------------------------------------------------------------------
 
 void CpuBackend::conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,

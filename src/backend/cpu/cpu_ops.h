@@ -1,10 +1,13 @@
-// The CPU backend's f32 row-wise ops (linear.cpp, norms.cpp, rows.cpp): raw pointers and row strides in, checked by
+// The CPU backend's f32 row-wise ops (linear.cpp, norms.cpp, rows.cpp, select_top_k.cpp): raw pointers and row strides in, checked by
 // CpuBackend before the call. Weights are read in their stored dtype through WeightRef.
 #pragma once
 
 #include <cstdint>
+#include <span>
+#include <vector>
 
 #include "backend/cpu/kernel_common.h"
+#include "mambacpp/top_k.h"
 
 namespace mambacpp::cpu {
 
@@ -25,5 +28,10 @@ void add_inplace_f32(Rows<float> acc, Rows<const float> x, int64_t T, int64_t D,
 
 // out[t, :] = table[ids[t], :] as f32. table: [V, D] contiguous in any float dtype. Throws on an id outside [0, V).
 void embed_f32(WeightRef table, int64_t V, const int32_t* ids, Rows<float> out, int64_t T, int64_t D, int threads);
+
+// select_top_k (backend.h) on rows of logits [n, V] whose requests passed check_top_k_requests; limits[r] is row r's
+// limit in effect (select_top_k.cpp).
+void select_top_k_f32(Rows<float> logits, std::span<const TopKRequest> requests, std::span<const int64_t> limits,
+                      std::vector<TopKCandidates>& out, int threads);
 
 }  // namespace mambacpp::cpu

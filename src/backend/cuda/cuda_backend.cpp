@@ -67,8 +67,10 @@ class CudaBackend final : public Backend {
     // No throwing here: errors at teardown are ignored (the process may be exiting after a device fault).
     if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &rows_})
+    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &rows_, &select_in_,
+                       &select_out_})
       if (s->ptr) cudaFree(s->ptr);
+    if (pinned_) cudaFreeHost(pinned_);
     if (cublas_) cublasDestroy(cublas_);
     if (cublas_workspace_) cudaFree(cublas_workspace_);
     if (stream_) cudaStreamDestroy(stream_);
@@ -494,6 +496,64 @@ class CudaBackend final : public Backend {
                        out.stride0(), stream());
   }
 
+  // One upload (row parameters, then the penalised ids), the kernel, one download of the packed candidates.
+  void select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
+                    std::vector<TopKCandidates>& out) override {
+    const std::vector<int64_t> limits = check_top_k_requests(logits, requests);
+    check_f32_2d(logits, "select_top_k: logits");
+    const int64_t n = logits.dim(0);
+    out.assign(static_cast<size_t>(n), TopKCandidates{});
+    if (n == 0) return;
+    std::vector<SelectRowParams> params(static_cast<size_t>(n));
+    std::vector<int32_t> ids;
+    int32_t kmax = 1;
+    for (size_t r = 0; r < params.size(); ++r) {
+      const TopKRequest& q = requests[r];
+      SelectRowParams& pr = params[r];
+      pr.k = q.k;
+      pr.limit = static_cast<int32_t>(limits[r]);
+      pr.penalty = q.repeat_penalty;
+      pr.pen_offset = static_cast<int32_t>(ids.size());
+      if (q.repeat_penalty != 1.0f) ids.insert(ids.end(), q.penalized.begin(), q.penalized.end());
+      pr.pen_count = static_cast<int32_t>(ids.size()) - pr.pen_offset;
+      need(ids.size() <= INT32_MAX, "select_top_k: more than 2^31-1 penalized ids in one call");
+      kmax = std::max(kmax, q.k);
+    }
+    // Both copies go through one pinned host buffer (parameters, then the packed output), so that they are truly
+    // asynchronous and the call waits once. It is free again when this call returns (the stream has drained).
+    const size_t ids_offset = align(params.size() * sizeof(SelectRowParams));
+    const size_t in_bytes = ids_offset + ids.size() * sizeof(int32_t);
+    const int64_t out_stride = 3 + 2 * int64_t(kmax);
+    const size_t out_bytes = static_cast<size_t>(n * out_stride) * sizeof(int32_t);
+    auto* pinned = static_cast<unsigned char*>(grow_pinned(align(in_bytes) + out_bytes));
+    std::memcpy(pinned, params.data(), params.size() * sizeof(SelectRowParams));
+    if (!ids.empty()) std::memcpy(pinned + ids_offset, ids.data(), ids.size() * sizeof(int32_t));
+    auto* in = static_cast<unsigned char*>(grow(select_in_, in_bytes));
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(in, pinned, in_bytes, cudaMemcpyHostToDevice, stream()));
+    SelectLaunch p;
+    p.logits = logits.ptr<float>();
+    p.stride = logits.stride0();
+    p.n_rows = n;
+    p.rows = reinterpret_cast<const SelectRowParams*>(in);
+    p.pen_ids = reinterpret_cast<const int32_t*>(in + ids_offset);
+    p.out_stride = out_stride;
+    p.kmax = kmax;
+    p.out = static_cast<int32_t*>(grow(select_out_, out_bytes));
+    launch_select_top_k(p, stream());
+    auto* packed = reinterpret_cast<int32_t*>(pinned + align(in_bytes));
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(packed, p.out, out_bytes, cudaMemcpyDeviceToHost, stream()));
+    MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    for (int64_t r = 0; r < n; ++r) {
+      const int32_t* w = packed + r * p.out_stride;
+      TopKCandidates& c = out[static_cast<size_t>(r)];
+      c.bad_id = w[1];
+      std::memcpy(&c.bad_value, &w[2], sizeof(float));
+      c.ids.assign(w + 3, w + 3 + w[0]);
+      c.logits.resize(static_cast<size_t>(w[0]));
+      std::memcpy(c.logits.data(), w + 3 + kmax, static_cast<size_t>(w[0]) * sizeof(float));
+    }
+  }
+
  private:
   template <class... Parts>
   static void need(bool ok, const Parts&... parts) {
@@ -578,6 +638,19 @@ class CudaBackend final : public Backend {
     return s.ptr;
   }
 
+  // The pinned host buffer of select_top_k. Only ever in use inside one call, which drains the stream before
+  // returning, so growing it needs no wait.
+  void* grow_pinned(size_t bytes) {
+    if (bytes <= pinned_cap_) return pinned_;
+    if (pinned_) MAMBACPP_CUDA_CHECK(cudaFreeHost(pinned_));
+    pinned_ = nullptr;
+    pinned_cap_ = 0;
+    const size_t cap = align(std::max(bytes, size_t(64) << 10));
+    MAMBACPP_CUDA_CHECK(cudaMallocHost(&pinned_, cap));
+    pinned_cap_ = cap;
+    return pinned_;
+  }
+
   cudaStream_t stream() {
     if (!stream_) MAMBACPP_CUDA_CHECK(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking));
     return stream_;
@@ -621,6 +694,9 @@ class CudaBackend final : public Backend {
   Scratch ssd_dt_, ssd_cum_, ssd_states_;  // mamba2_ssd's chunked path
   Scratch split_;                          // linear: hi/lo halves of x
   Scratch rows_;                           // gather_rows: row indices
+  Scratch select_in_, select_out_;         // select_top_k: parameters in, packed candidates out
+  void* pinned_ = nullptr;                 // select_top_k's host side of both copies (pinned)
+  size_t pinned_cap_ = 0;
 };
 
 }  // namespace

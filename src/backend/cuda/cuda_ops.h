@@ -134,4 +134,26 @@ struct SsdScratch {
 void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                            const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream);
 
+// ---- select_top_k.cu --------------------------------------------------------------------------------------------
+// One row's request, resolved: 1 <= k <= kmax <= kMaxTopK, 1 <= limit <= V, penalised ids
+// pen_ids[pen_offset, pen_offset + pen_count) distinct and in [0, V).
+struct SelectRowParams {
+  int32_t k = 1;
+  int32_t limit = 0;
+  float penalty = 1.0f;
+  int32_t pen_offset = 0;
+  int32_t pen_count = 0;
+};
+struct SelectLaunch {
+  float* logits = nullptr;  // [n_rows, V] with row stride `stride`; the penalty is applied in place
+  int64_t stride = 0;
+  int64_t n_rows = 0;
+  const SelectRowParams* rows = nullptr;  // device, [n_rows]
+  const int32_t* pen_ids = nullptr;       // device
+  int32_t* out = nullptr;                 // device, [n_rows, out_stride]; out_stride = 3 + 2 * kmax (layout: .cu)
+  int64_t out_stride = 0;
+  int32_t kmax = 1;
+};
+void launch_select_top_k(const SelectLaunch& p, cudaStream_t stream);
+
 }  // namespace mambacpp::cuda
