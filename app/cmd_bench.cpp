@@ -26,6 +26,7 @@ struct BenchOptions {
   int64_t batch = 1, prompt = 100, gen = 1000;
   int repeat = 3;
   bool json = false;
+  bool host_argmax = false;  // copy whole logit rows and take the argmax on the host (before device selection)
 };
 
 using Clock = std::chrono::steady_clock;
@@ -91,22 +92,36 @@ void run_bench(const BenchOptions& o) {
     p.resize(static_cast<size_t>(o.prompt));
     for (auto& t : p) t = tok(rng);
   }
+  const std::vector<TopKRequest> greedy(static_cast<size_t>(o.batch));  // k = 1 over the whole row
   std::vector<double> prefill_ms, decode_ms;
   for (int rep = 0; rep < o.repeat + 1; ++rep) {  // the first round warms up and is not counted
     state->reset_all();
     std::vector<Sequence> seqs;
     for (int64_t b = 0; b < o.batch; ++b) seqs.push_back(Sequence::tokens(prompts[static_cast<size_t>(b)], b));
-    auto t0 = Clock::now();
-    ForwardResult r = model->forward(*state, seqs, Output::LastLogits);
-    const double p_ms = ms_since(t0);
+    // Greedy, as `generate --temp 0` runs it: the argmax is selected on the device (k = 1) and only ids come back;
+    // --host-argmax copies the whole rows instead.
     std::vector<int32_t> next(static_cast<size_t>(o.batch));
-    for (int64_t b = 0; b < o.batch; ++b) next[static_cast<size_t>(b)] = argmax(r.row(b));
+    auto step = [&] {
+      if (o.host_argmax) {
+        ForwardResult r = model->forward(*state, seqs, Output::LastLogits);
+        for (int64_t b = 0; b < o.batch; ++b) next[static_cast<size_t>(b)] = argmax(r.row(b));
+      } else {
+        ForwardResult r = model->forward_top_k(*state, seqs, greedy);
+        for (int64_t b = 0; b < o.batch; ++b) {
+          const TopKCandidates& c = r.candidates[static_cast<size_t>(b)];
+          if (c.ids.empty()) fail("bench: sequence ", b, " has no finite logit to pick (logit of token ", c.bad_id, " is ", c.bad_value, ")");
+          next[static_cast<size_t>(b)] = c.ids[0];
+        }
+      }
+    };
+    auto t0 = Clock::now();
+    step();
+    const double p_ms = ms_since(t0);
     auto t1 = Clock::now();
-    for (int64_t step = 0; step < o.gen; ++step) {
+    for (int64_t s = 0; s < o.gen; ++s) {
       for (int64_t b = 0; b < o.batch; ++b)
         seqs[static_cast<size_t>(b)] = Sequence::tokens(std::span<const int32_t>(&next[static_cast<size_t>(b)], 1), b);
-      r = model->forward(*state, seqs, Output::LastLogits);
-      for (int64_t b = 0; b < o.batch; ++b) next[static_cast<size_t>(b)] = argmax(r.row(b));
+      step();
     }
     const double d_ms = ms_since(t1);
     if (rep > 0) prefill_ms.push_back(p_ms), decode_ms.push_back(d_ms);
@@ -121,6 +136,7 @@ void run_bench(const BenchOptions& o) {
       {"batch", o.batch}, {"prompt", o.prompt}, {"gen", o.gen}, {"repeat", o.repeat},
       {"cuda_graphs", lo.cuda_graphs},
       {"fused_decode", lo.fused_decode},
+      {"host_argmax", o.host_argmax},
       {"load_ms", load_ms},
       {"prefill_ms", pre}, {"prefill_tokens_per_s", pre > 0 ? o.batch * o.prompt / (pre / 1000.0) : 0.0},
       {"decode_ms_per_step", step_ms}, {"decode_tokens_per_s", step_ms > 0 ? o.batch / (step_ms / 1000.0) : 0.0},
@@ -159,6 +175,8 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("-g,--gen", o->gen, "generated tokens per sequence")->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("-r,--repeat", o->repeat, "timed runs (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON object");
+  cmd->add_flag("--host-argmax", o->host_argmax,
+                "greedy from whole logit rows copied to the host (default: the argmax selected on the device)");
   cmd->callback([o, &run] { run = [o] { run_bench(*o); }; });
   return cmd;
 }

@@ -55,7 +55,7 @@ if ldd "$TESTS" | grep -q "not found"; then
 fi
 
 step tests 120 "$TESTS" --gtest_brief=1
-step perf 60 bash -c "'$TESTS' --gtest_filter='CudaPerf.*' --gtest_also_run_disabled_tests | grep -E '\[perf\]|FAILED|PASSED'"
+step perf 60 bash -c "'$TESTS' --gtest_filter='CudaPerf.*:*.DISABLED_Perf*' --gtest_also_run_disabled_tests | grep -E '\[perf\]|FAILED|PASSED'"
 step memcheck 150 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
   --gtest_filter='-CudaPerf.*:CudaOps.LinearMatches*'
 step memcheck_lin 50 compute-sanitizer --tool memcheck --error-exitcode 99 "$TESTS" --gtest_brief=1 \
