@@ -1,5 +1,6 @@
 // Device-side building blocks shared by the CUDA kernels: loads of f32/f16/bf16 storage as float, the bf16 state
-// load/store, the scalar activations (softplus with torch's threshold, SiLU) and warp reductions.
+// load/store, the scalar activations (softplus with torch's threshold, SiLU), warp reductions and the controls of
+// programmatic dependent launch.
 // Host-side error checks live in cuda_check.h.
 #pragma once
 
@@ -55,10 +56,6 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
   float total = lane < n_warps ? scratch[lane] : 0.0f;
   return warp_sum(total);
 }
-
-}  // namespace mambacpp::cuda
-
-namespace mambacpp::cuda {
 
 // Programmatic dependent launch (sm_90; see launch_dependent in cuda_launch.cuh). A kernel launched that way may
 // start while the previous kernel of the stream is still running: before the wait it may only read what no
