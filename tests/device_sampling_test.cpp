@@ -11,40 +11,18 @@
 #include "mambacpp/error.h"
 #include "mambacpp/model.h"
 #include "mambacpp/tokenizer.h"
+#include "support/sampling_support.h"
 #include "support/test_support.h"
 #include "support/top_k_reference.h"
 
 namespace mambacpp {
 namespace {
 
-// Only what the generator uses: a vocabulary size below the model's (padding rows) and some bytes per token.
-class SmallTokenizer : public Tokenizer {
- public:
-  explicit SmallTokenizer(int64_t vocab) : vocab_(vocab) {}
-  std::vector<int32_t> encode(std::string_view) const override { fail("SmallTokenizer::encode is not used"); }
-  std::string decode(std::span<const int32_t> ids, bool) const override {
-    std::string s;
-    for (int32_t id : ids) s += token_bytes(id);
-    return s;
-  }
-  std::string token_bytes(int32_t id) const override { return "<" + std::to_string(id) + ">"; }
-  int64_t vocab_size() const override { return vocab_; }
-  std::optional<int32_t> token_to_id(std::string_view) const override { return std::nullopt; }
-  bool is_special(int32_t) const override { return false; }
+using test::PaddedTokenizer;
 
- private:
-  int64_t vocab_;
-};
-
+// Every chain here penalises over the last 16 tokens.
 SamplingParams chain(float temperature, int top_k, float top_p, float min_p, float penalty) {
-  SamplingParams s;
-  s.temperature = temperature;
-  s.top_k = top_k;
-  s.top_p = top_p;
-  s.min_p = min_p;
-  s.repeat_penalty = penalty;
-  s.repeat_last_n = 16;
-  return s;
+  return test::sampling_chain(temperature, top_k, top_p, min_p, penalty, 16);
 }
 
 class DeviceSampling : public ::testing::Test {
@@ -126,7 +104,7 @@ TEST_F(DeviceSampling, GenerateGivesTheSameTokensOnBothPaths) {
       chain(2.0f, 256, 1.0f, 0.0f, 0.9f),   // k above the vocabulary; penalty < 1
       chain(1.0f, 3, 1.0f, 0.0f, 1.1f),     // top-k only
   };
-  SmallTokenizer padded(40);  // 7 padding rows that must never be sampled
+  PaddedTokenizer padded(40);  // 7 padding rows that must never be sampled
   int differing_chains = 0;
   for (const SamplingParams& s : chains) {
     for (const Tokenizer* tok : {static_cast<const Tokenizer*>(nullptr), static_cast<const Tokenizer*>(&padded)}) {

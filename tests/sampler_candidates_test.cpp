@@ -11,6 +11,7 @@
 
 #include "engine/sampler.h"
 #include "mambacpp/error.h"
+#include "support/sampling_support.h"
 #include "support/test_support.h"
 #include "support/top_k_reference.h"
 
@@ -18,13 +19,7 @@ namespace mambacpp {
 namespace {
 
 SamplingParams params(float temperature, int top_k, float top_p, float min_p, float penalty, int last_n) {
-  SamplingParams s;
-  s.temperature = temperature;
-  s.top_k = top_k;
-  s.top_p = top_p;
-  s.min_p = min_p;
-  s.repeat_penalty = penalty;
-  s.repeat_last_n = last_n;
+  SamplingParams s = test::sampling_chain(temperature, top_k, top_p, min_p, penalty, last_n);
   s.seed = 99;
   s.seed_given = true;
   return s;

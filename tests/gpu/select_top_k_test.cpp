@@ -20,6 +20,7 @@
 #include "mambacpp/model.h"
 #include "mambacpp/tokenizer.h"
 #include "model/shapes.h"
+#include "support/sampling_support.h"
 #include "support/top_k_reference.h"
 
 namespace mambacpp {
@@ -165,30 +166,8 @@ TEST(GpuSelectTopK, DISABLED_PerfAgainstCopyingTheRow) {
   }
 }
 
-// The generator's padding limit needs a tokenizer; only its vocabulary size and token bytes are used.
-class PaddedTokenizer : public Tokenizer {
- public:
-  explicit PaddedTokenizer(int64_t vocab) : vocab_(vocab) {}
-  std::vector<int32_t> encode(std::string_view) const override { fail("not used"); }
-  std::string decode(std::span<const int32_t>, bool) const override { fail("not used"); }
-  std::string token_bytes(int32_t id) const override { return "<" + std::to_string(id) + ">"; }
-  int64_t vocab_size() const override { return vocab_; }
-  std::optional<int32_t> token_to_id(std::string_view) const override { return std::nullopt; }
-  bool is_special(int32_t) const override { return false; }
-
- private:
-  int64_t vocab_;
-};
-
-SamplingParams chain(float temperature, int top_k, float top_p, float min_p, float penalty) {
-  SamplingParams s;
-  s.temperature = temperature;
-  s.top_k = top_k;
-  s.top_p = top_p;
-  s.min_p = min_p;
-  s.repeat_penalty = penalty;
-  return s;
-}
+using test::PaddedTokenizer;
+using test::sampling_chain;
 
 TEST(GpuGenerate, DeviceSamplingGivesTheSameTokens) {
   MAMBACPP_REQUIRE_GPU();
@@ -197,9 +176,10 @@ TEST(GpuGenerate, DeviceSamplingGivesTheSameTokens) {
   const ModelConfig cfg = named_shape("mamba2-130m");
   auto model = Model::random(cfg, lo, 5);
   PaddedTokenizer tok(cfg.vocab_size - 3);
-  const std::vector<SamplingParams> chains = {chain(0.0f, 40, 0.95f, 0.05f, 1.0f), chain(0.8f, 40, 0.95f, 0.05f, 1.0f),
-                                              chain(1.5f, 256, 1.0f, 0.0f, 1.3f), chain(1.0f, 12, 0.9f, 0.02f, 0.9f),
-                                              chain(0.0f, 0, 1.0f, 0.0f, 1.2f)};
+  const std::vector<SamplingParams> chains = {
+      sampling_chain(0.0f, 40, 0.95f, 0.05f, 1.0f), sampling_chain(0.8f, 40, 0.95f, 0.05f, 1.0f),
+      sampling_chain(1.5f, 256, 1.0f, 0.0f, 1.3f),  sampling_chain(1.0f, 12, 0.9f, 0.02f, 0.9f),
+      sampling_chain(0.0f, 0, 1.0f, 0.0f, 1.2f)};
   std::vector<GenerateRequest> reqs;
   std::mt19937 rng(1);
   for (size_t i = 0; i < chains.size(); ++i) {
@@ -233,7 +213,8 @@ TEST(GpuGenerate, DISABLED_PerfDecodeStepOnBothPaths) {
   lo.device = DeviceChoice::CUDA;
   auto model = Model::random(named_shape("mamba2-130m"), lo, 5);
   for (int64_t batch : {1, 8}) {
-    for (const SamplingParams& s : {chain(0.0f, 40, 1.0f, 0.0f, 1.0f), chain(0.8f, 40, 0.95f, 0.05f, 1.1f)}) {
+    for (const SamplingParams& s :
+         {sampling_chain(0.0f, 40, 1.0f, 0.0f, 1.0f), sampling_chain(0.8f, 40, 0.95f, 0.05f, 1.1f)}) {
       std::vector<GenerateRequest> reqs(static_cast<size_t>(batch));
       for (GenerateRequest& r : reqs) {
         r.prompt = {1, 2, 3, 4, 5, 6, 7, 8};

@@ -1,11 +1,25 @@
-// The epilogue shared by the fused GEMV kernels (fused_gemv.cu, fused_gemv_mma.cu): bias and norm scale are applied
-// by the caller; this stores the output, adds it to the residual, or runs the one-token conv1d + SiLU on it.
+// Pieces shared by the fused GEMV kernels (fused_gemv.cu, fused_gemv_mma.cu): the group-wise norm scales of the
+// prologue, and the epilogue (bias and norm scale are applied by the caller; this stores the output, adds it to the
+// residual, or runs the one-token conv1d + SiLU on it).
 #pragma once
 
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/fused_ops.h"
 
 namespace mambacpp::cuda {
+
+// Group-wise norm with several groups: scale[t * n_groups + g] = rsqrt(mean of x[t]^2 over group g + eps), one warp
+// per (row, group). The caller synchronises the block before reading the scales.
+__device__ __forceinline__ void compute_group_scales(const FusedGemvLaunch& p, int64_t n_groups, float* scale) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, n_warps = blockDim.x >> 5;
+  for (int64_t k = warp; k < p.T * n_groups; k += n_warps) {
+    const float* xr = p.x.data + (k / n_groups) * p.x.stride + (k % n_groups) * p.norm_group;
+    float ss = 0.0f;
+    for (int64_t i = lane; i < p.norm_group; i += 32) ss += xr[i] * xr[i];
+    ss = warp_sum(ss);
+    if (lane == 0) scale[k] = rsqrtf(ss / static_cast<float>(p.norm_group) + p.eps);
+  }
+}
 
 // What the thread finishing output o of row t needs for the conv epilogue, loaded before the wait: the taps are
 // weights and the conv state is written by this kernel alone, so neither depends on the previous kernel.

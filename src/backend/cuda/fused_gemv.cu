@@ -94,14 +94,8 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 4 : 2) fused_gemv_kernel(F
   const bool per_group = norm && p.norm_group != p.in;
   const bool post_scale = norm && !per_group;  // one group: scale after the dot, from sums of squares
   const int64_t n_groups = per_group ? p.in / p.norm_group : 1;
-  if (per_group) {  // one warp per (row, group)
-    for (int64_t k = warp; k < NT * n_groups; k += kWarps) {
-      const float* xr = p.x.data + (k / n_groups) * p.x.stride + (k % n_groups) * p.norm_group;
-      float ss = 0.0f;
-      for (int64_t i = lane; i < p.norm_group; i += 32) ss += xr[i] * xr[i];
-      ss = warp_sum(ss);
-      if (lane == 0) group_scale[k] = rsqrtf(ss / static_cast<float>(p.norm_group) + p.eps);
-    }
+  if (per_group) {
+    compute_group_scales(p, n_groups, group_scale);
     __syncthreads();
   }
 
