@@ -9,12 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backend/backend.h"
 #include "cli_common.h"
 #include "commands.h"
+#include "mambacpp/engine.h"
 #include "mambacpp/error.h"
-#include "model/shapes.h"
-#include "model/weights.h"
+#include "mambacpp/shapes.h"
+#include "mambacpp/state.h"
 
 namespace mambacpp::cli {
 
@@ -27,6 +27,9 @@ struct BenchOptions {
   int repeat = 3;
   bool json = false;
   bool host_argmax = false;  // copy whole logit rows and take the argmax on the host (before device selection)
+  // --serve: the serving workload on the engine (serve_bench)
+  bool serve = false;
+  int64_t requests = 64, min_prompt = 16, max_prompt = 512, max_seqs = 32, state_cache_mb = 1024;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -37,35 +40,158 @@ double median(std::vector<double> v) {
   return v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
 }
 
-// Device copy bandwidth, counting bytes read plus bytes written (median of 10 copies of a 256 MiB buffer).
-double copy_bandwidth(Backend& be) {
-  const size_t bytes = size_t(256) << 20;
-  DeviceBuffer a(be, bytes), b(be, bytes);
-  be.fill_zero(a.data(), bytes);
-  be.copy(b.data(), a.data(), bytes);
-  be.synchronize();
-  std::vector<double> times;
-  for (int i = 0; i < 10; ++i) {
-    auto t = Clock::now();
-    be.copy(b.data(), a.data(), bytes);
-    be.synchronize();
-    times.push_back(ms_since(t));
-  }
-  return 2.0 * bytes / (median(times) / 1000.0);
-}
-
-int64_t weight_bytes(const Model& model) {
-  const ModelWeights& w = model.weights();
-  int64_t sum = static_cast<int64_t>(w.norm_f.nbytes() + w.lm_head.nbytes());
-  for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.norm, &l.in_proj, &l.in_proj_bias, &l.conv, &l.conv_bias, &l.A_log, &l.D, &l.dt_bias,
-                                &l.out_proj, &l.out_proj_bias, &l.x_proj, &l.dt_proj, &l.gated_norm})
-      if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
-  return sum;
-}
-
 int32_t argmax(std::span<const float> row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+struct ClosedBatch {
+  std::vector<double> prefill_ms, decode_ms;  // per timed run
+};
+
+// Prefill of `batch` random prompts of `prompt` tokens, then `gen` greedy decode steps, as `generate --temp 0` runs
+// them; the first round warms up and is not counted.
+ClosedBatch closed_batch(const Model& model, DType state_dtype, int64_t batch, int64_t prompt, int64_t gen, int repeat,
+                         bool host_argmax) {
+  const ModelConfig& c = model.config();
+  auto state = model.create_state(batch, state_dtype);
+  std::mt19937 rng(7);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(batch));
+  for (auto& p : prompts) {
+    p.resize(static_cast<size_t>(prompt));
+    for (auto& t : p) t = tok(rng);
+  }
+  const std::vector<TopKRequest> greedy(static_cast<size_t>(batch));  // k = 1 over the whole row
+  ClosedBatch out;
+  for (int rep = 0; rep < repeat + 1; ++rep) {
+    state->reset_all();
+    std::vector<Sequence> seqs;
+    for (int64_t b = 0; b < batch; ++b) seqs.push_back(Sequence::tokens(prompts[static_cast<size_t>(b)], b));
+    // Greedy: the argmax is selected on the device (k = 1) and only ids come back; --host-argmax copies the whole
+    // rows instead.
+    std::vector<int32_t> next(static_cast<size_t>(batch));
+    auto step = [&] {
+      if (host_argmax) {
+        ForwardResult r = model.forward(*state, seqs, Output::LastLogits);
+        for (int64_t b = 0; b < batch; ++b) next[static_cast<size_t>(b)] = argmax(r.row(b));
+      } else {
+        ForwardResult r = model.forward_top_k(*state, seqs, greedy);
+        for (int64_t b = 0; b < batch; ++b) {
+          const TopKCandidates& k = r.candidates[static_cast<size_t>(b)];
+          if (k.ids.empty()) fail("bench: sequence ", b, " has no finite logit to pick (logit of token ", k.bad_id, " is ", k.bad_value, ")");
+          next[static_cast<size_t>(b)] = k.ids[0];
+        }
+      }
+    };
+    auto t0 = Clock::now();
+    step();
+    const double p_ms = ms_since(t0);
+    auto t1 = Clock::now();
+    for (int64_t s = 0; s < gen; ++s) {
+      for (int64_t b = 0; b < batch; ++b)
+        seqs[static_cast<size_t>(b)] = Sequence::tokens(std::span<const int32_t>(&next[static_cast<size_t>(b)], 1), b);
+      step();
+    }
+    const double d_ms = ms_since(t1);
+    if (rep > 0) out.prefill_ms.push_back(p_ms), out.decode_ms.push_back(d_ms);
+  }
+  return out;
+}
+
+double percentile(std::vector<double> v, double q) {
+  if (v.empty()) return 0.0;
+  std::sort(v.begin(), v.end());
+  return v[std::min(v.size() - 1, static_cast<size_t>(q * static_cast<double>(v.size())))];
+}
+
+// The serving workload: `requests` random prompts of uniform length in [min_prompt, max_prompt], `gen` greedy
+// tokens each, all submitted at once to an engine of `max_seqs` slots; against the closed batch of max_seqs
+// prompts of the mean length in the same run.
+void serve_bench(const Model& model, const BenchOptions& o, double load_ms) {
+  const ModelConfig& c = model.config();
+  std::mt19937 rng(11);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::uniform_int_distribution<int64_t> len(o.min_prompt, o.max_prompt);
+  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(o.requests));
+  for (auto& p : prompts) {
+    p.resize(static_cast<size_t>(len(rng)));
+    for (auto& t : p) t = tok(rng);
+  }
+  EngineOptions eo;
+  eo.max_seqs = o.max_seqs;
+  eo.max_queue = o.requests;
+  eo.state_dtype = o.model.state();
+  eo.state_cache_mb = o.state_cache_mb;
+  std::vector<double> wall_ms, ttft, itl;
+  int64_t generated = 0;
+  for (int rep = 0; rep < o.repeat + 1; ++rep) {
+    Engine engine(model, nullptr, eo);  // a fresh cache each round: random prompts share no prefix anyway
+    std::vector<Clock::time_point> last(prompts.size());
+    std::vector<double> run_ttft, run_itl;
+    int64_t run_generated = 0;
+    std::vector<GenerateRequest> reqs(prompts.size());
+    const Clock::time_point t0 = Clock::now();
+    for (size_t i = 0; i < prompts.size(); ++i) {
+      reqs[i].prompt = prompts[i];
+      reqs[i].max_new_tokens = static_cast<int>(o.gen);
+      reqs[i].sampling.temperature = 0.0f;
+      reqs[i].ignore_eos = true;
+      reqs[i].on_event = [&, i](const RequestEvent& e) {
+        if (!e.token) return;
+        const Clock::time_point now = Clock::now();
+        (last[i] == Clock::time_point{} ? run_ttft : run_itl)
+            .push_back(std::chrono::duration<double, std::milli>(now - (last[i] == Clock::time_point{} ? t0 : last[i])).count());
+        last[i] = now;
+        ++run_generated;
+      };
+    }
+    engine.run(std::move(reqs));
+    if (rep == 0) continue;  // warm-up
+    wall_ms.push_back(ms_since(t0));
+    ttft.insert(ttft.end(), run_ttft.begin(), run_ttft.end());
+    itl.insert(itl.end(), run_itl.begin(), run_itl.end());
+    generated = run_generated;
+  }
+  const int64_t mean_prompt = (o.min_prompt + o.max_prompt) / 2;
+  const ClosedBatch closed = closed_batch(model, o.model.state(), o.max_seqs, mean_prompt, o.gen, o.repeat, false);
+  std::vector<double> closed_total;
+  for (size_t i = 0; i < closed.prefill_ms.size(); ++i) closed_total.push_back(closed.prefill_ms[i] + closed.decode_ms[i]);
+  const double wall = median(wall_ms), closed_ms = median(closed_total);
+  const double rate = generated / (wall / 1000.0);
+  const double closed_rate = static_cast<double>(o.max_seqs * o.gen) / (closed_ms / 1000.0);
+  nlohmann::json j = {
+      {"mode", "serve"},
+      {"model", o.shape.empty() ? model.directory() : o.shape},
+      {"device", model.device_description()},
+      {"weight_dtype", dtype_name(model.weight_dtype())},
+      {"state_dtype", dtype_name(o.model.state())},
+      {"requests", o.requests}, {"min_prompt", o.min_prompt}, {"max_prompt", o.max_prompt}, {"gen", o.gen},
+      {"max_seqs", o.max_seqs}, {"batch_tokens", model.load_options().max_batch_tokens},
+      {"state_cache_mb", o.state_cache_mb}, {"repeat", o.repeat}, {"load_ms", load_ms},
+      {"wall_ms", wall}, {"wall_ms_runs", wall_ms},
+      {"generated_tokens", generated}, {"generated_tokens_per_s", rate},
+      {"ttft_ms_p50", percentile(ttft, 0.5)}, {"ttft_ms_p99", percentile(ttft, 0.99)},
+      {"itl_ms_p50", percentile(itl, 0.5)}, {"itl_ms_p99", percentile(itl, 0.99)},
+      {"closed_batch", {{"batch", o.max_seqs}, {"prompt", mean_prompt}, {"gen", o.gen}, {"total_ms", closed_ms},
+                        {"generated_tokens_per_s", closed_rate}}},
+      {"serve_vs_closed", closed_rate > 0 ? rate / closed_rate : 0.0}};
+  if (o.json) {
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  std::printf("model        %s on %s (weights %s, state %s)\n", j["model"].get<std::string>().c_str(),
+              model.device_description().c_str(), j["weight_dtype"].get<std::string>().c_str(),
+              o.model.state_dtype.c_str());
+  std::printf("workload     %lld requests, prompts uniform in [%lld, %lld], %lld generated each, max-seqs %lld; "
+              "median of %d runs\n", (long long)o.requests, (long long)o.min_prompt, (long long)o.max_prompt,
+              (long long)o.gen, (long long)o.max_seqs, o.repeat);
+  std::printf("serving      %.1f ms wall, %.1f generated tokens/s\n", wall, rate);
+  std::printf("latency      time to first token p50 %.1f ms, p99 %.1f ms; inter-token p50 %.2f ms, p99 %.2f ms\n",
+              j["ttft_ms_p50"].get<double>(), j["ttft_ms_p99"].get<double>(), j["itl_ms_p50"].get<double>(),
+              j["itl_ms_p99"].get<double>());
+  std::printf("closed batch %lld x (%lld prompt + %lld generated): %.1f ms, %.1f generated tokens/s\n",
+              (long long)o.max_seqs, (long long)mean_prompt, (long long)o.gen, closed_ms, closed_rate);
+  std::printf("ratio        serving / closed batch = %.3f\n", j["serve_vs_closed"].get<double>());
 }
 
 void run_bench(const BenchOptions& o) {
@@ -74,64 +200,24 @@ void run_bench(const BenchOptions& o) {
   auto t_load = Clock::now();
   std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), lo, 1);
   const double load_ms = ms_since(t_load);
+  if (o.serve) return serve_bench(*model, o, load_ms);
   const ModelConfig& c = model->config();
   const DType state_dtype = o.model.state();
-  Backend& be = model->backend();
-  const double bandwidth = copy_bandwidth(be);
+  const double bandwidth = model->measure_copy_bandwidth();
 
-  auto state = model->create_state(o.batch, state_dtype);
   const int64_t state_bytes = o.batch * c.n_layer * (c.conv_state_size() + c.ssm_state_size()) *
                               static_cast<int64_t>(dtype_size(state_dtype));
-  const int64_t step_bytes = weight_bytes(*model) + 2 * state_bytes;
+  const int64_t step_bytes = model->weight_bytes() + 2 * state_bytes;
   const double floor_ms = step_bytes / bandwidth * 1000.0;
-
-  std::mt19937 rng(7);
-  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
-  std::vector<std::vector<int32_t>> prompts(static_cast<size_t>(o.batch));
-  for (auto& p : prompts) {
-    p.resize(static_cast<size_t>(o.prompt));
-    for (auto& t : p) t = tok(rng);
-  }
-  const std::vector<TopKRequest> greedy(static_cast<size_t>(o.batch));  // k = 1 over the whole row
-  std::vector<double> prefill_ms, decode_ms;
-  for (int rep = 0; rep < o.repeat + 1; ++rep) {  // the first round warms up and is not counted
-    state->reset_all();
-    std::vector<Sequence> seqs;
-    for (int64_t b = 0; b < o.batch; ++b) seqs.push_back(Sequence::tokens(prompts[static_cast<size_t>(b)], b));
-    // Greedy, as `generate --temp 0` runs it: the argmax is selected on the device (k = 1) and only ids come back;
-    // --host-argmax copies the whole rows instead.
-    std::vector<int32_t> next(static_cast<size_t>(o.batch));
-    auto step = [&] {
-      if (o.host_argmax) {
-        ForwardResult r = model->forward(*state, seqs, Output::LastLogits);
-        for (int64_t b = 0; b < o.batch; ++b) next[static_cast<size_t>(b)] = argmax(r.row(b));
-      } else {
-        ForwardResult r = model->forward_top_k(*state, seqs, greedy);
-        for (int64_t b = 0; b < o.batch; ++b) {
-          const TopKCandidates& c = r.candidates[static_cast<size_t>(b)];
-          if (c.ids.empty()) fail("bench: sequence ", b, " has no finite logit to pick (logit of token ", c.bad_id, " is ", c.bad_value, ")");
-          next[static_cast<size_t>(b)] = c.ids[0];
-        }
-      }
-    };
-    auto t0 = Clock::now();
-    step();
-    const double p_ms = ms_since(t0);
-    auto t1 = Clock::now();
-    for (int64_t s = 0; s < o.gen; ++s) {
-      for (int64_t b = 0; b < o.batch; ++b)
-        seqs[static_cast<size_t>(b)] = Sequence::tokens(std::span<const int32_t>(&next[static_cast<size_t>(b)], 1), b);
-      step();
-    }
-    const double d_ms = ms_since(t1);
-    if (rep > 0) prefill_ms.push_back(p_ms), decode_ms.push_back(d_ms);
-  }
+  const ClosedBatch runs = closed_batch(*model, state_dtype, o.batch, o.prompt, o.gen, o.repeat, o.host_argmax);
+  const std::vector<double>& prefill_ms = runs.prefill_ms;
+  const std::vector<double>& decode_ms = runs.decode_ms;
   const double pre = median(prefill_ms), dec = median(decode_ms);
   const double step_ms = o.gen ? dec / o.gen : 0.0;
   nlohmann::json j = {
       {"model", o.shape.empty() ? model->directory() : o.shape},
       {"device", model->device_description()},
-      {"weight_dtype", dtype_name(model->weights().layers.at(0).in_proj.dtype)},
+      {"weight_dtype", dtype_name(model->weight_dtype())},
       {"state_dtype", dtype_name(state_dtype)},
       {"batch", o.batch}, {"prompt", o.prompt}, {"gen", o.gen}, {"repeat", o.repeat},
       {"cuda_graphs", lo.cuda_graphs},
@@ -177,7 +263,18 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--host-argmax", o->host_argmax,
                 "greedy from whole logit rows copied to the host (default: the argmax selected on the device)");
-  cmd->callback([o, &run] { run = [o] { run_bench(*o); }; });
+  cmd->add_flag("--serve", o->serve,
+                "serving workload: --requests prompts of uniform length in [--min-prompt, --max-prompt], -g tokens each, "
+                "all submitted at once to the engine, beside the closed batch of --max-seqs prompts of the mean length");
+  cmd->add_option("--requests", o->requests, "--serve: requests")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--min-prompt", o->min_prompt, "--serve: shortest prompt")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-prompt", o->max_prompt, "--serve: longest prompt")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-seqs", o->max_seqs, "--serve: requests running at once")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--state-cache-mb", o->state_cache_mb, "--serve: prefix cache budget, MiB")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->callback([o, &run] {
+    if (o->serve && o->min_prompt > o->max_prompt) throw CLI::ValidationError("--min-prompt", "exceeds --max-prompt");
+    run = [o] { run_bench(*o); };
+  });
   return cmd;
 }
 

@@ -1,5 +1,5 @@
 // `mambacpp generate`: text (or token ids) in, streamed text out. With --json one JSON object per prompt instead.
-// --prompts-file runs one prompt per line as one batch of different lengths (one state slot each, no padding).
+// Runs on the serving engine; --prompts-file submits one request per line (one state slot each, no padding).
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -10,7 +10,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "engine/generator.h"
+#include "mambacpp/engine.h"
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
 
@@ -30,6 +30,10 @@ struct GenerateCliOptions {
   std::vector<std::string> stop;
   bool ignore_eos = false;
   int64_t max_prompt = 65536;
+  int64_t max_seqs = 0;  // 0: every prompt at once
+  int64_t state_cache_mb = 1024;
+  std::string load_state;
+  std::string save_state;
   bool json = false;
 };
 
@@ -38,13 +42,15 @@ nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateRes
   return {{"prompt_tokens", prompt},
           {"tokens", r.tokens},
           {"text", r.text},
-          {"stop_reason", stop_reason_name(r.stop_reason)},
+          {"stop_reason", finish_reason_name(r.finish_reason)},
+          {"cached_prompt_tokens", r.cached_prompt_tokens},
           {"seed", r.seed},
           {"timings",
-           {{"prompt_ms", r.prompt_ms},
-            {"generate_ms", r.generate_ms},
-            {"prompt_tokens_per_s", r.prompt_ms > 0 ? prompt.size() / (r.prompt_ms / 1000.0) : 0.0},
-            {"generate_tokens_per_s", r.generate_ms > 0 ? gen_tokens / (r.generate_ms / 1000.0) : 0.0}}}};
+           {{"queue_ms", r.timings.queue_ms},
+            {"prompt_ms", r.timings.prompt_ms},
+            {"generate_ms", r.timings.generate_ms},
+            {"prompt_tokens_per_s", r.timings.prompt_ms > 0 ? prompt.size() / (r.timings.prompt_ms / 1000.0) : 0.0},
+            {"generate_tokens_per_s", r.timings.generate_ms > 0 ? gen_tokens / (r.timings.generate_ms / 1000.0) : 0.0}}}};
 }
 
 void run_generate(const GenerateCliOptions& o) {
@@ -76,6 +82,7 @@ void run_generate(const GenerateCliOptions& o) {
            " (raise --max-prompt to run it)");
   }
 
+  if (!o.save_state.empty() && prompts.size() != 1) fail("--save-state needs exactly one prompt");
   std::vector<GenerateRequest> requests(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     requests[i].prompt = prompts[i];
@@ -83,25 +90,29 @@ void run_generate(const GenerateCliOptions& o) {
     requests[i].sampling = o.sampling;
     requests[i].stop_strings = o.stop;
     requests[i].ignore_eos = o.ignore_eos;
+    requests[i].save_state = o.save_state;
   }
   if (o.seed >= 0) assign_batch_seeds(requests, static_cast<uint64_t>(o.seed));
 
-  GenerateOptions go;
   const bool stream = !o.json && prompts.size() == 1 && tokenizer;
   if (stream)
-    go.on_text = [](size_t, std::string_view piece) {
-      std::fwrite(piece.data(), 1, piece.size(), stdout);
+    requests[0].on_event = [](const RequestEvent& e) {
+      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
       std::fflush(stdout);
     };
-  int64_t prompt_total = 0;
-  for (const auto& p : prompts) prompt_total += static_cast<int64_t>(p.size());
-  if (stderr_is_terminal() && prompt_total > 4 * o.model.max_batch_tokens)  // only prompts that take a while
-    go.on_prefill_progress = [](int64_t done, int64_t total) {
-      std::fprintf(stderr, "\rprompt: %lld / %lld tokens", static_cast<long long>(done), static_cast<long long>(total));
-      if (done == total) std::fprintf(stderr, "\r\033[K");
-    };
-  auto state = model->create_state(static_cast<int64_t>(prompts.size()), o.model.state());
-  std::vector<GenerateResult> results = generate(*model, *state, requests, tokenizer.get(), go);
+  EngineOptions eo;
+  eo.max_seqs = o.max_seqs > 0 ? o.max_seqs : static_cast<int64_t>(prompts.size());
+  eo.max_queue = static_cast<int64_t>(prompts.size());
+  eo.max_prompt = o.max_prompt;
+  eo.state_dtype = o.model.state();
+  eo.state_cache_mb = o.state_cache_mb;
+  Engine engine(*model, tokenizer.get(), eo);
+  if (!o.load_state.empty()) {
+    const std::vector<int32_t> restored = engine.load_state(o.load_state);
+    if (!o.json)
+      std::fprintf(stderr, "state: %zu tokens restored from '%s'\n", restored.size(), o.load_state.c_str());
+  }
+  std::vector<GenerateResult> results = engine.run(std::move(requests));
 
   for (size_t i = 0; i < results.size(); ++i) {
     const GenerateResult& r = results[i];
@@ -127,9 +138,9 @@ void run_generate(const GenerateCliOptions& o) {
     for (size_t i = 0; i < results.size(); ++i) {
       prompt_tokens += prompts[i].size();
       gen_tokens += results[i].tokens.size();
-      gen_ms = std::max(gen_ms, results[i].generate_ms);
+      gen_ms = std::max(gen_ms, results[i].timings.generate_ms);
     }
-    const double prompt_ms = results[0].prompt_ms;
+    const double prompt_ms = results[0].timings.prompt_ms;
     std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s) on %s\n",
                  prompt_tokens, prompt_ms, prompt_ms > 0 ? prompt_tokens / (prompt_ms / 1000) : 0.0, gen_tokens, gen_ms,
                  gen_ms > 0 ? gen_tokens / (gen_ms / 1000) : 0.0, model->device_description().c_str());
@@ -157,6 +168,11 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--stop", o->stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the end-of-sequence token");
   cmd->add_option("--max-prompt", o->max_prompt, "refuse prompts longer than this many tokens")->capture_default_str();
+  cmd->add_option("--max-seqs", o->max_seqs, "prompts running at once (default: all of them)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--load-state", o->load_state, "state file to continue from (a prompt that begins with its tokens prefills only the rest)");
+  cmd->add_option("--save-state", o->save_state, "write the state at the end of the generation to this file");
   cmd->add_flag("--json", o->json, "print one JSON object per prompt instead of streaming text");
   cmd->callback([o, &run] { run = [o] { run_generate(*o); }; });
   return cmd;

@@ -5,7 +5,7 @@
 #include "cli_common.h"
 #include "commands.h"
 #include "mambacpp/error.h"
-#include "util/npy.h"
+#include "mambacpp/npy.h"
 
 namespace mambacpp::cli {
 

@@ -10,7 +10,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
-#include "engine/perplexity.h"
+#include "mambacpp/perplexity.h"
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
 

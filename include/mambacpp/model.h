@@ -62,6 +62,7 @@ struct ForwardResult {
   int64_t rows = 0;
   int64_t cols = 0;
   std::vector<TopKCandidates> candidates;  // forward_top_k only: one per sequence (rows = n_seqs, cols = 0)
+  std::vector<RowLogprobs> logprobs;       // forward_top_k only: one per sequence (empty ones where not asked for)
   std::span<const float> row(int64_t i) const { return {values.data() + i * cols, static_cast<size_t>(cols)}; }
 };
 
@@ -81,6 +82,7 @@ class Model {
   Device device() const;
   std::string device_description() const;
   const std::string& directory() const;
+  const LoadOptions& load_options() const;
 
   // A state cache with `n_slots` independent sequences, all fresh (zero state).
   std::unique_ptr<StateCache> create_state(int64_t n_slots, DType state_dtype = DType::F32) const;
@@ -104,6 +106,15 @@ class Model {
 
   // A 64-bit hash of every weight byte and the config (computed once, on first use). State files carry it.
   uint64_t weights_hash() const;
+
+  // For benchmarks and schedulers.
+  int64_t weight_bytes() const;  // every weight a decode step reads (the embedding gather excluded, the LM head in)
+  DType weight_dtype() const;    // of the projections
+  // The backend's copy bandwidth in bytes/s, read plus written (median of 10 copies of a 256 MiB buffer).
+  double measure_copy_bandwidth() const;
+  // Whether decode steps (every sequence one token) replay captured graphs: then a step is cheapest with its
+  // decode rows in a call of their own.
+  bool decode_graphs() const;
 
   // For the library's own layers (MambaBlock, engine); not needed by users.
   Backend& backend() const;

@@ -13,6 +13,23 @@ namespace mambacpp {
 
 class Model;
 
+
+// A copy of one slot's state in the backend's memory (device memory on a GPU), for prefix caches: taking and
+// restoring one is a device-to-device copy.
+class SlotSnapshot {
+ public:
+  ~SlotSnapshot();
+  SlotSnapshot(SlotSnapshot&&) noexcept;
+  SlotSnapshot& operator=(SlotSnapshot&&) noexcept;
+  size_t bytes() const;
+
+ private:
+  friend class StateCache;
+  struct Impl;
+  explicit SlotSnapshot(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
 enum class LayerCacheKind : uint8_t { Ssm };
 
 struct LayerCache {
@@ -38,10 +55,20 @@ class StateCache {
   // One slot's state as f32 on the host, layer by layer: conv then ssm.
   std::vector<float> read_slot(int64_t slot) const;
 
-  // Saves one slot to a file whose header carries the model's config and weights hash; load() rejects a file
-  // written by another model (or a different state layout) with a clear error.
-  void save(int64_t slot, const std::string& path) const;
-  void load(int64_t slot, const std::string& path);
+  // Saves one slot to a file whose header carries the model's config and weights hash, a table of each layer's
+  // cache-entry kind and tensor shapes, and the tokens the state stands for (may be empty). load() rejects a file
+  // written by another model (or a different state layout) with a clear error, before touching the slot, and
+  // returns the tokens.
+  void save(int64_t slot, const std::string& path, const std::vector<int32_t>& tokens = {}) const;
+  std::vector<int32_t> load(int64_t slot, const std::string& path);
+
+  // The bytes of one slot's state (every layer's tensors).
+  size_t slot_bytes() const;
+  SlotSnapshot snapshot(int64_t slot) const;
+  void restore(int64_t slot, const SlotSnapshot& snapshot);
+  // State files from and to snapshots (the same format as save/load).
+  void save_snapshot(const SlotSnapshot& snapshot, const std::string& path, const std::vector<int32_t>& tokens) const;
+  SlotSnapshot load_snapshot(const std::string& path, std::vector<int32_t>* tokens) const;
 
   // Throws Error naming `what` when slot is outside [0, n_slots).
   void check_slot(int64_t slot, const char* what = "slot") const;

@@ -27,6 +27,16 @@ struct TopKRequest {
   int64_t limit = 0;               // ids >= limit are never candidates (padding rows); 0: the whole row
   float repeat_penalty = 1.0f;     // > 0, finite; 1: off
   std::vector<int32_t> penalized;  // distinct ids in [0, row length) the penalty applies to
+  // Model::forward_top_k only (select_top_k ignores it): >= 0 also returns the row's log-softmax normaliser over
+  // [0, limit) of the raw logits and its `logprobs` (<= kMaxTopK) most likely ids, before the penalty.
+  int32_t logprobs = -1;
+};
+
+// Log-probabilities of one row: log-softmax of the raw logits over ids [0, limit).
+struct RowLogprobs {
+  float log_normalizer = 0.0f;  // log sum exp of the row's logits over [0, limit)
+  std::vector<int32_t> ids;     // the most likely ids, best first (ties: lowest id first)
+  std::vector<float> logprobs;  // their logit - log_normalizer
 };
 
 // The candidates of one row.

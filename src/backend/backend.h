@@ -139,6 +139,11 @@ class Backend {
   // penalty is applied in place). Requests are checked with check_top_k_requests. Waits for the result.
   virtual void select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
                             std::vector<TopKCandidates>& out) = 0;
+  // out[i] = log(sum_{j < limits[i]} exp(logits[i, j])) for each row of logits [n, V] (f32, may be strided), as
+  // float from a float max and sum (the normaliser of logprobs; rows holding NaN give NaN). limits[i] in [1, V].
+  // Waits for the result.
+  virtual void row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits,
+                             std::vector<float>& out) = 0;
 
   // ---- Fused decode (optional) ---------------------------------------------------------------------------------
   // A whole block, residual += mixer(rmsnorm(residual)), for a batch in which sequence i is row i and has one
@@ -171,6 +176,7 @@ class Backend {
 // Throws Error unless `logits` is a 2-D f32 view with one row per request and every request is valid for rows of
 // V = logits.dim(1) entries: 1 <= k <= kMaxTopK, 0 <= limit <= V, penalty finite and > 0, penalized ids distinct and
 // in [0, V). Returns the limit in effect for each row (0 means V).
+void check_row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits);
 std::vector<int64_t> check_top_k_requests(const TensorView& logits, const std::vector<TopKRequest>& requests);
 
 // Backends available in this build. make_cuda_backend throws a clear Error when CUDA is not compiled in or no

@@ -10,6 +10,16 @@
 
 namespace mambacpp {
 
+void check_row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits) {
+  if (logits.ndim != 2 || logits.dtype != DType::F32)
+    fail("row_logsumexp: logits must be a 2-D f32 tensor, found ", logits.shape_string(), " ", dtype_name(logits.dtype));
+  if (static_cast<int64_t>(limits.size()) != logits.dim(0))
+    fail("row_logsumexp: expected one limit per logits row (", logits.dim(0), "), found ", limits.size());
+  for (size_t r = 0; r < limits.size(); ++r)
+    if (limits[r] < 1 || limits[r] > logits.dim(1) || limits[r] > (int64_t(1) << 30))
+      fail("row_logsumexp: row ", r, ": limit must be in [1, ", logits.dim(1), "], found ", limits[r]);
+}
+
 std::vector<int64_t> check_top_k_requests(const TensorView& logits, const std::vector<TopKRequest>& requests) {
   if (logits.ndim != 2 || logits.dtype != DType::F32)
     fail("select_top_k: logits must be a 2-D f32 tensor, found ", logits.shape_string(), " ", dtype_name(logits.dtype));

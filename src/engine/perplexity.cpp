@@ -1,6 +1,6 @@
 // Perplexity: feed windows of the text through the model (AllLogits, in pieces that carry the state) and sum
 // -log p(next token) in double.
-#include "engine/perplexity.h"
+#include "mambacpp/perplexity.h"
 
 #include <algorithm>
 #include <cmath>

@@ -17,9 +17,14 @@ void SamplingParams::validate() const {
   if (!(repeat_penalty > 0.0f) || std::isinf(repeat_penalty))
     fail("sampling: repeat_penalty must be a finite number > 0, found ", repeat_penalty);
   if (repeat_last_n < 0) fail("sampling: repeat_last_n must be >= 0, found ", repeat_last_n);
+  if (!(presence_penalty >= -2.0f && presence_penalty <= 2.0f))
+    fail("sampling: presence_penalty must be in [-2, 2], found ", presence_penalty);
+  if (!(frequency_penalty >= -2.0f && frequency_penalty <= 2.0f))
+    fail("sampling: frequency_penalty must be in [-2, 2], found ", frequency_penalty);
 }
 
 int SamplingParams::candidates_needed() const {
+  if (presence_penalty != 0.0f || frequency_penalty != 0.0f) return 0;  // additive penalties: the whole row
   if (greedy()) return 1;
   return top_k >= 1 && top_k <= kMaxTopK ? top_k : 0;
 }
@@ -42,7 +47,8 @@ Sampler::Sampler(const SamplingParams& params, int64_t vocab_size) : params_(par
   rng_.seed(seed_);
 }
 
-void Sampler::accept(int32_t token) {
+void Sampler::accept(int32_t token, bool generated) {
+  if (generated && (params_.presence_penalty != 0.0f || params_.frequency_penalty != 0.0f)) ++generated_counts_[token];
   if (params_.repeat_last_n == 0) return;
   recent_.push_back(token);
   while (recent_.size() > static_cast<size_t>(params_.repeat_last_n)) recent_.pop_front();
@@ -59,6 +65,9 @@ std::vector<float> Sampler::penalized(std::span<const float> logits) const {
   std::vector<float> out(logits.begin(), logits.end());
   const std::vector<int32_t> recent(recent_.begin(), recent_.end());
   apply_repeat_penalty(out, recent, params_.repeat_penalty);
+  for (const auto& [id, count] : generated_counts_)
+    if (id >= 0 && id < vocab_size_ && out[static_cast<size_t>(id)] != -std::numeric_limits<float>::infinity())
+      out[static_cast<size_t>(id)] -= params_.presence_penalty + static_cast<float>(count) * params_.frequency_penalty;
   // A penalty < 1 can push a huge logit to +inf, which no distribution can hold (select_top_k reports it too).
   int32_t overflow = -1;
   for (int32_t id : recent)

@@ -5,7 +5,8 @@
 // The chain follows llama.cpp's default order (common/sampling: penalties -> dry -> top-k -> typical -> top-p ->
 // min-p -> xtc -> temperature -> dist), keeping the stages we implement:
 //   1. repetition penalty over the last `repeat_last_n` accepted tokens (each distinct token once):
-//      logit > 0 is divided by the penalty, logit <= 0 multiplied by it;
+//      logit > 0 is divided by the penalty, logit <= 0 multiplied by it; then OpenAI's presence and frequency
+//      penalties over the generated tokens (logit -= presence + count * frequency, for each generated id);
 //   2. temperature <= 0: greedy, the argmax of the penalised logits (ties -> lowest id); nothing below runs;
 //   3. candidates sorted by logit, descending (ties -> lowest id first); -inf logits are dropped (probability 0);
 //   4. top-k: keep the first k (top_k <= 0: off);
@@ -23,32 +24,16 @@
 
 #include <cstdint>
 #include <deque>
+#include <map>
 #include <random>
 #include <span>
 #include <utility>
 #include <vector>
 
+#include "mambacpp/sampling.h"
 #include "mambacpp/top_k.h"
 
 namespace mambacpp {
-
-struct SamplingParams {
-  float temperature = 0.8f;    // <= 0: greedy
-  int top_k = 40;              // <= 0: off
-  float top_p = 0.95f;         // >= 1: off
-  float min_p = 0.05f;         // <= 0: off
-  float repeat_penalty = 1.0f; // 1: off
-  int repeat_last_n = 64;      // window of the penalty, in tokens; 0: off
-  uint64_t seed = 0;           // used when seed_given; otherwise a random seed is drawn
-  bool seed_given = false;
-
-  bool greedy() const { return temperature <= 0.0f; }
-  // How many top candidates the chain looks at: 1 for greedy, top_k when 1 <= top_k <= kMaxTopK; 0 when it needs
-  // the whole row (top-k off or wider than a selection gives).
-  int candidates_needed() const;
-  // Throws Error naming the parameter when a value is NaN or out of range (penalty <= 0, repeat_last_n < 0).
-  void validate() const;
-};
 
 // One candidate of the final distribution.
 struct TokenProb {
@@ -86,9 +71,10 @@ class Sampler {
   // single token with p = 1. Does not touch the RNG.
   std::vector<TokenProb> distribution(std::span<const float> logits) const;
 
-  // Appends a token to the repetition-penalty window (keeps the last repeat_last_n).
-  void accept(int32_t token);
-  void reset_history() { recent_.clear(); }
+  // Appends a token to the repetition-penalty window (keeps the last repeat_last_n); `generated` tokens (not the
+  // prompt's) also count for the presence and frequency penalties.
+  void accept(int32_t token, bool generated = false);
+  void reset_history() { recent_.clear(), generated_counts_.clear(); }
 
   const SamplingParams& params() const { return params_; }
   uint64_t seed() const { return seed_; }  // the seed in use (the drawn one when none was given)
@@ -106,6 +92,7 @@ class Sampler {
   uint64_t seed_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;
+  std::map<int32_t, int> generated_counts_;  // generated id -> times generated (presence/frequency penalties)
 };
 
 }  // namespace mambacpp

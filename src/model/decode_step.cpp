@@ -5,7 +5,9 @@
 namespace mambacpp {
 
 namespace {
-constexpr size_t kMaxGraphs = 64;  // distinct (state, slots) keys kept; beyond that the cache starts over
+// Distinct (state, row count, output) keys kept; beyond that the cache starts over. One state needs at most
+// kMaxDecodeBatch of them per output kind.
+constexpr size_t kMaxGraphs = 1024;
 // Larger batches take the general path, which computes their logits in blocks of this many rows: a step's
 // [B, vocab] logits buffer stays as bounded as prefill's.
 constexpr int64_t kMaxDecodeBatch = 256;
@@ -79,10 +81,14 @@ void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequen
   if (!m.options.cuda_graphs || !be.supports_graphs()) {
     device_work();
   } else {
-    // Captured kernels hold raw pointers: the key is every state buffer, the slots and the output kind.
+    // Captured kernels hold raw pointers: the key is every state buffer, the row count and the output kind. The
+    // kernels read each row's slot from the batch layout in device memory (prepare_batch rewrites it in place), so
+    // a changing set of sequences replays the same graph. The key is the exact row count rather than a bucket:
+    // a padding row would read and write a whole slot's state (at 2.7b, 168 MB in f32), while a capture per count
+    // costs once.
     std::vector<const void*> key;
     for (const LayerCache& l : state.layers()) key.push_back(l.conv.data), key.push_back(l.ssm.data);
-    for (const SeqSpan& s : batch.seqs) key.push_back(reinterpret_cast<const void*>(s.slot));
+    key.push_back(reinterpret_cast<const void*>(static_cast<intptr_t>(B)));
     key.push_back(reinterpret_cast<const void*>(static_cast<intptr_t>(output)));
     if (m.decode_graphs.size() >= kMaxGraphs && !m.decode_graphs.count(key)) m.decode_graphs.clear();
     DecodeGraph& g = m.decode_graphs[key];
@@ -107,7 +113,7 @@ void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequen
     }
   }
   if (top_k)  // only the candidates come back
-    be.select_top_k(logits, *top_k, result.candidates);
+    select_outputs(be, logits, *top_k, result.candidates, result.logprobs);
   else if (output == Output::LastLogits)
     be.copy_to_host(result.values.data(), logits.data, result.values.size() * 4);
   be.synchronize();

@@ -1,5 +1,5 @@
 // The decode step: every sequence of the call is one token id. On a backend with graphs (CUDA) the device work of
-// a step — embedding, every block, norm_f, LM head — is captured once per (state buffers, slots) and replayed, so a
+// a step — embedding, every block, norm_f, LM head — is captured once per (state buffers, row count) and replayed, so a
 // step costs one graph launch instead of hundreds of kernel launches. Only the token ids go in and the logits come
 // out around the replay.
 #pragma once

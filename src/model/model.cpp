@@ -2,6 +2,7 @@
 // the blocks in pieces of at most `max_batch_tokens` tokens, so memory does not grow with L. A sequence that does
 // not fit in one piece continues in the next from the state the previous piece left in its slot.
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -54,7 +55,41 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
 
 const ModelConfig& Model::config() const { return impl_->config; }
 Device Model::device() const { return impl_->backend->device(); }
+const LoadOptions& Model::load_options() const { return impl_->options; }
 std::string Model::device_description() const { return impl_->backend->description(); }
+
+int64_t Model::weight_bytes() const {
+  const ModelWeights& w = impl_->weights;
+  int64_t sum = static_cast<int64_t>(w.norm_f.nbytes() + w.lm_head.nbytes());
+  for (const LayerWeights& l : w.layers)
+    for (const TensorView* t : {&l.norm, &l.in_proj, &l.in_proj_bias, &l.conv, &l.conv_bias, &l.A_log, &l.D, &l.dt_bias,
+                                &l.out_proj, &l.out_proj_bias, &l.x_proj, &l.dt_proj, &l.gated_norm})
+      if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
+  return sum;
+}
+
+DType Model::weight_dtype() const { return impl_->weights.layers.at(0).in_proj.dtype; }
+
+double Model::measure_copy_bandwidth() const {
+  using Clock = std::chrono::steady_clock;
+  Backend& be = *impl_->backend;
+  const size_t bytes = size_t(256) << 20;
+  DeviceBuffer a(be, bytes), b(be, bytes);
+  be.fill_zero(a.data(), bytes);
+  be.copy(b.data(), a.data(), bytes);
+  be.synchronize();
+  std::vector<double> times;
+  for (int i = 0; i < 10; ++i) {
+    const auto t = Clock::now();
+    be.copy(b.data(), a.data(), bytes);
+    be.synchronize();
+    times.push_back(std::chrono::duration<double>(Clock::now() - t).count());
+  }
+  std::sort(times.begin(), times.end());
+  return 2.0 * static_cast<double>(bytes) / (0.5 * (times[4] + times[5]));
+}
+
+bool Model::decode_graphs() const { return impl_->options.cuda_graphs && impl_->backend->supports_graphs(); }
 const std::string& Model::directory() const { return impl_->dir; }
 Backend& Model::backend() const { return *impl_->backend; }
 const ModelWeights& Model::weights() const { return impl_->weights; }
@@ -162,6 +197,36 @@ void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batc
   be.rmsnorm(residual, m.weights.norm_f, static_cast<float>(c.norm_eps), Workspace::f32(ws.normed, dev, T, c.d_model));
 }
 
+void select_outputs(Backend& be, TensorView logits, const std::vector<TopKRequest>& reqs,
+                    std::vector<TopKCandidates>& cands, std::vector<RowLogprobs>& logprobs) {
+  const int64_t V = logits.dim(1);
+  logprobs.assign(reqs.size(), RowLogprobs{});
+  const bool any = std::any_of(reqs.begin(), reqs.end(), [](const TopKRequest& q) { return q.logprobs >= 0; });
+  if (any) {
+    // Over every row of the block (cheap next to the LM head); rows that did not ask are dropped.
+    std::vector<int64_t> limits(reqs.size());
+    std::vector<TopKRequest> raw(reqs.size());  // the most likely ids of the raw row: no penalty
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      limits[i] = reqs[i].limit == 0 ? V : reqs[i].limit;
+      raw[i].k = std::max(1, reqs[i].logprobs);
+      raw[i].limit = reqs[i].limit;
+    }
+    std::vector<float> lse;
+    std::vector<TopKCandidates> best;
+    be.row_logsumexp(logits, limits, lse);
+    be.select_top_k(logits, raw, best);
+    for (size_t i = 0; i < reqs.size(); ++i) {
+      if (reqs[i].logprobs < 0) continue;
+      RowLogprobs& out = logprobs[i];
+      out.log_normalizer = lse[i];
+      const size_t n = std::min(best[i].ids.size(), static_cast<size_t>(reqs[i].logprobs));
+      out.ids.assign(best[i].ids.begin(), best[i].ids.begin() + static_cast<std::ptrdiff_t>(n));
+      for (size_t k = 0; k < n; ++k) out.logprobs.push_back(best[i].logits[k] - lse[i]);
+    }
+  }
+  be.select_top_k(logits, reqs, cands);  // last: it applies the penalty in place
+}
+
 ForwardResult Model::forward(StateCache& state, std::span<const Sequence> seqs, Output output,
                              const std::function<void(int64_t, int64_t)>& on_progress) const {
   return forward_impl(state, seqs, output, nullptr, on_progress);
@@ -173,6 +238,9 @@ ForwardResult Model::forward_top_k(StateCache& state, std::span<const Sequence> 
   if (requests.size() != seqs.size())
     fail("forward_top_k: expected one request per sequence (", seqs.size(), "), found ", requests.size());
   std::vector<TopKRequest> reqs(requests.begin(), requests.end());
+  for (size_t i = 0; i < reqs.size(); ++i)
+    if (reqs[i].logprobs < -1 || reqs[i].logprobs > kMaxTopK)
+      fail("forward_top_k: request ", i, ": logprobs must be in [-1, ", kMaxTopK, "], found ", reqs[i].logprobs);
   // The checks of the backend op, here on a shape-only view, so that nothing has run when a request is bad.
   check_top_k_requests(TensorView(nullptr, DType::F32, {static_cast<int64_t>(reqs.size()), impl_->config.vocab_size}),
                        reqs);
@@ -204,7 +272,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
   result.rows = output == Output::None ? 0 : output == Output::LastLogits ? static_cast<int64_t>(seqs.size()) : total;
   if (output == Output::None || top_k) result.cols = 0;
   result.values.resize(static_cast<size_t>(result.rows * result.cols));
-  if (top_k) result.candidates.resize(seqs.size());
+  if (top_k) result.candidates.resize(seqs.size()), result.logprobs.resize(seqs.size());
 
   if (decode_step_applies(*impl_, seqs, output)) {
     decode_step(*impl_, state, seqs, output, top_k, result);
@@ -296,9 +364,12 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
           std::vector<TopKRequest> reqs;
           for (int64_t i = 0; i < n; ++i) reqs.push_back((*top_k)[out_index[r + static_cast<size_t>(i)]]);
           std::vector<TopKCandidates> cands;
-          be.select_top_k(logits, reqs, cands);
-          for (int64_t i = 0; i < n; ++i)
+          std::vector<RowLogprobs> lps;
+          select_outputs(be, logits, reqs, cands, lps);
+          for (int64_t i = 0; i < n; ++i) {
             result.candidates[out_index[r + static_cast<size_t>(i)]] = std::move(cands[static_cast<size_t>(i)]);
+            result.logprobs[out_index[r + static_cast<size_t>(i)]] = std::move(lps[static_cast<size_t>(i)]);
+          }
           continue;
         }
         std::vector<float> host(static_cast<size_t>(n * c.vocab_size));

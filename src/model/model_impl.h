@@ -61,6 +61,11 @@ void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batc
 void run_block(const Model::Impl& m, int64_t layer, const LayerCache& cache, const BatchLayout& batch,
                TensorView residual);
 
+// The outputs forward_top_k asks of a block of last-position logits [n, V]: each row's logprobs (where asked for;
+// first, as select_top_k applies the penalty in place) and top-k candidates, into cands[i] / logprobs[i].
+void select_outputs(Backend& be, TensorView logits, const std::vector<TopKRequest>& reqs,
+                    std::vector<TopKCandidates>& cands, std::vector<RowLogprobs>& logprobs);
+
 // Per-slot views into a layer's state tensors.
 TensorView slot_view(const TensorView& t, int64_t slot);
 

@@ -1,4 +1,4 @@
-#include "model/shapes.h"
+#include "mambacpp/shapes.h"
 
 #include "mambacpp/error.h"
 

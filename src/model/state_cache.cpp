@@ -1,8 +1,4 @@
-// StateCache: slots of per-layer conv and SSM state on the model's backend, and state files.
-//
-// State file layout (little-endian):
-//   "MAMBACPP-STATE\0\0" (16 bytes) | u32 version | u32 dtype | u64 weights hash | u64 config length | config JSON
-//   | i64 first layer | i64 layer count | for each layer: conv bytes, ssm bytes (one slot, in the state dtype)
+// StateCache: slots of per-layer conv and SSM state on the model's backend, snapshots of slots, and state files.
 #include <cstring>
 #include <fstream>
 
@@ -13,7 +9,7 @@ namespace mambacpp {
 
 namespace {
 constexpr char kMagic[16] = "MAMBACPP-STATE";
-constexpr uint32_t kVersion = 2;
+constexpr uint32_t kVersion = 3;
 }  // namespace
 
 TensorView slot_view(const TensorView& t, int64_t slot) { return t.rows(slot, 1); }
@@ -75,83 +71,198 @@ std::vector<float> StateCache::read_slot(int64_t slot) const {
   return out;
 }
 
-void StateCache::save(int64_t slot, const std::string& path) const {
+namespace {
+
+// The tensors of one layer's cache entry, in file order.
+std::vector<const TensorView*> entry_tensors(const LayerCache& l) { return {&l.conv, &l.ssm}; }
+
+template <class T>
+void put(std::string& out, const T& v) {
+  out.append(reinterpret_cast<const char*>(&v), sizeof(T));
+}
+
+// Reads exactly `n` bytes or fails naming what was being read.
+void read_exact(std::ifstream& in, void* dst, size_t n, const std::string& path, const char* what) {
+  in.read(static_cast<char*>(dst), static_cast<std::streamsize>(n));
+  if (!in) fail("state file '", path, "' is truncated (", what, ")");
+}
+template <class T>
+T get(std::ifstream& in, const std::string& path, const char* what) {
+  T v{};
+  read_exact(in, &v, sizeof(T), path, what);
+  return v;
+}
+
+}  // namespace
+
+struct SlotSnapshot::Impl {
+  DeviceBuffer buffer;  // every layer's tensors of one slot, back to back, in file order
+};
+
+SlotSnapshot::SlotSnapshot(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+SlotSnapshot::~SlotSnapshot() = default;
+SlotSnapshot::SlotSnapshot(SlotSnapshot&&) noexcept = default;
+SlotSnapshot& SlotSnapshot::operator=(SlotSnapshot&&) noexcept = default;
+size_t SlotSnapshot::bytes() const { return impl_ ? impl_->buffer.size() : 0; }
+
+size_t StateCache::slot_bytes() const {
+  size_t n = 0;
+  for (const LayerCache& l : impl_->layers)
+    for (const TensorView* t : entry_tensors(l)) n += slot_view(*t, 0).nbytes();
+  return n;
+}
+
+SlotSnapshot StateCache::snapshot(int64_t slot) const {
   check_slot(slot);
-  std::ofstream out(path, std::ios::binary);
-  if (!out) fail("cannot open state file '", path, "' for writing");
+  auto impl = std::make_unique<SlotSnapshot::Impl>();
+  impl->buffer = DeviceBuffer(*impl_->backend, slot_bytes());
+  size_t at = 0;
+  for (const LayerCache& l : impl_->layers)
+    for (const TensorView* t : entry_tensors(l)) {
+      const TensorView s = slot_view(*t, slot);
+      impl_->backend->copy(static_cast<char*>(impl->buffer.data()) + at, s.data, s.nbytes());
+      at += s.nbytes();
+    }
+  return SlotSnapshot(std::move(impl));
+}
+
+void StateCache::restore(int64_t slot, const SlotSnapshot& snap) {
+  check_slot(slot);
+  if (snap.bytes() != slot_bytes())
+    fail("restore: the snapshot holds ", snap.bytes(), " bytes, a slot of this state cache ", slot_bytes());
+  size_t at = 0;
+  for (const LayerCache& l : impl_->layers)
+    for (const TensorView* t : entry_tensors(l)) {
+      const TensorView d = slot_view(*t, slot);
+      impl_->backend->copy(d.data, static_cast<const char*>(snap.impl_->buffer.data()) + at, d.nbytes());
+      at += d.nbytes();
+    }
+}
+
+// State file layout (little-endian), version 3:
+//   "MAMBACPP-STATE\0\0" (16 bytes) | u32 version | u32 dtype | u64 weights hash | u64 config length | config JSON
+//   | i64 first layer | i64 layer count
+//   | per layer: u32 cache-entry kind, u32 tensor count, per tensor: u32 ndim, i64 dims[ndim] (one slot's shape)
+//   | u64 token count | i32 tokens[count] (the tokens the state stands for)
+//   | per layer, per tensor: its bytes (one slot, in the state dtype)
+// The kind table lets entries of other kinds (attention KV) join without a new layout; a reader refuses kinds and
+// shapes it does not hold.
+void StateCache::save_snapshot(const SlotSnapshot& snap, const std::string& path,
+                               const std::vector<int32_t>& tokens) const {
+  if (snap.bytes() != slot_bytes())
+    fail("save state: the snapshot holds ", snap.bytes(), " bytes, a slot of this state cache ", slot_bytes());
+  std::string header(kMagic, 16);
   const std::string config = impl_->model->config().to_json();
-  const uint32_t version = kVersion, dtype = static_cast<uint32_t>(impl_->dtype);
-  const uint64_t hash = impl_->model->weights_hash(), config_len = config.size();
-  out.write(kMagic, 16);
-  out.write(reinterpret_cast<const char*>(&version), 4);
-  out.write(reinterpret_cast<const char*>(&dtype), 4);
-  out.write(reinterpret_cast<const char*>(&hash), 8);
-  out.write(reinterpret_cast<const char*>(&config_len), 8);
-  out.write(config.data(), static_cast<std::streamsize>(config.size()));
-  const int64_t layer_range[2] = {impl_->first_layer, static_cast<int64_t>(impl_->layers.size())};
-  out.write(reinterpret_cast<const char*>(layer_range), sizeof(layer_range));
-  std::vector<char> bytes;
+  put(header, kVersion);
+  put(header, static_cast<uint32_t>(impl_->dtype));
+  put(header, impl_->model->weights_hash());
+  put(header, static_cast<uint64_t>(config.size()));
+  header += config;
+  put(header, impl_->first_layer);
+  put(header, static_cast<int64_t>(impl_->layers.size()));
   for (const LayerCache& l : impl_->layers) {
-    for (const TensorView* t : {&l.conv, &l.ssm}) {
-      TensorView s = slot_view(*t, slot);
-      bytes.resize(s.nbytes());
-      impl_->backend->copy_to_host(bytes.data(), s.data, bytes.size());
-      out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    const auto tensors = entry_tensors(l);
+    put(header, static_cast<uint32_t>(l.kind));
+    put(header, static_cast<uint32_t>(tensors.size()));
+    for (const TensorView* t : tensors) {
+      put(header, static_cast<uint32_t>(t->ndim - 1));
+      for (int d = 1; d < t->ndim; ++d) put(header, t->dim(d));
     }
   }
+  put(header, static_cast<uint64_t>(tokens.size()));
+  header.append(reinterpret_cast<const char*>(tokens.data()), tokens.size() * sizeof(int32_t));
+
+  std::vector<char> data(snap.bytes());
+  impl_->backend->copy_to_host(data.data(), snap.impl_->buffer.data(), data.size());
+  std::ofstream out(path, std::ios::binary);
+  if (!out) fail("cannot open state file '", path, "' for writing");
+  out.write(header.data(), static_cast<std::streamsize>(header.size()));
+  out.write(data.data(), static_cast<std::streamsize>(data.size()));
   if (!out) fail("failed writing state file '", path, "'");
 }
 
-void StateCache::load(int64_t slot, const std::string& path) {
-  check_slot(slot);
+SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int32_t>* tokens) const {
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open state file '", path, "'");
+  in.seekg(0, std::ios::end);
+  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  in.seekg(0);
   char magic[16] = {};
-  uint32_t version = 0, dtype = 0;
-  uint64_t hash = 0, config_len = 0;
   in.read(magic, 16);
   if (!in || std::memcmp(magic, kMagic, 16) != 0) fail("'", path, "' is not a mambacpp state file (bad magic)");
-  in.read(reinterpret_cast<char*>(&version), 4);
-  in.read(reinterpret_cast<char*>(&dtype), 4);
-  in.read(reinterpret_cast<char*>(&hash), 8);
-  in.read(reinterpret_cast<char*>(&config_len), 8);
-  if (!in) fail("state file '", path, "' is truncated (header)");
+  const auto version = get<uint32_t>(in, path, "header");
+  if (version < kVersion)
+    fail("state file '", path, "' has version ", version, ", which records neither the layers' cache-entry kinds nor ",
+         "the tokens it stands for; this mambacpp reads version ", kVersion, ". Rerun the prompt to make a new one");
   if (version != kVersion) fail("state file '", path, "': version ", version, ", expected ", kVersion);
-  if (config_len > (1u << 20)) fail("state file '", path, "': config length ", config_len, " is implausible");
+  const auto dtype = get<uint32_t>(in, path, "header");
+  const auto hash = get<uint64_t>(in, path, "header");
+  const auto config_len = get<uint64_t>(in, path, "header");
+  if (config_len > (1u << 20) || config_len > file_size)
+    fail("state file '", path, "': config length ", config_len, " is implausible");
   std::string config(config_len, '\0');
-  in.read(config.data(), static_cast<std::streamsize>(config_len));
-  if (!in) fail("state file '", path, "' is truncated (config)");
+  read_exact(in, config.data(), config_len, path, "config");
   const std::string mine = impl_->model->config().to_json();
   if (config != mine)
     fail("state file '", path, "' was written by another model: its config is ", config, ", this model's is ", mine);
   if (hash != impl_->model->weights_hash())
     fail("state file '", path, "' was written by another model: weights hash ", std::hex, hash, ", this model's is ",
          impl_->model->weights_hash());
-  int64_t layer_range[2] = {};
-  in.read(reinterpret_cast<char*>(layer_range), sizeof(layer_range));
-  if (!in) fail("state file '", path, "' is truncated (header)");
-  if (layer_range[0] != impl_->first_layer || layer_range[1] != static_cast<int64_t>(impl_->layers.size()))
-    fail("state file '", path, "' holds layers [", layer_range[0], ", ", layer_range[0] + layer_range[1],
+  const auto first_layer = get<int64_t>(in, path, "header");
+  const auto n_layers = get<int64_t>(in, path, "header");
+  if (first_layer != impl_->first_layer || n_layers != static_cast<int64_t>(impl_->layers.size()))
+    fail("state file '", path, "' holds layers [", first_layer, ", ", first_layer + n_layers,
          "); this state cache holds layers [", impl_->first_layer, ", ",
          impl_->first_layer + static_cast<int64_t>(impl_->layers.size()), ")");
   if (dtype != static_cast<uint32_t>(impl_->dtype))
     fail("state file '", path, "' holds ", dtype_name(static_cast<DType>(dtype)), " state; this state cache is ",
          dtype_name(impl_->dtype));
-  // Read everything before touching the slot, so that a truncated file leaves the state as it was.
-  std::vector<std::vector<char>> parts;
-  for (const LayerCache& l : impl_->layers) {
-    for (const TensorView* t : {&l.conv, &l.ssm}) {
-      std::vector<char> bytes(slot_view(*t, slot).nbytes());
-      in.read(bytes.data(), static_cast<std::streamsize>(bytes.size()));
-      if (!in) fail("state file '", path, "' is truncated (state data)");
-      parts.push_back(std::move(bytes));
+  for (size_t li = 0; li < impl_->layers.size(); ++li) {
+    const LayerCache& l = impl_->layers[li];
+    const auto tensors = entry_tensors(l);
+    const auto kind = get<uint32_t>(in, path, "layer table");
+    const auto count = get<uint32_t>(in, path, "layer table");
+    if (kind != static_cast<uint32_t>(l.kind) || count != tensors.size())
+      fail("state file '", path, "': layer ", li, " has cache-entry kind ", kind, " with ", count,
+           " tensors; this model's layer has kind ", static_cast<uint32_t>(l.kind), " with ", tensors.size());
+    for (const TensorView* t : tensors) {
+      const auto ndim = get<uint32_t>(in, path, "layer table");
+      if (ndim != static_cast<uint32_t>(t->ndim - 1))
+        fail("state file '", path, "': layer ", li, " holds a ", ndim, "-d tensor where this model has ", t->ndim - 1);
+      for (int d = 1; d < t->ndim; ++d)
+        if (get<int64_t>(in, path, "layer table") != t->dim(d))
+          fail("state file '", path, "': layer ", li, " holds a tensor of another shape than this model's ",
+               slot_view(*t, 0).shape_string());
     }
   }
+  const auto n_tokens = get<uint64_t>(in, path, "token count");
+  if (n_tokens > file_size / sizeof(int32_t))
+    fail("state file '", path, "': token count ", n_tokens, " is larger than the file");
+  std::vector<int32_t> toks(n_tokens);
+  read_exact(in, toks.data(), n_tokens * sizeof(int32_t), path, "tokens");
+  for (int32_t t : toks)
+    if (t < 0 || t >= impl_->model->config().vocab_size)
+      fail("state file '", path, "': token ", t, " outside [0, ", impl_->model->config().vocab_size, ")");
+  std::vector<char> data(slot_bytes());
+  read_exact(in, data.data(), data.size(), path, "state data");
   if (in.peek() != std::char_traits<char>::eof()) fail("state file '", path, "' has trailing bytes");
-  size_t k = 0;
-  for (const LayerCache& l : impl_->layers)
-    for (const TensorView* t : {&l.conv, &l.ssm})
-      impl_->backend->copy_from_host(slot_view(*t, slot).data, parts[k].data(), parts[k].size()), ++k;
+  auto impl = std::make_unique<SlotSnapshot::Impl>();
+  impl->buffer = DeviceBuffer(*impl_->backend, data.size());
+  impl_->backend->copy_from_host(impl->buffer.data(), data.data(), data.size());
+  if (tokens) *tokens = std::move(toks);
+  return SlotSnapshot(std::move(impl));
+}
+
+void StateCache::save(int64_t slot, const std::string& path, const std::vector<int32_t>& tokens) const {
+  save_snapshot(snapshot(slot), path, tokens);
+}
+
+std::vector<int32_t> StateCache::load(int64_t slot, const std::string& path) {
+  check_slot(slot);
+  std::vector<int32_t> tokens;
+  const SlotSnapshot snap = load_snapshot(path, &tokens);  // everything checked before the slot changes
+  restore(slot, snap);
+  return tokens;
 }
 
 }  // namespace mambacpp

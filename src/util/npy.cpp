@@ -1,4 +1,4 @@
-#include "util/npy.h"
+#include "mambacpp/npy.h"
 
 #include <cstring>
 #include <fstream>

@@ -6,6 +6,8 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <cmath>
+#include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <span>
@@ -213,6 +215,25 @@ void CpuBackend::select_top_k(TensorView logits, const std::vector<TopKRequest>&
   const std::vector<int64_t> limits = check_top_k_requests(logits, requests);
   check_act("select_top_k", "logits", logits, logits.dim(0), logits.dim(1));
   cpu::select_top_k_f32(rows<float>(logits), requests, limits, out, threads_);
+}
+
+void CpuBackend::row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits, std::vector<float>& out) {
+  check_row_logsumexp(logits, limits);
+  check_act("row_logsumexp", "logits", logits, logits.dim(0), logits.dim(1));
+  const Rows<float> r = rows<float>(logits);
+  out.resize(limits.size());
+  for (size_t i = 0; i < limits.size(); ++i) {
+    const float* row = r.data + static_cast<int64_t>(i) * r.stride;
+    float mx = -std::numeric_limits<float>::infinity();
+    for (int64_t j = 0; j < limits[i]; ++j) mx = std::isnan(row[j]) || row[j] > mx ? row[j] : mx;
+    if (std::isnan(mx) || std::isinf(mx)) {
+      out[i] = mx;  // NaN, +inf, or every logit -inf
+      continue;
+    }
+    float sum = 0.0f;
+    for (int64_t j = 0; j < limits[i]; ++j) sum += std::exp(row[j] - mx);
+    out[i] = mx + std::log(sum);
+  }
 }
 
 // ---- Mixer ops --------------------------------------------------------------------------------------------------

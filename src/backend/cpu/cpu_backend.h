@@ -39,6 +39,7 @@ class CpuBackend final : public Backend {
   void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size, float eps,
                      TensorView out) override;
   void gather_rows(const TensorView& x, const int64_t* rows, int64_t n, TensorView out) override;
+  void row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits, std::vector<float>& out) override;
   void select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
                     std::vector<TopKCandidates>& out) override;
 

@@ -553,6 +553,28 @@ class CudaBackend final : public Backend {
     }
   }
 
+  void row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits, std::vector<float>& out) override {
+    check_row_logsumexp(logits, limits);
+    check_f32_2d(logits, "row_logsumexp: logits");
+    const int64_t n = logits.dim(0);
+    out.assign(static_cast<size_t>(n), 0.0f);
+    if (n == 0) return;
+    need(n <= INT32_MAX, "row_logsumexp: at most 2^31-1 rows");
+    // Limits in, results out, through the pinned buffer of select_top_k (free between calls).
+    const size_t in_bytes = align(static_cast<size_t>(n) * sizeof(int32_t));
+    auto* pinned = static_cast<unsigned char*>(grow_pinned(in_bytes + static_cast<size_t>(n) * sizeof(float)));
+    auto* lim = reinterpret_cast<int32_t*>(pinned);
+    for (int64_t r = 0; r < n; ++r) lim[r] = static_cast<int32_t>(limits[static_cast<size_t>(r)]);
+    auto* dev = static_cast<unsigned char*>(grow(select_in_, in_bytes + static_cast<size_t>(n) * sizeof(float)));
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dev, pinned, in_bytes, cudaMemcpyHostToDevice, stream()));
+    auto* dev_out = reinterpret_cast<float*>(dev + in_bytes);
+    launch_row_logsumexp(crows(logits), reinterpret_cast<const int32_t*>(dev), n, dev_out, stream());
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(pinned + in_bytes, dev_out, static_cast<size_t>(n) * sizeof(float),
+                                        cudaMemcpyDeviceToHost, stream()));
+    MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
+    std::memcpy(out.data(), pinned + in_bytes, static_cast<size_t>(n) * sizeof(float));
+  }
+
  private:
   template <class... Parts>
   static void need(bool ok, const Parts&... parts) {

@@ -156,4 +156,8 @@ struct SelectLaunch {
 };
 void launch_select_top_k(const SelectLaunch& p, cudaStream_t stream);
 
+// ---- row_logsumexp.cu -------------------------------------------------------------------------------------------
+// out[r] = log sum_{j < limits[r]} exp(logits[r, j]) (Backend::row_logsumexp); limits and out in device memory.
+void launch_row_logsumexp(ConstF32Rows logits, const int32_t* limits, int64_t n_rows, float* out, cudaStream_t stream);
+
 }  // namespace mambacpp::cuda

@@ -1,0 +1,166 @@
+// The serving engine: continuous batching over one Model, with an exact state prefix cache.
+//
+//   mambacpp::Engine engine(*model, tokenizer.get(), {.max_seqs = 32});
+//   mambacpp::GenerateRequest r;
+//   r.prompt = tokenizer->encode("def parse_args(");
+//   r.on_event = [](const mambacpp::RequestEvent& e) { std::cout << e.text; };
+//   engine.submit(std::move(r));           // from any thread
+//   while (engine.step()) {}               // one thread steps: one forward over every active row
+//
+// A step feeds one token to every decoding request and, within the step's token budget (`batch_tokens`), the next
+// chunks of the prompts being prefilled. Requests wait in a FIFO queue until a state slot is free, and free it when
+// they finish or are cancelled. Each request's tokens are those it gets alone: the rows of a step are independent
+// sequences (greedy: the same tokens; sampling: the same tokens for the same seed).
+//
+// The prefix cache keeps copies of sequence states at exact token positions (a prompt's last position but one, a
+// request's end, and every `state_checkpoint_interval` tokens of a long prompt), keyed by the tokens they stand
+// for. A request whose prompt begins with a cached prefix starts from the longest one and prefills the rest; its
+// last prompt token is always computed, so its logits exist. A hit changes no result beyond rounding (CPU fp32:
+// logits within 1e-5 of recomputation).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <span>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "mambacpp/dtype.h"
+#include "mambacpp/sampling.h"
+
+namespace mambacpp {
+
+class Model;
+class Tokenizer;
+
+using RequestId = uint64_t;
+
+enum class FinishReason : uint8_t {
+  Eos,         // the model's end-of-sequence token or one of the request's stop tokens (not part of the result)
+  StopString,  // the text reached a stop string (the text is cut before it)
+  Length,      // max_new_tokens generated
+  Cancelled,   // cancel() was called
+};
+const char* finish_reason_name(FinishReason r);  // "eos" / "stop_string" / "length" / "cancelled"
+
+struct TokenLogprob {
+  int32_t id = 0;
+  float logprob = 0.0f;  // log-softmax of the raw logits (before penalties and temperature), over the sampleable ids
+};
+
+// One generated token.
+struct GeneratedToken {
+  int32_t id = 0;
+  float logprob = 0.0f;           // set when the request asked for logprobs (>= 0), else 0
+  std::vector<TokenLogprob> top;  // the request's `logprobs` most likely ids at this position, best first
+};
+
+struct RequestTimings {
+  double queue_ms = 0.0;     // submit -> admitted to a state slot
+  double prompt_ms = 0.0;    // admitted -> first token sampled (prefill; time to first token = queue + prompt)
+  double generate_ms = 0.0;  // first token -> finished
+};
+
+struct GenerateResult {
+  RequestId id = 0;
+  // Generated tokens, without the prompt and without a stop token. On a stop string: every token up to and
+  // including the one that completed the stop string.
+  std::vector<int32_t> tokens;
+  std::vector<GeneratedToken> token_info;  // per token of `tokens`, with logprobs when asked for
+  std::string text;                        // the bytes of `tokens`, cut before a stop string; empty without tokenizer
+  FinishReason finish_reason = FinishReason::Length;
+  int64_t prompt_tokens = 0;
+  int64_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache (not recomputed)
+  uint64_t seed = 0;                 // the sampler's seed (the drawn one when none was given)
+  RequestTimings timings;
+  std::string error;  // set when the request failed while running (e.g. the model produced NaN); reason Cancelled
+};
+
+// What a request reports as it runs, on the thread that calls step(). A finished request sends one last event
+// with `finished` set and `result` pointing at its whole result (valid during the call only).
+struct RequestEvent {
+  RequestId id = 0;
+  const GeneratedToken* token = nullptr;  // the new token, when this event carries one
+  std::string_view text;                  // new text: complete UTF-8 characters, never the start of a stop string
+  bool finished = false;
+  const GenerateResult* result = nullptr;  // when finished
+};
+
+struct GenerateRequest {
+  std::vector<int32_t> prompt;            // >= 1 token (start with BOS when there is no text)
+  int max_new_tokens = 128;               // 0 .. EngineOptions::max_new_tokens
+  SamplingParams sampling;
+  std::vector<int32_t> stop_tokens;       // generation ends before any of these (not part of the result)
+  std::vector<std::string> stop_strings;  // generation ends when the text contains one (needs a tokenizer)
+  bool ignore_eos = false;                // false: the model config's eos_token_id (when set) also stops
+  int logprobs = -1;                      // -1: none; 0..20: each token's logprob and this many top alternatives
+  std::string save_state;                 // when set: the state at the request's end is written to this file
+  std::function<void(const RequestEvent&)> on_event;  // may be empty; called on the stepping thread
+};
+
+struct EngineOptions {
+  int64_t max_seqs = 32;       // requests running at once (state slots)
+  int64_t max_queue = 1024;    // requests waiting for a slot; submit() beyond that throws
+  int64_t batch_tokens = 0;    // tokens per step (decode rows + prefill chunks); 0: the model's max_batch_tokens
+  int64_t max_prompt = 65536;  // longer prompts are refused
+  int64_t max_new_tokens = 1 << 20;  // larger requests are refused
+  int64_t state_cache_mb = 1024;     // prefix cache budget, MiB, in the backend's memory (device memory on a GPU); 0: off
+  int64_t state_checkpoint_interval = 512;  // prompt positions (multiples of this) whose state is cached; 0: none
+  DType state_dtype = DType::F32;
+  bool device_sampling = true;  // sample from top candidates selected next to the logits when the chain allows
+};
+
+struct EngineStats {
+  int64_t running = 0, queued = 0;
+  int64_t cache_entries = 0, cache_bytes = 0, cache_budget_bytes = 0;
+  int64_t cache_hits = 0, cache_misses = 0, cached_tokens = 0;  // over every admitted request
+  int64_t steps = 0;
+};
+
+class Engine {
+ public:
+  // `tokenizer` may be null (token-ids-only use: no text, no stop strings). Both must outlive the engine.
+  Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options = {});
+  ~Engine();
+  Engine(const Engine&) = delete;
+  Engine& operator=(const Engine&) = delete;
+
+  // Queues a request. Throws Error (and changes nothing) on a bad request: empty or too long prompt, token ids out
+  // of range, max_new_tokens out of range, bad sampling parameters, stop strings without a tokenizer, logprobs
+  // outside [-1, 20], or a full queue. Thread-safe.
+  RequestId submit(GenerateRequest request);
+  // Cancels a queued or running request: it sends its finished event (reason Cancelled) at the next step and
+  // never another. Returns false when it has already finished. Throws Error for an id never submitted.
+  // Thread-safe.
+  bool cancel(RequestId id);
+
+  // One forward over every active row; returns false when there was nothing to do (no request queued or running).
+  // One thread at a time.
+  bool step();
+  // Blocks until a request is queued or `timeout_ms` passes; true when there is work. Thread-safe.
+  bool wait_for_work(int64_t timeout_ms);
+  // Runs `requests` to completion (with whatever else is queued) and returns their results in order.
+  std::vector<GenerateResult> run(std::vector<GenerateRequest> requests);
+
+  // Reads a state file (mambacpp/state.h) into the prefix cache; returns the tokens it stands for. A request whose
+  // prompt continues them prefills only its new tokens. Throws Error for a file of another model or a corrupt one.
+  // On the stepping thread (or while none steps), as clear_cache().
+  std::vector<int32_t> load_state(const std::string& path);
+  // Drops every cached state.
+  void clear_cache();
+
+  EngineStats stats() const;  // as of the last step; thread-safe
+  const EngineOptions& options() const;
+  const Model& model() const;
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Sets request i's seed to seed + i (seed_given = true), so that request i reruns alone with seed + i.
+void assign_batch_seeds(std::span<GenerateRequest> requests, uint64_t seed);
+
+}  // namespace mambacpp

@@ -1,0 +1,647 @@
+// The serving engine of mambacpp/engine.h.
+//
+// A request's life: queued (FIFO) -> admitted to a free state slot, starting from the longest cached prefix of its
+// prompt -> prefill of prompt[cached, L-1) in chunks within each step's token budget (chunks end at multiples of
+// the checkpoint interval, whose states are cached) -> the state at L-1 is cached and the last prompt token is fed
+// as a one-token row, whose logits give the first sampled token -> one row per step, feeding the previous token
+// -> finished: the state of every token fed is cached (and written to save_state), the slot is free.
+//
+// Stopping the prefill one token short is what makes a repeated or extended prompt a cache hit: a state that
+// includes the last prompt token could not serve a prompt that ends there, whose logits must be computed.
+//
+// A step is one forward call over every row, or two when the backend replays decode steps as graphs: the
+// prefill chunks first, then the one-token rows as a decode step.
+#include "mambacpp/engine.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <condition_variable>
+#include <deque>
+#include <limits>
+#include <map>
+#include <mutex>
+#include <optional>
+#include <set>
+#include <unordered_set>
+
+#include "engine/prefix_cache.h"
+#include "engine/sampler.h"
+#include "engine/utf8_stream.h"
+#include "mambacpp/error.h"
+#include "mambacpp/model.h"
+#include "mambacpp/state.h"
+#include "mambacpp/tokenizer.h"
+
+namespace mambacpp {
+
+const char* finish_reason_name(FinishReason r) {
+  switch (r) {
+    case FinishReason::Eos: return "eos";
+    case FinishReason::StopString: return "stop_string";
+    case FinishReason::Length: return "length";
+    case FinishReason::Cancelled: return "cancelled";
+  }
+  return "?";
+}
+
+void assign_batch_seeds(std::span<GenerateRequest> requests, uint64_t seed) {
+  for (size_t i = 0; i < requests.size(); ++i) {
+    requests[i].sampling.seed = seed + i;
+    requests[i].sampling.seed_given = true;
+  }
+}
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr int kMaxLogprobs = 20;
+
+double ms_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double, std::milli>(b - a).count();
+}
+
+// Length of the longest suffix of `text` that is a proper prefix of some stop string: text that must not be
+// streamed yet, because the next token may complete the stop string.
+size_t stop_prefix_holdback(std::string_view text, const std::vector<std::string>& stops) {
+  size_t best = 0;
+  for (const std::string& s : stops) {
+    for (size_t len = std::min(s.size() - 1, text.size()); len > best; --len) {
+      if (text.substr(text.size() - len) == std::string_view(s).substr(0, len)) {
+        best = len;
+        break;
+      }
+    }
+  }
+  return best;
+}
+
+// The earliest occurrence of any stop string in `text` at or after `from`, or npos.
+size_t find_stop(std::string_view text, size_t from, const std::vector<std::string>& stops) {
+  size_t best = std::string_view::npos;
+  for (const std::string& s : stops) best = std::min(best, text.find(s, from));
+  return best;
+}
+
+// One admitted request.
+struct Run {
+  RequestId id = 0;
+  GenerateRequest req;
+  int64_t slot = 0;
+  std::optional<Sampler> sampler;
+  std::set<int32_t> stop_tokens;
+  size_t max_stop_len = 0;
+  std::vector<int32_t> fed;  // the tokens the slot's state stands for
+  bool decoding = false;     // false: prefilling prompt[fed.size(), L-1)
+  int32_t next = 0;          // decoding: the token the next row feeds
+  size_t emitted = 0;        // bytes of result.text already streamed
+  bool done = false;
+  GenerateResult result;
+  Clock::time_point submitted, admitted, first_token;
+
+  int64_t prompt_len() const { return static_cast<int64_t>(req.prompt.size()); }
+};
+
+struct Queued {
+  RequestId id;
+  GenerateRequest req;
+  Clock::time_point submitted;
+};
+
+}  // namespace
+
+struct Engine::Impl {
+  const Model& model;
+  const Tokenizer* tokenizer;
+  EngineOptions options;
+  int64_t vocab = 0;
+  int64_t sample_limit = 0;  // ids at or above (padding rows of the embedding) are never sampled
+  std::unique_ptr<StateCache> state;
+  PrefixCache cache;
+
+  // Shared with submit()/cancel() on other threads.
+  mutable std::mutex mutex;
+  std::condition_variable work;
+  std::deque<Queued> queue;
+  std::unordered_set<RequestId> unfinished;  // queued or running
+  std::unordered_set<RequestId> cancels;     // asked for, applied at the next step
+  RequestId next_id = 1;
+
+  // Owned by the stepping thread.
+  std::vector<std::unique_ptr<Run>> runs;  // admission order
+  std::vector<int64_t> free_slots;
+  EngineStats counters;
+  EngineStats published;  // under `mutex`: counters as of the last step
+
+  Impl(const Model& m, const Tokenizer* t, const EngineOptions& o)
+      : model(m), tokenizer(t), options(o), cache(o.state_cache_mb * (int64_t(1) << 20)) {
+    if (options.batch_tokens == 0) options.batch_tokens = m.load_options().max_batch_tokens;
+    if (options.max_seqs < 1) fail("engine: max_seqs must be >= 1, found ", options.max_seqs);
+    if (options.max_queue < 0) fail("engine: max_queue must be >= 0, found ", options.max_queue);
+    if (options.batch_tokens < 1) fail("engine: batch_tokens must be >= 1, found ", options.batch_tokens);
+    if (options.max_prompt < 1) fail("engine: max_prompt must be >= 1, found ", options.max_prompt);
+    if (options.max_new_tokens < 0) fail("engine: max_new_tokens must be >= 0, found ", options.max_new_tokens);
+    if (options.state_cache_mb < 0) fail("engine: state_cache_mb must be >= 0, found ", options.state_cache_mb);
+    if (options.state_checkpoint_interval < 0)
+      fail("engine: state_checkpoint_interval must be >= 0, found ", options.state_checkpoint_interval);
+    vocab = m.config().vocab_size;
+    sample_limit = t ? std::min<int64_t>(vocab, t->vocab_size()) : vocab;
+    state = m.create_state(options.max_seqs, options.state_dtype);
+    for (int64_t s = options.max_seqs - 1; s >= 0; --s) free_slots.push_back(s);
+  }
+
+  // ---- Validation (before anything changes) -------------------------------------------------------------------
+  void validate(const GenerateRequest& r) const {
+    const ModelConfig& cfg = model.config();
+    if (r.prompt.empty()) {
+      if (cfg.bos_token_id >= 0)
+        fail("request: the prompt is empty; Mamba needs at least one token to start from (use the BOS token ",
+             cfg.bos_token_id, " as the prompt)");
+      fail("request: the prompt is empty; Mamba needs at least one token to start from (use a BOS token as the "
+           "prompt)");
+    }
+    if (static_cast<int64_t>(r.prompt.size()) > options.max_prompt)
+      fail("request: the prompt has ", r.prompt.size(), " tokens, more than the limit of ", options.max_prompt,
+           " (--max-prompt)");
+    for (size_t i = 0; i < r.prompt.size(); ++i)
+      if (r.prompt[i] < 0 || r.prompt[i] >= vocab)
+        fail("request: prompt token ", i, " is ", r.prompt[i], ", outside the vocabulary [0, ", vocab, ")");
+    if (r.max_new_tokens < 0 || r.max_new_tokens > options.max_new_tokens)
+      fail("request: max_new_tokens must be in [0, ", options.max_new_tokens, "], found ", r.max_new_tokens);
+    if (r.logprobs < -1 || r.logprobs > kMaxLogprobs)
+      fail("request: logprobs must be in [0, ", kMaxLogprobs, "] (or -1 for none), found ", r.logprobs);
+    if (!r.stop_strings.empty() && !tokenizer)
+      fail("request: stop strings need a tokenizer to turn tokens into text (this model has none); use stop "
+           "tokens instead");
+    for (const std::string& s : r.stop_strings)
+      if (s.empty()) fail("request: a stop string is empty");
+    for (int32_t t : r.stop_tokens)
+      if (t < 0 || t >= vocab) fail("request: stop token ", t, " outside the vocabulary [0, ", vocab, ")");
+    r.sampling.validate();
+  }
+
+  // ---- Admission ----------------------------------------------------------------------------------------------
+  void admit(Queued q, Clock::time_point now) {
+    auto run = std::make_unique<Run>();
+    Run& r = *run;
+    r.id = q.id;
+    r.req = std::move(q.req);
+    r.submitted = q.submitted;
+    r.admitted = now;
+    r.slot = free_slots.back();
+    free_slots.pop_back();
+    r.sampler.emplace(r.req.sampling, vocab);
+    r.result.id = r.id;
+    r.result.seed = r.sampler->seed();
+    r.result.prompt_tokens = r.prompt_len();
+    r.result.timings.queue_ms = ms_between(r.submitted, now);
+    r.stop_tokens.insert(r.req.stop_tokens.begin(), r.req.stop_tokens.end());
+    const int64_t eos = model.config().eos_token_id;
+    if (!r.req.ignore_eos && eos >= 0) r.stop_tokens.insert(static_cast<int32_t>(eos));
+    for (const std::string& s : r.req.stop_strings) r.max_stop_len = std::max(r.max_stop_len, s.size());
+    // The prompt counts for the repetition penalty (as in llama.cpp); only the window's worth matters.
+    const size_t window = static_cast<size_t>(r.req.sampling.repeat_last_n), L = r.req.prompt.size();
+    for (size_t k = L - std::min(window, L); k < L; ++k) r.sampler->accept(r.req.prompt[k]);
+
+    // Start from the longest cached prefix that leaves the last prompt token to compute.
+    const PrefixCache::Hit hit = cache.lookup(r.req.prompt, r.prompt_len() - 1);
+    if (hit.snapshot) {
+      state->restore(r.slot, *hit.snapshot);
+      r.fed.assign(r.req.prompt.begin(), r.req.prompt.begin() + hit.length);
+      ++counters.cache_hits;
+      counters.cached_tokens += hit.length;
+    } else {
+      state->reset(r.slot);
+      if (cache.budget() > 0) ++counters.cache_misses;
+    }
+    r.result.cached_prompt_tokens = hit.length;
+    enter_decode_if_ready(r);
+    runs.push_back(std::move(run));
+  }
+
+  void enter_decode_if_ready(Run& r) {
+    if (!r.decoding && static_cast<int64_t>(r.fed.size()) == r.prompt_len() - 1) {
+      r.decoding = true;
+      r.next = r.req.prompt.back();
+    }
+  }
+
+  // ---- The prefix cache ---------------------------------------------------------------------------------------
+  void remember(const Run& r) {
+    if (cache.budget() <= 0 || r.fed.empty() || static_cast<int64_t>(state->slot_bytes()) > cache.budget()) return;
+    if (cache.contains(r.fed)) return;
+    cache.insert(r.fed, state->snapshot(r.slot));
+  }
+
+  // ---- Events -------------------------------------------------------------------------------------------------
+  // Sends the text that is safe to show (complete UTF-8 characters that cannot start a stop string) with `token`.
+  void emit(Run& r, const GeneratedToken* token, bool final) {
+    const std::string& text = r.result.text;
+    size_t end = text.size();
+    if (!final) {
+      end -= stop_prefix_holdback(text, r.req.stop_strings);
+      end = utf8_complete_prefix(std::string_view(text).substr(0, end));
+    }
+    std::string_view piece;
+    if (end > r.emitted) piece = std::string_view(text).substr(r.emitted, end - r.emitted), r.emitted = end;
+    if (!r.req.on_event || (!token && piece.empty() && !final)) return;
+    RequestEvent e;
+    e.id = r.id;
+    e.token = token;
+    e.text = piece;
+    e.finished = final;
+    e.result = final ? &r.result : nullptr;
+    r.req.on_event(e);
+  }
+
+  void finish(Run& r, FinishReason reason, Clock::time_point now, const GeneratedToken* token = nullptr) {
+    r.result.finish_reason = reason;
+    if (r.first_token == Clock::time_point{}) {
+      r.result.timings.prompt_ms = ms_between(r.admitted, now);
+    } else {
+      r.result.timings.generate_ms = ms_between(r.first_token, now);
+    }
+    r.done = true;
+    remember(r);
+    if (!r.req.save_state.empty()) {
+      try {
+        state->save(r.slot, r.req.save_state, r.fed);
+      } catch (const Error& e) {
+        r.result.error = e.what();
+      }
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      unfinished.erase(r.id);
+    }
+    emit(r, token, /*final=*/true);
+  }
+
+  // A token sampled for `r` (its logprobs filled in by the caller).
+  void accept_token(Run& r, GeneratedToken tok, Clock::time_point now) {
+    if (r.first_token == Clock::time_point{}) {
+      r.first_token = now;
+      r.result.timings.prompt_ms = ms_between(r.admitted, now);
+    }
+    if (r.stop_tokens.count(tok.id)) return finish(r, FinishReason::Eos, now);
+    r.result.tokens.push_back(tok.id);
+    r.result.token_info.push_back(std::move(tok));
+    const GeneratedToken* info = &r.result.token_info.back();
+    r.sampler->accept(info->id, /*generated=*/true);
+    r.next = info->id;
+    if (tokenizer) {
+      std::string& text = r.result.text;
+      const size_t old_size = text.size();
+      text += tokenizer->token_bytes(info->id);
+      if (r.max_stop_len > 0) {
+        // A new occurrence must end in the new bytes, so it starts at most max_stop_len - 1 bytes before them.
+        const size_t from = old_size - std::min(old_size, r.max_stop_len - 1);
+        const size_t pos = find_stop(text, from, r.req.stop_strings);
+        if (pos != std::string::npos) {
+          MAMBACPP_ASSERT(pos >= r.emitted);  // the held-back text covered every possible start
+          text.resize(pos);
+          return finish(r, FinishReason::StopString, now, info);
+        }
+      }
+    }
+    if (static_cast<int>(r.result.tokens.size()) >= r.req.max_new_tokens)
+      return finish(r, FinishReason::Length, now, info);
+    emit(r, info, /*final=*/false);
+  }
+
+  void fail_run(Run& r, const std::string& message, Clock::time_point now) {
+    r.result.error = message;
+    finish(r, FinishReason::Cancelled, now);
+  }
+
+  // ---- Sampling -----------------------------------------------------------------------------------------------
+  TopKRequest top_k_request(const Run& r) const {
+    TopKRequest q;
+    const Sampler& s = *r.sampler;
+    q.k = std::max(1, s.params().candidates_needed());
+    q.limit = sample_limit;
+    q.repeat_penalty = s.params().repeat_penalty;
+    q.penalized = s.penalized_ids();
+    q.logprobs = r.req.logprobs;
+    return q;
+  }
+
+  // The token of `r` from row i of `out`, with its logprobs when asked for.
+  GeneratedToken sample(Run& r, const ForwardResult& out, size_t i) {
+    GeneratedToken tok;
+    if (!out.candidates.empty()) {
+      const TopKCandidates& c = out.candidates[i];
+      tok.id = r.sampler->sample_candidates(c);
+      if (r.req.logprobs >= 0) {
+        const RowLogprobs& lp = out.logprobs[i];
+        for (size_t k = 0; k < lp.ids.size(); ++k) tok.top.push_back({lp.ids[k], lp.logprobs[k]});
+        // The chosen id's raw logit: from the raw top list, else its candidate logit with the penalty undone.
+        const auto in_top = std::find(lp.ids.begin(), lp.ids.end(), tok.id);
+        if (in_top != lp.ids.end()) {
+          tok.logprob = lp.logprobs[static_cast<size_t>(in_top - lp.ids.begin())];
+        } else {
+          const size_t k = static_cast<size_t>(std::find(c.ids.begin(), c.ids.end(), tok.id) - c.ids.begin());
+          float logit = c.logits.at(k);
+          const std::vector<int32_t> pen = r.sampler->penalized_ids();
+          const float p = r.sampler->params().repeat_penalty;
+          if (std::find(pen.begin(), pen.end(), tok.id) != pen.end()) logit = logit > 0.0f ? logit * p : logit / p;
+          tok.logprob = logit - lp.log_normalizer;
+        }
+      }
+      return tok;
+    }
+    std::span<const float> logits = out.row(static_cast<int64_t>(i));
+    std::vector<float> masked;
+    if (sample_limit < vocab) {
+      masked.assign(logits.begin(), logits.end());
+      std::fill(masked.begin() + sample_limit, masked.end(), -std::numeric_limits<float>::infinity());
+      tok.id = r.sampler->sample(masked);
+    } else {
+      tok.id = r.sampler->sample(logits);
+    }
+    if (r.req.logprobs >= 0) host_logprobs(logits.first(static_cast<size_t>(sample_limit)), r.req.logprobs, tok);
+    return tok;
+  }
+
+  // Log-softmax over the whole row on the host, as select_outputs computes it on a backend: f32 max and sum.
+  static void host_logprobs(std::span<const float> row, int n, GeneratedToken& tok) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (float v : row) mx = std::max(mx, v);
+    float sum = 0.0f;
+    for (float v : row) sum += std::exp(v - mx);
+    const float lse = mx + std::log(sum);
+    tok.logprob = row[static_cast<size_t>(tok.id)] - lse;
+    std::vector<int32_t> ids(row.size());
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>(i);
+    const size_t k = std::min(ids.size(), static_cast<size_t>(n));
+    std::partial_sort(ids.begin(), ids.begin() + static_cast<std::ptrdiff_t>(k), ids.end(), [&](int32_t a, int32_t b) {
+      return row[static_cast<size_t>(a)] > row[static_cast<size_t>(b)] ||
+             (row[static_cast<size_t>(a)] == row[static_cast<size_t>(b)] && a < b);
+    });
+    for (size_t j = 0; j < k; ++j) tok.top.push_back({ids[j], row[static_cast<size_t>(ids[j])] - lse});
+  }
+
+  // ---- One step -----------------------------------------------------------------------------------------------
+  bool step() {
+    Clock::time_point now = Clock::now();
+    std::vector<Queued> admitted, dropped;
+    std::unordered_set<RequestId> cancelled;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      cancelled.swap(cancels);
+      // Cancelled requests still in the queue leave it now.
+      for (auto it = queue.begin(); it != queue.end();) {
+        if (cancelled.count(it->id)) {
+          unfinished.erase(it->id);
+          dropped.push_back(std::move(*it));
+          it = queue.erase(it);
+        } else {
+          ++it;
+        }
+      }
+    }
+    for (Queued& q : dropped) {  // their events, outside the lock (a callback may submit or cancel)
+      GenerateResult result;
+      result.id = q.id;
+      result.prompt_tokens = static_cast<int64_t>(q.req.prompt.size());
+      result.finish_reason = FinishReason::Cancelled;
+      result.timings.queue_ms = ms_between(q.submitted, now);
+      if (!q.req.on_event) continue;
+      RequestEvent e;
+      e.id = q.id;
+      e.finished = true;
+      e.result = &result;
+      q.req.on_event(e);
+    }
+    for (auto& run : runs)
+      if (cancelled.count(run->id) && !run->done) finish(*run, FinishReason::Cancelled, now);
+    retire();
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      while (!free_slots.empty() && !queue.empty() && admitted.size() < free_slots.size()) {
+        admitted.push_back(std::move(queue.front()));
+        queue.pop_front();
+      }
+    }
+    for (Queued& q : admitted) admit(std::move(q), now);
+    if (runs.empty()) {
+      publish();
+      return false;
+    }
+    ++counters.steps;
+
+    // The rows: every decoding request one token, then prefill chunks within the rest of the budget.
+    std::vector<Run*> decode_rows, prefill_rows;
+    std::vector<int64_t> prefill_len;
+    for (auto& run : runs)
+      if (run->decoding) decode_rows.push_back(run.get());
+    int64_t budget = options.batch_tokens - static_cast<int64_t>(decode_rows.size());
+    if (decode_rows.empty()) budget = std::max<int64_t>(budget, 1);
+    const int64_t interval = options.state_checkpoint_interval;
+    for (auto& run : runs) {
+      if (run->decoding || budget <= 0) continue;
+      const int64_t pos = static_cast<int64_t>(run->fed.size());
+      int64_t end = std::min(run->prompt_len() - 1, pos + budget);
+      if (interval > 0) end = std::min(end, (pos / interval + 1) * interval);  // stop at the next checkpoint
+      prefill_rows.push_back(run.get());
+      prefill_len.push_back(end - pos);
+      budget -= end - pos;
+    }
+
+    // Graph-replayed decode steps want their rows alone: prefill first, then the rows of one token (including
+    // prompts that reach their last token now). Otherwise one call carries both.
+    if (model.decode_graphs() || decode_rows.empty()) {
+      if (!prefill_rows.empty()) {
+        forward(prefill_rows, prefill_len, {}, now);
+        for (Run* r : prefill_rows)
+          if (!r->done && r->decoding) decode_rows.push_back(r);
+      }
+      if (!decode_rows.empty()) forward({}, {}, decode_rows, now);
+    } else {
+      forward(prefill_rows, prefill_len, decode_rows, now);
+    }
+    retire();
+    publish();
+    return true;
+  }
+
+  // Makes the counters readable from other threads (stats()).
+  void publish() {
+    EngineStats s = counters;
+    s.running = static_cast<int64_t>(runs.size());
+    s.cache_entries = cache.entries();
+    s.cache_bytes = cache.bytes();
+    s.cache_budget_bytes = cache.budget();
+    std::lock_guard<std::mutex> lock(mutex);
+    published = s;
+  }
+
+  // One forward call over prefill chunks (no logits needed) and one-token rows (sampled).
+  void forward(const std::vector<Run*>& prefill, const std::vector<int64_t>& lens, const std::vector<Run*>& decode,
+               Clock::time_point& now) {
+    std::vector<Sequence> seqs;
+    for (size_t i = 0; i < prefill.size(); ++i) {
+      const Run& r = *prefill[i];
+      seqs.push_back(Sequence::tokens(
+          std::span<const int32_t>(r.req.prompt.data() + r.fed.size(), static_cast<size_t>(lens[i])), r.slot));
+    }
+    for (Run* r : decode) seqs.push_back(Sequence::tokens(std::span<const int32_t>(&r->next, 1), r->slot));
+    std::vector<Run*> all(prefill);
+    all.insert(all.end(), decode.begin(), decode.end());
+
+    ForwardResult out;
+    try {
+      if (decode.empty()) {
+        model.forward(*state, seqs, Output::None);
+      } else {
+        bool candidates = options.device_sampling;
+        for (const Run* r : decode)
+          if (r->req.max_new_tokens > 0 && r->sampler->params().candidates_needed() == 0) candidates = false;
+        if (candidates) {
+          std::vector<TopKRequest> reqs(seqs.size());  // prefill rows: the cheapest request, ignored
+          for (size_t i = 0; i < decode.size(); ++i) reqs[prefill.size() + i] = top_k_request(*decode[i]);
+          out = model.forward_top_k(*state, seqs, reqs);
+        } else {
+          out = model.forward(*state, seqs, Output::LastLogits);
+        }
+      }
+    } catch (const Error& e) {
+      // The call failed as a whole (nothing in it is trustworthy): its requests end with the error.
+      now = Clock::now();
+      for (Run* r : all) fail_run(*r, e.what(), now);
+      return;
+    }
+    now = Clock::now();
+    for (size_t i = 0; i < prefill.size(); ++i) {
+      Run& r = *prefill[i];
+      r.fed.insert(r.fed.end(), r.req.prompt.begin() + static_cast<std::ptrdiff_t>(r.fed.size()),
+                   r.req.prompt.begin() + static_cast<std::ptrdiff_t>(r.fed.size() + lens[i]));
+      const int64_t pos = static_cast<int64_t>(r.fed.size());
+      const int64_t interval = options.state_checkpoint_interval;
+      if (pos == r.prompt_len() - 1 || (interval > 0 && pos % interval == 0)) remember(r);
+      enter_decode_if_ready(r);
+    }
+    for (size_t i = 0; i < decode.size(); ++i) {
+      Run& r = *decode[i];
+      r.fed.push_back(r.next);
+      if (r.req.max_new_tokens == 0) {
+        finish(r, FinishReason::Length, now);
+        continue;
+      }
+      try {
+        accept_token(r, sample(r, out, prefill.size() + i), now);
+      } catch (const Error& e) {  // e.g. a NaN logit in this row: only this request ends
+        fail_run(r, e.what(), now);
+      }
+    }
+  }
+
+  // Frees the slots of finished requests.
+  void retire() {
+    std::erase_if(runs, [&](const std::unique_ptr<Run>& r) {
+      if (!r->done) return false;
+      free_slots.push_back(r->slot);
+      return true;
+    });
+  }
+};
+
+Engine::Engine(const Model& model, const Tokenizer* tokenizer, const EngineOptions& options)
+    : impl_(std::make_unique<Impl>(model, tokenizer, options)) {}
+Engine::~Engine() = default;
+
+RequestId Engine::submit(GenerateRequest request) {
+  impl_->validate(request);
+  RequestId id;
+  {
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    if (static_cast<int64_t>(impl_->queue.size()) >= impl_->options.max_queue)
+      fail("engine: the queue is full (", impl_->options.max_queue, " requests waiting; --max-queue); try again later");
+    id = impl_->next_id++;
+    impl_->queue.push_back({id, std::move(request), Clock::now()});
+    impl_->unfinished.insert(id);
+  }
+  impl_->work.notify_all();
+  return id;
+}
+
+bool Engine::cancel(RequestId id) {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  if (id == 0 || id >= impl_->next_id) fail("engine: cancel: no request has id ", id);
+  if (!impl_->unfinished.count(id)) return false;
+  impl_->cancels.insert(id);
+  impl_->work.notify_all();
+  return true;
+}
+
+bool Engine::step() { return impl_->step(); }
+
+bool Engine::wait_for_work(int64_t timeout_ms) {
+  std::unique_lock<std::mutex> lock(impl_->mutex);
+  return impl_->work.wait_for(lock, std::chrono::milliseconds(timeout_ms),
+                              [&] { return !impl_->unfinished.empty() || !impl_->cancels.empty(); });
+}
+
+std::vector<GenerateResult> Engine::run(std::vector<GenerateRequest> requests) {
+  for (const GenerateRequest& r : requests) impl_->validate(r);  // all or nothing
+  std::vector<GenerateResult> results(requests.size());
+  std::vector<bool> finished(requests.size(), false);
+  size_t next = 0, n_finished = 0;
+  while (n_finished < requests.size()) {
+    // Submit as the queue has room, so that any number of requests can run.
+    while (next < requests.size()) {
+      {
+        std::lock_guard<std::mutex> lock(impl_->mutex);
+        if (static_cast<int64_t>(impl_->queue.size()) >= std::max<int64_t>(impl_->options.max_queue, 1)) break;
+      }
+      GenerateRequest& r = requests[next];
+      auto user = std::move(r.on_event);
+      const size_t i = next;
+      r.on_event = [&, i, user](const RequestEvent& e) {
+        if (user) user(e);
+        if (e.finished) results[i] = *e.result, finished[i] = true, ++n_finished;
+      };
+      if (impl_->options.max_queue == 0) {  // no queue: run() still admits its own requests one at a time
+        std::lock_guard<std::mutex> lock(impl_->mutex);
+        const RequestId id = impl_->next_id++;
+        impl_->queue.push_back({id, std::move(r), Clock::now()});
+        impl_->unfinished.insert(id);
+      } else {
+        submit(std::move(r));
+      }
+      ++next;
+    }
+    if (!step() && next == requests.size() && n_finished < requests.size())
+      MAMBACPP_ASSERT(false && "engine idle with requests unfinished");
+  }
+  return results;
+}
+
+std::vector<int32_t> Engine::load_state(const std::string& path) {
+  std::vector<int32_t> tokens;
+  SlotSnapshot snap = impl_->state->load_snapshot(path, &tokens);
+  if (tokens.empty()) fail("state file '", path, "' records no tokens, so no prompt can continue it");
+  if (impl_->cache.budget() < static_cast<int64_t>(snap.bytes()))
+    fail("state file '", path, "': its state (", snap.bytes(), " bytes) does not fit the prefix cache budget of ",
+         impl_->cache.budget(), " bytes (--state-cache-mb)");
+  impl_->cache.insert(tokens, std::move(snap));
+  impl_->publish();
+  return tokens;
+}
+
+void Engine::clear_cache() {
+  impl_->cache.clear();
+  impl_->publish();
+}
+
+EngineStats Engine::stats() const {
+  std::lock_guard<std::mutex> lock(impl_->mutex);
+  EngineStats s = impl_->published;
+  s.queued = static_cast<int64_t>(impl_->queue.size());
+  return s;
+}
+
+const EngineOptions& Engine::options() const { return impl_->options; }
+const Model& Engine::model() const { return impl_->model; }
+
+}  // namespace mambacpp
