@@ -3,7 +3,7 @@
 # nvcc is on PATH (or in /usr/local/cuda/bin) the CUDA backend is built too.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
-          libpcre2-dev libutf8proc-dev)
+          libpcre2-dev libutf8proc-dev zlib1g-dev)
 missing=()
 for p in "${packages[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
 if ((${#missing[@]})); then
