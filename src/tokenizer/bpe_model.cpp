@@ -14,19 +14,25 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
                    const std::string& where)
     : vocab_(std::move(vocab)), options_(std::move(options)) {
   merges_.reserve(merges.size());
+  const std::string& prefix = options_.continuing_subword_prefix;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
-    auto a = vocab_.find(left), b = vocab_.find(right), m = vocab_.find(left + right);
+    if (right.compare(0, prefix.size(), prefix) != 0) {
+      fail(where, ".merges[", rank, "] (\"", left, " ", right, "\"): the right part does not start with the ",
+           "continuing_subword_prefix '", prefix, "'");
+    }
+    auto a = vocab_.find(left), b = vocab_.find(right), m = vocab_.find(left + right.substr(prefix.size()));
     auto missing = [&](const std::string& what) {
       fail(where, ".merges[", rank, "] (\"", left, " ", right, "\"): ", what, " is not in the vocab");
     };
     if (a == vocab_.end()) missing("'" + left + "'");
     if (b == vocab_.end()) missing("'" + right + "'");
-    if (m == vocab_.end()) missing("the merged token '" + left + right + "'");
+    if (m == vocab_.end()) missing("the merged token '" + left + right.substr(prefix.size()) + "'");
     // A repeated pair keeps its later rank, as a map filled in file order would.
     merges_[pair_key(a->second, b->second)] = Merge{static_cast<int32_t>(rank), m->second};
   }
   small_char_ids_.assign(0x400, -1);
+  markers_ = !options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty();
   for (const auto& [token, id] : vocab_) {
     size_t i = 0;
     if (token.empty() || first_invalid_utf8(token) != token.size()) continue;
@@ -65,9 +71,12 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symb
   while (i < word.size()) {
     size_t start = i;
     char32_t cp = next_code_point(word, i);
-    int32_t id = cp < small_char_ids_.size() ? small_char_ids_[cp] : -1;
+    int32_t id = !markers_ && cp < small_char_ids_.size() ? small_char_ids_[cp] : -1;
     if (id < 0) {
-      ch.assign(word.substr(start, i - start));
+      ch.clear();
+      if (start > 0) ch += options_.continuing_subword_prefix;
+      ch.append(word.substr(start, i - start));
+      if (i == word.size()) ch += options_.end_of_word_suffix;
       auto it = vocab_.find(ch);
       if (it != vocab_.end()) id = it->second;
     }

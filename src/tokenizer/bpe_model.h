@@ -19,6 +19,10 @@ struct BpeOptions {
   bool fuse_unk = false;
   bool byte_fallback = false;  // unknown characters become <0xNN> tokens of their UTF-8 bytes when all exist
   bool ignore_merges = false;  // a word that is itself in the vocabulary is taken whole
+  // Word-piece style markers: every character but a word's first is looked up with the prefix in front, its last
+  // with the suffix behind (and a merge's right part loses the prefix when the two join).
+  std::string continuing_subword_prefix;
+  std::string end_of_word_suffix;
 };
 
 class BpeModel {
@@ -54,6 +58,7 @@ class BpeModel {
   // Id of each one-character token below U+0400 (covers the byte-level alphabet), or -1: avoids hashing a string
   // per character for the common case.
   std::vector<int32_t> small_char_ids_;
+  bool markers_ = false;  // a prefix or suffix is set, so characters are looked up with it
 
   // Words seen before -> their ids. Bounded: once full, new words are computed but not stored.
   static constexpr size_t kCacheCapacity = 1 << 16;
