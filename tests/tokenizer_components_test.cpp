@@ -5,10 +5,9 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
@@ -37,8 +36,8 @@ json char_tokenizer() {
   j["pre_tokenizer"] = nullptr;
   j["post_processor"] = nullptr;
   j["decoder"] = nullptr;
-  j["model"] = {{"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"vocab", vocab},
-                {"merges", json::array({"a b"})}};
+  j["model"] = {
+      {"type", "BPE"}, {"unk_token", "<unk>"}, {"fuse_unk", true}, {"vocab", vocab}, {"merges", json::array({"a b"})}};
   return j;
 }
 
@@ -96,8 +95,8 @@ TEST(Decoders, EdgeCasesHfWouldPanicOn) {
   EXPECT_EQ(t->decode(Ids{0, 1, 0}), "b");
   // After Fuse, Strip with stop works on the whole text, also an empty one.
   j["decoder"] = {{"type", "Sequence"},
-                  {"decoders", json::array({{{"type", "Fuse"}}, {{"type", "Strip"}, {"content", "a"}, {"start", 0},
-                                                                   {"stop", 2}}})}};
+                  {"decoders", json::array({{{"type", "Fuse"}},
+                                            {{"type", "Strip"}, {"content", "a"}, {"start", 0}, {"stop", 2}}})}};
   t = load_json(j);
   EXPECT_EQ(t->decode(Ids{}), "");
   EXPECT_EQ(t->decode(Ids{1, 0, 0, 0}), "ba");
@@ -134,8 +133,8 @@ TEST(PreTokenizers, MetaspaceLegacyAddPrefixSpace) {
   // Files older than prepend_scheme say add_prefix_space: true means "always", false means "never".
   json a = char_tokenizer(), b = char_tokenizer();
   a["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"add_prefix_space", true}};
-  b["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"},
-                        {"split", true}};
+  b["pre_tokenizer"] = {
+      {"type", "Metaspace"}, {"replacement", "\u2581"}, {"prepend_scheme", "always"}, {"split", true}};
   // "a b" -> "▁a▁b" -> "▁a", "▁b" -> ▁ a ▁ b (no merge joins ▁ and a).
   EXPECT_EQ(load_json(a)->encode("a b"), (Ids{29, 0, 29, 1}));
   EXPECT_EQ(load_json(b)->encode("a b"), (Ids{29, 0, 29, 1}));
@@ -150,13 +149,15 @@ TEST(PostProcessors, SequenceWrapsInOrderAndEncodeAddsThem) {
   json specials = {{"<s>", {{"id", "<s>"}, {"ids", {30}}, {"tokens", {"<s>"}}}},
                    {"</s>", {{"id", "</s>"}, {"ids", {31}}, {"tokens", {"</s>"}}}}};
   // The first wraps the text in <s> ... </s>, the second puts another <s> before all of that.
-  j["post_processor"] = {
-      {"type", "Sequence"},
-      {"processors",
-       json::array({{{"type", "TemplateProcessing"}, {"single", {special("<s>"), seq, special("</s>")}},
-                     {"pair", json::array()}, {"special_tokens", specials}},
-                    {{"type", "TemplateProcessing"}, {"single", {special("<s>"), seq}}, {"pair", json::array()},
-                     {"special_tokens", specials}}})}};
+  j["post_processor"] = {{"type", "Sequence"},
+                         {"processors", json::array({{{"type", "TemplateProcessing"},
+                                                      {"single", {special("<s>"), seq, special("</s>")}},
+                                                      {"pair", json::array()},
+                                                      {"special_tokens", specials}},
+                                                     {{"type", "TemplateProcessing"},
+                                                      {"single", {special("<s>"), seq}},
+                                                      {"pair", json::array()},
+                                                      {"special_tokens", specials}}})}};
   auto t = load_json(j);
   EXPECT_EQ(t->encode("ab", /*add_special_tokens=*/true), (Ids{30, 30, 27, 31}));
   EXPECT_EQ(t->encode("ab", /*add_special_tokens=*/false), (Ids{27}));
@@ -166,19 +167,20 @@ TEST(PostProcessors, SequenceWrapsInOrderAndEncodeAddsThem) {
   EXPECT_EQ(load_json(j)->encode("c", true), (Ids{30, 2, 31}));
   // A template without $A, or with an unknown special token, is refused with its JSON path.
   j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", {special("<s>")}}, {"special_tokens", specials}};
-  EXPECT_NE(load_error(j).find("post_processor.single: expected $A exactly once"), std::string::npos)
-      << load_error(j);
-  j["post_processor"] = {{"type", "TemplateProcessing"}, {"single", {special("<x>"), seq}}, {"special_tokens", specials}};
+  EXPECT_NE(load_error(j).find("post_processor.single: expected $A exactly once"), std::string::npos) << load_error(j);
+  j["post_processor"] = {
+      {"type", "TemplateProcessing"}, {"single", {special("<x>"), seq}}, {"special_tokens", specials}};
   EXPECT_NE(load_error(j).find("post_processor.single[0]: special token '<x>'"), std::string::npos) << load_error(j);
 }
 
 TEST(Normalizers, StepsInOrder) {
   json j = char_tokenizer();
   // Lowercase then Replace "b" -> "ab" then Prepend "c": "AB" -> "ab" -> "aab" -> "caab" -> c, a, ab.
-  j["normalizer"] = {{"type", "Sequence"},
-                     {"normalizers", json::array({{{"type", "Lowercase"}},
-                                                  {{"type", "Replace"}, {"pattern", {{"String", "b"}}}, {"content", "ab"}},
-                                                  {{"type", "Prepend"}, {"prepend", "c"}}})}};
+  j["normalizer"] = {
+      {"type", "Sequence"},
+      {"normalizers", json::array({{{"type", "Lowercase"}},
+                                   {{"type", "Replace"}, {"pattern", {{"String", "b"}}}, {"content", "ab"}},
+                                   {{"type", "Prepend"}, {"prepend", "c"}}})}};
   auto t = load_json(j);
   EXPECT_EQ(t->encode("AB"), (Ids{2, 0, 27}));
   // Prepend leaves an empty piece empty: "<s>" alone gives just its id, no "c".

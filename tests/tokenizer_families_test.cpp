@@ -6,11 +6,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <nlohmann/json.hpp>
 #include <set>
 #include <string>
 #include <vector>
-
-#include <nlohmann/json.hpp>
 
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
@@ -24,8 +23,9 @@ using Ids = std::vector<int32_t>;
 
 // Every pipeline the fixture script writes (the manifest is checked against this list below).
 const std::vector<std::string> kPipelines = {
-    "llama3",      "llama3_merges",       "bytelevel_roberta", "bytelevel_split_behaviours", "spm_llama2",
-    "spm_metaspace", "spm_metaspace_split", "spm_never",         "bert_like",                  "suffix_bpe"};
+    "llama3",     "llama3_merges", "bytelevel_roberta",   "bytelevel_split_behaviours",
+    "spm_llama2", "spm_metaspace", "spm_metaspace_split", "spm_never",
+    "bert_like",  "suffix_bpe"};
 
 std::string family_dir() { return test::fixture_dir() + "/tokenizers"; }
 

@@ -50,8 +50,8 @@ void PreTokenizer::apply(const PreTokenizerStep& step, std::vector<Piece>& piece
             text.push_back(c);
           }
         }
-        bool prepend = step.prepend == PreTokenizerStep::Always ||
-                       (step.prepend == PreTokenizerStep::First && p.at_start);
+        bool prepend =
+            step.prepend == PreTokenizerStep::Always || (step.prepend == PreTokenizerStep::First && p.at_start);
         if (prepend && text.compare(0, step.replacement.size(), step.replacement) != 0) text = step.replacement + text;
         if (!step.metaspace_split) {
           next.push_back({std::move(text), p.at_start});

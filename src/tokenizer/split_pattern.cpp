@@ -35,8 +35,9 @@ bool in_char_class(CharClass c, char32_t cp) {
     case CharClass::WhiteSpace:
       return is_unicode_whitespace(cp);
     case CharClass::Punctuation: {
-      if (cp < 0x80) return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
-                            (cp >= 0x7B && cp <= 0x7E);
+      if (cp < 0x80)
+        return (cp >= 0x21 && cp <= 0x2F) || (cp >= 0x3A && cp <= 0x40) || (cp >= 0x5B && cp <= 0x60) ||
+               (cp >= 0x7B && cp <= 0x7E);
       auto cat = utf8proc_category(static_cast<utf8proc_int32_t>(cp));
       return cat >= UTF8PROC_CATEGORY_PC && cat <= UTF8PROC_CATEGORY_PO;
     }

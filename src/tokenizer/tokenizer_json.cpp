@@ -2,9 +2,8 @@
 // of the part and the type found there) every component whose behaviour we do not reproduce exactly.
 #include <climits>
 #include <fstream>
-#include <sstream>
-
 #include <nlohmann/json.hpp>
+#include <sstream>
 
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
@@ -169,7 +168,8 @@ void parse_pre_tokenizer(const json& j, const std::string& where, std::vector<to
     const json& list = array_field(j, "pretokenizers", where);
     for (size_t i = 0; i < list.size(); ++i) parse_pre_tokenizer(list[i], at_index(where, "pretokenizers", i), steps);
   } else if (type == "Split") {
-    split(parse_pattern(j, where), parse_behavior(j, where, tok::SplitBehavior::Isolated), flag(j, "invert", false, where));
+    split(parse_pattern(j, where), parse_behavior(j, where, tok::SplitBehavior::Isolated),
+          flag(j, "invert", false, where));
   } else if (type == "ByteLevel") {
     S s(S::ByteLevel);
     s.byte_level.add_prefix_space = flag(j, "add_prefix_space", true, where);
@@ -377,7 +377,7 @@ std::vector<tok::AddedToken> parse_added_tokens(const json& j, const std::string
     a.lstrip = flag(t, "lstrip", false, at);
     a.rstrip = flag(t, "rstrip", false, at);
     a.normalized = flag(t, "normalized", !a.special, at);  // HF's default: special tokens are not normalised
-    if (a.content.empty()) continue;                         // HF ignores empty added tokens
+    if (a.content.empty()) continue;                       // HF ignores empty added tokens
     out.push_back(std::move(a));
   }
   return out;
