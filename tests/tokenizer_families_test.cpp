@@ -7,6 +7,7 @@
 
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <random>
 #include <set>
 #include <string>
 #include <vector>
@@ -131,6 +132,25 @@ TEST_P(Family, StreamedPiecesAddUpToHfDecodeStream) {
     ++compared;
   }
   EXPECT_GT(compared, 40);
+}
+
+// Byte-level and byte-fallback pipelines without a lossy normaliser lose nothing: random text of all kinds of
+// characters (no added token's content in it) decodes back to itself, and encoding never throws.
+TEST(TokenizerFamilies, LosslessPipelinesRoundTripRandomText) {
+  std::mt19937 rng(11);
+  const std::vector<std::string> pieces = {
+      "a",      "Q",       "7",      " ",      "  ",     "\n",     "\t",     "'S",
+      "\u00e9", "e\u0301", "\u4e2d", "\u3000", "\u00a0", "\u0085", "\u2028", "\U0001F469\u200D\U0001F4BB",
+      "\x01",   "\x7f",    "\ufffd", "(",      "::",     "123456"};
+  for (const char* name : {"llama3", "llama3_merges", "spm_llama2"}) {
+    auto tok = Tokenizer::load(family_dir() + "/" + name + "/tokenizer.json");
+    for (int n = 0; n < 300; ++n) {
+      std::string text;
+      const int len = static_cast<int>(rng() % 40);
+      for (int k = 0; k < len; ++k) text += pieces[rng() % pieces.size()];
+      EXPECT_EQ(tok->decode(tok->encode(text)), text) << name << ": " << json(text).dump();
+    }
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(HfFixtures, Family, ::testing::ValuesIn(kPipelines),

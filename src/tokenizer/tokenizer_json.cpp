@@ -243,10 +243,14 @@ void parse_decoder(const json& j, const std::string& where, std::vector<tok::Dec
   }
 }
 
-// The id list of a special token named by a post-processor, checked against the file's own tokens.
+bool valid_id(const json& id) {
+  return id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
+}
+
+// The id of a special token named by a post-processor (["token", id]).
 int32_t token_id_field(const json& pair, const std::string& where) {
-  if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !pair[1].is_number_integer()) {
-    fail(where, ": expected [\"token\", id], found ", pair.dump());
+  if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !valid_id(pair[1])) {
+    fail(where, ": expected [\"token\", non-negative 32-bit id], found ", pair.dump());
   }
   return pair[1].get<int32_t>();
 }
@@ -290,7 +294,7 @@ void parse_post_processor(const json& j, const std::string& where, PostProcessin
           fail(at, ": special token '", name, "' has no ids in ", where, ".special_tokens");
         }
         for (const json& id : specials[name]["ids"]) {
-          if (!id.is_number_integer()) fail(where, ".special_tokens['", name, "'].ids: expected integers");
+          if (!valid_id(id)) fail(where, ".special_tokens['", name, "'].ids: expected non-negative 32-bit ids");
           (sequences ? after : before).push_back(id.get<int32_t>());
         }
       } else {
