@@ -69,11 +69,11 @@ void run_generate(const GenerateCliOptions& o) {
   if (!o.tokens_file.empty()) {
     prompts.push_back(read_token_file(o.tokens_file));
   } else if (o.prompt_given) {
-    prompts.push_back(tokenizer->encode(o.prompt));
+    prompts.push_back(tokenizer->encode(o.prompt, /*add_special_tokens=*/true));  // as tokenizer(text): BOS etc.
   } else {
     std::ifstream in(o.prompts_file);
     if (!in) fail("--prompts-file: cannot open '", o.prompts_file, "'");
-    for (std::string line; std::getline(in, line);) prompts.push_back(tokenizer->encode(line));
+    for (std::string line; std::getline(in, line);) prompts.push_back(tokenizer->encode(line, true));
     if (prompts.empty()) fail("--prompts-file '", o.prompts_file, "' holds no prompts (one per line expected)");
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
