@@ -16,6 +16,7 @@
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "io/zip_archive.h"
+#include "mambacpp/config.h"
 #include "mambacpp/model.h"
 #include "support/test_support.h"
 #include "util/npy.h"
@@ -157,6 +158,30 @@ TEST(CheckpointFormats, FalconMambaNormsAndTheirEpsMatter) {
               default_eps);
   EXPECT_GT(plain, 1e-2);
   EXPECT_GT(default_eps, 10 * kTol);
+}
+
+TEST(CheckpointFormats, FalconMambaConfigKeys) {
+  const std::string base = R"({"model_type": "falcon_mamba", "architectures": ["FalconMambaForCausalLM"],
+      "hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 10)";
+  const ModelConfig d = parse_model_config(base + "}");
+  EXPECT_EQ(d.arch, Arch::Mamba1);
+  EXPECT_EQ(d.d_inner, 64);  // expand defaults to 2
+  EXPECT_DOUBLE_EQ(d.mixer_rms_eps, 1e-6);  // FalconMambaConfig's default
+  const ModelConfig q = parse_model_config(base + R"(, "expand": 16, "intermediate_size": 48, "mixer_rms_eps": 0.5})");
+  EXPECT_EQ(q.d_inner, 48);  // intermediate_size wins, as in FalconMambaConfig
+  EXPECT_DOUBLE_EQ(q.mixer_rms_eps, 0.5);
+  // The canonical form carries the eps (and omits it for plain Mamba-1, whose output is unchanged).
+  EXPECT_DOUBLE_EQ(parse_model_config(q.to_json()).mixer_rms_eps, 0.5);
+  ModelConfig plain = q;
+  plain.mixer_rms_eps = 0;
+  EXPECT_EQ(plain.to_json().find("mixer_rms_eps"), std::string::npos);
+  EXPECT_THAT(test::error_of([&] { parse_model_config(base + R"(, "mixer_rms_eps": -1})"); }),
+              ::testing::HasSubstr("mixer_rms_eps"));
+  EXPECT_THAT(test::error_of([&] {
+                parse_model_config(R"({"model_type": "falcon_mamba", "architectures": ["MambaForCausalLM"],
+                                       "hidden_size": 8, "num_hidden_layers": 1, "vocab_size": 4})");
+              }),
+              ::testing::HasSubstr("FalconMambaForCausalLM"));
 }
 
 TEST(CheckpointFormats, GenerateCommandMatchesTransformersGreedy) {
