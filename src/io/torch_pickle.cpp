@@ -370,9 +370,8 @@ class Unpickler {
             t.kind == Kind::Tuple ? " of " + std::to_string(t.items.size()) : std::string());
     const Value &tag = val(t.items[0]), &type = val(t.items[1]), &key = val(t.items[2]), &loc = val(t.items[3]),
                 &numel = val(t.items[4]);
-    if (tag.kind != Kind::Str || tag.s != "storage")
-      error("persistent id tag must be 'storage', found ", tag.kind == Kind::Str ? "'" + printable(tag.s) + "'"
-                                                                                 : std::string(kind_name(tag.kind)));
+    if (tag.kind != Kind::Str) error("persistent id tag must be 'storage', found a ", kind_name(tag.kind));
+    if (tag.s != "storage") error("persistent id tag must be 'storage', found '", printable(tag.s), "'");
     if (type.kind != Kind::Global || type.global != Global::Storage)
       error("persistent id names ", type.kind == Kind::Global ? printable(type.s) : kind_name(type.kind),
             " where a storage type was expected");
