@@ -29,6 +29,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
 
 std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOptions& options, uint64_t seed, DType storage) {
   config.validate();
+  if (config.hybrid())
+    fail("Model::random: random weights for hybrid models (", family_name(config.family), ") are not implemented yet");
   if (storage != DType::F32 && storage != DType::F16 && storage != DType::BF16)
     fail("random model: storage dtype must be f32, f16 or bf16, found ", dtype_name(storage));
   auto impl = std::make_unique<Impl>();
