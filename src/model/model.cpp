@@ -134,6 +134,9 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
   Backend& be = *impl_->backend;
   const Device dev = be.device();
   if (c.has_attention()) {
+    if (impl_->options.kv_page_tokens < 1)
+      fail("kv_page_tokens must be >= 1, found ", impl_->options.kv_page_tokens);
+    impl->page_tokens = impl_->options.kv_page_tokens;
     impl->positions.assign(static_cast<size_t>(n_slots), 0);
     impl->kv_pages.resize(static_cast<size_t>(c.n_layer));
   }
