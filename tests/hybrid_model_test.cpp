@@ -166,6 +166,22 @@ TEST(HybridFixtures, GreedyMatchesTransformersThroughTheEngine) {
   }
 }
 
+TEST(HybridFixtures, CliGenerateIsGreedyExact) {
+  for (const std::string& dir : hybrid_dirs()) {
+    SCOPED_TRACE(dir);
+    std::ifstream f(dir + "/greedy.json");
+    const auto g = nlohmann::json::parse(f);
+    test::TempDir tmp;
+    std::ofstream(tmp.file("prompt.txt")) << g["prompt_ids"].dump().substr(1, g["prompt_ids"].dump().size() - 2);
+    const test::CliResult r = test::run_cli("generate --model " + dir + " --tokens-file " + tmp.file("prompt.txt") +
+                                            " -n " + std::to_string(g["max_new_tokens"].get<int>()) +
+                                            " --temp 0 --ignore-eos --json --threads 1");
+    ASSERT_EQ(r.exit_code, 0) << r.output();
+    const auto out = nlohmann::json::parse(r.out);
+    EXPECT_EQ(out["tokens"].get<std::vector<int32_t>>(), g["full_pass_ids"].get<std::vector<int32_t>>());
+  }
+}
+
 TEST(HybridFixtures, PrefixCacheHitEqualsMissInLogprobs) {
   for (const std::string& dir : hybrid_dirs()) {
     SCOPED_TRACE(dir);
