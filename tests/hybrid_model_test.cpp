@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "mambacpp/block.h"
 #include "mambacpp/engine.h"
 #include "mambacpp/model.h"
 #include "mambacpp/npy.h"
@@ -39,10 +40,13 @@ std::vector<std::string> hybrid_dirs() {
   return dirs;
 }
 
-// Pages of 8 KV rows by default here, so that the 45-token fixtures cross page boundaries inside calls.
-std::unique_ptr<Model> load_cpu(const std::string& dir, int64_t max_batch_tokens = 2048, int64_t page_tokens = 8) {
+// Pages of 8 KV rows by default here, so that the 45-token fixtures cross page boundaries inside calls. One thread:
+// these models are tiny, and the machine's cores are shared (LogitsMatchTransformers runs with all of them).
+std::unique_ptr<Model> load_cpu(const std::string& dir, int64_t max_batch_tokens = 2048, int64_t page_tokens = 8,
+                                int threads = 1) {
   LoadOptions lo;
   lo.device = DeviceChoice::CPU;
+  lo.threads = threads;
   lo.max_batch_tokens = max_batch_tokens;
   lo.kv_page_tokens = page_tokens;
   return Model::load(dir, lo);
@@ -65,7 +69,7 @@ TEST(HybridFixtures, AreThreeFamilies) {
 TEST(HybridFixtures, LogitsMatchTransformers) {
   for (const std::string& dir : hybrid_dirs()) {
     SCOPED_TRACE(dir);
-    auto model = load_cpu(dir);
+    auto model = load_cpu(dir, 2048, 8, /*threads=*/0);
     const auto ids = test::read_token_ids(dir + "/tokens.txt");
     const NpyArray ref = read_npy(dir + "/logits.npy");
     ASSERT_EQ(ref.shape, (std::vector<int64_t>{static_cast<int64_t>(ids.size()), model->config().vocab_size}));
@@ -163,7 +167,25 @@ TEST(HybridFixtures, GreedyMatchesTransformersThroughTheEngine) {
     auto again = engine.run({r});
     EXPECT_GT(again[0].cached_prompt_tokens, 0) << "expected a prefix-cache hit";
     EXPECT_EQ(again[0].tokens, want) << "prefix-cache hit";
+    // Chunked prefill (steps of 3 tokens shared by the rows) with mid-prompt state checkpoints every 4 positions.
+    EngineOptions chunked;
+    chunked.max_seqs = 3;
+    chunked.batch_tokens = 3;
+    chunked.state_checkpoint_interval = 4;
+    Engine small(*model, nullptr, chunked);
+    EXPECT_EQ(small.run(batch)[0].tokens, want) << "chunked prefill";
+    GenerateRequest longer = r;
+    longer.prompt.insert(longer.prompt.end(), want.begin(), want.begin() + 10);
+    longer.max_new_tokens = r.max_new_tokens - 10;
+    const auto cont = small.run({longer});  // starts from a checkpoint inside the first request's history
+    EXPECT_GT(cont[0].cached_prompt_tokens, 0);
+    EXPECT_EQ(cont[0].tokens, std::vector<int32_t>(want.begin() + 10, want.end())) << "continued from a checkpoint";
   }
+}
+
+TEST(HybridModel, MambaBlockRefusesHybrids) {
+  auto model = load_cpu(hybrid_dirs()[0]);
+  EXPECT_NE(test::error_of([&] { MambaBlock b(*model, 0); }).find("hybrid"), std::string::npos);
 }
 
 TEST(HybridFixtures, CliGenerateIsGreedyExact) {
