@@ -183,6 +183,24 @@ TEST(HybridFixtures, GreedyMatchesTransformersThroughTheEngine) {
   }
 }
 
+TEST(HybridModel, CtxSizeLimitsTheTokensHeld) {
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  lo.threads = 1;
+  lo.ctx_size = 20;
+  auto model = Model::load(hybrid_dirs()[0], lo);
+  auto st = model->create_state(1);
+  const std::vector<int32_t> ids(12, 4);
+  all_logits(*model, *st, ids);
+  Sequence s = Sequence::tokens(ids);
+  const std::string err = test::error_of([&] { model->forward(*st, {&s, 1}, Output::None); });
+  EXPECT_NE(err.find("12 tokens held + 12 new exceed the context limit of 20 positions (ctx_size)"), std::string::npos)
+      << err;
+  EXPECT_EQ(st->tokens_held(0), 12) << "the refused call changed nothing";
+  EXPECT_EQ(all_logits(*model, *st, std::span<const int32_t>(ids).subspan(0, 8)).size(),
+            8 * static_cast<size_t>(model->config().vocab_size));
+}
+
 TEST(HybridModel, MambaBlockRefusesHybrids) {
   auto model = load_cpu(hybrid_dirs()[0]);
   EXPECT_NE(test::error_of([&] { MambaBlock b(*model, 0); }).find("hybrid"), std::string::npos);

@@ -173,7 +173,14 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
 
 namespace {
 
-void validate_sequences(const ModelConfig& c, const StateCache& state, std::span<const Sequence> seqs) {
+// The positions a slot of a model with attention may hold (0: unlimited): --ctx-size where given, else the config's.
+int64_t context_limit(const ModelConfig& c, const LoadOptions& o) {
+  if (!c.has_attention()) return 0;
+  return o.ctx_size > 0 ? o.ctx_size : c.max_position;
+}
+
+void validate_sequences(const ModelConfig& c, int64_t ctx_limit, const StateCache& state,
+                        std::span<const Sequence> seqs) {
   if (seqs.empty()) fail("forward: no sequences given");
   std::set<int64_t> slots;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -200,9 +207,10 @@ void validate_sequences(const ModelConfig& c, const StateCache& state, std::span
     state.check_slot(s.slot, "sequence slot");
     if (!slots.insert(s.slot).second)
       fail("sequence ", i, ": slot ", s.slot, " is used by two sequences of one forward call");
-    if (c.max_position > 0 && state.tokens_held(s.slot) + s.length() > c.max_position)
+    if (ctx_limit > 0 && state.tokens_held(s.slot) + s.length() > ctx_limit)
       fail("sequence ", i, ": ", state.tokens_held(s.slot), " tokens held + ", s.length(), " new exceed the context ",
-           "limit of ", c.max_position, " positions (max_position_embeddings)");
+           "limit of ", ctx_limit, " positions (", ctx_limit == c.max_position ? "the config's max_position_embeddings" : "ctx_size",
+           ")");
   }
 }
 
@@ -306,7 +314,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
   if (static_cast<int64_t>(state.layers().size()) != c.n_layer)
     fail("forward: the state cache has ", state.layers().size(), " layers, expected ", c.n_layer,
          " (a MambaBlock's state cannot run the whole model)");
-  validate_sequences(c, state, seqs);
+  validate_sequences(c, context_limit(c, impl_->options), state, seqs);
   std::lock_guard<std::mutex> lock(impl_->forward_mutex);
 
   Backend& be = *impl_->backend;
