@@ -13,6 +13,7 @@
 #include <fstream>
 #include <random>
 #include <set>
+#include <sstream>
 
 #include <nlohmann/json.hpp>
 
@@ -199,6 +200,33 @@ TEST(HybridModel, CtxSizeLimitsTheTokensHeld) {
   EXPECT_EQ(st->tokens_held(0), 12) << "the refused call changed nothing";
   EXPECT_EQ(all_logits(*model, *st, std::span<const int32_t>(ids).subspan(0, 8)).size(),
             8 * static_cast<size_t>(model->config().vocab_size));
+}
+
+TEST(HybridModel, RandomWeightsOfEveryFamilyRunAndAreSplitInvariant) {
+  for (const std::string& dir : hybrid_dirs()) {
+    SCOPED_TRACE(dir);
+    std::ifstream f(dir + "/config.json");
+    std::stringstream ss;
+    ss << f.rdbuf();
+    const ModelConfig c = parse_model_config(ss.str());
+    LoadOptions lo;
+    lo.threads = 1;
+    lo.kv_page_tokens = 5;
+    auto model = Model::random(c, lo, 3, DType::BF16);
+    EXPECT_EQ(model->device(), Device::CPU);
+    std::vector<int32_t> ids(40);
+    for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
+    auto st = model->create_state(1);
+    const auto one = all_logits(*model, *st, ids);
+    for (float v : one) ASSERT_TRUE(std::isfinite(v));
+    auto st2 = model->create_state(1);
+    auto got = all_logits(*model, *st2, std::span<const int32_t>(ids).subspan(0, 13));
+    const auto rest = all_logits(*model, *st2, std::span<const int32_t>(ids).subspan(13));
+    got.insert(got.end(), rest.begin(), rest.end());
+    EXPECT_LE(test::max_rel_diff(got, one), kSelfTol);
+    EXPECT_GT(model->weight_bytes(), 0);
+    EXPECT_EQ(model->weight_dtype(), DType::BF16);
+  }
 }
 
 TEST(HybridModel, MambaBlockRefusesHybrids) {

@@ -13,7 +13,10 @@ namespace {
 class Binder {
  public:
   Binder(const TensorLookup& lookup, Backend& backend, const std::string& source)
-      : lookup_(lookup), backend_(backend), source_(source) {}
+      : lookup_(lookup), backend_(&backend), source_(source) {}
+  // A binder that binds nothing: it records the name and shape of every tensor asked for (hybrid_weight_shapes).
+  Binder(const TensorLookup& lookup, const std::string& source, WeightShapes* record)
+      : lookup_(lookup), source_(source), record_(record) {}
 
   // The tensor `name` with exactly `shape`; absent -> error unless optional.
   TensorView bind(const std::string& name, std::initializer_list<int64_t> shape, bool optional = false) {
@@ -22,6 +25,10 @@ class Binder {
 
   TensorView bind_any(std::initializer_list<std::string> names, std::initializer_list<int64_t> shape,
                       bool optional = false) {
+    if (record_) {
+      record_->emplace_back(*names.begin(), std::vector<int64_t>(shape));
+      return {};
+    }
     for (const std::string& name : names) {
       const TensorView* t = lookup_(name);
       if (!t) continue;
@@ -29,7 +36,7 @@ class Binder {
       check_shape(name, *t, shape);
       if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
         fail(source_, ": tensor '", name, "' has dtype ", dtype_name(t->dtype), "; expected f32, f16 or bf16");
-      return backend_.adopt_weight(*t);
+      return backend_->adopt_weight(*t);
     }
     if (optional) return {};
     fail(source_, ": missing tensor '", *names.begin(), "' with shape ", shape_str(shape));
@@ -58,9 +65,10 @@ class Binder {
   }
 
   const TensorLookup& lookup_;
-  Backend& backend_;
+  Backend* backend_ = nullptr;
   const std::string& source_;
   std::set<std::string> used_;
+  WeightShapes* record_ = nullptr;
 };
 
 
@@ -150,6 +158,18 @@ void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& loo
 }
 
 }  // namespace
+
+WeightShapes hybrid_weight_shapes(const ModelConfig& c) {
+  if (!c.hybrid()) fail("hybrid_weight_shapes: ", arch_name(c.arch), " is not a hybrid model");
+  WeightShapes shapes;
+  const TensorLookup none = [](const std::string&) -> const TensorView* { return nullptr; };
+  const std::string source = "(shapes)";
+  Binder b(none, source, &shapes);
+  ModelWeights w;
+  bind_hybrid_layers(b, c, none, w, {});
+  if (!c.tie_embeddings) b.bind("lm_head.weight", {c.vocab_size, c.d_model});
+  return shapes;
+}
 
 ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, const std::vector<std::string>& all_names,
                           Backend& backend, const std::string& source,

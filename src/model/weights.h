@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -55,6 +56,11 @@ struct ModelWeights {
   std::vector<LayerWeights> layers;
   std::shared_ptr<std::vector<float>> mixer_norm_host;  // FalconMamba: the ones behind mixer_norm (CPU uses them in place)
 };
+
+// The name and shape of every tensor a hybrid config's checkpoint holds, as bind_weights binds them (transformers 5
+// names), for Model::random.
+using WeightShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+WeightShapes hybrid_weight_shapes(const ModelConfig& config);
 
 // Looks a tensor up by name in the checkpoint (nullptr when absent).
 using TensorLookup = std::function<const TensorView*(const std::string&)>;
