@@ -1,16 +1,31 @@
-// The model hyper-parameters, normalised from either transformers' config.json ("mamba", "mamba2", "falcon_mamba")
-// or mamba_ssm's (d_model/n_layer/ssm_cfg). Everything the forward pass needs is resolved here once ("auto" ranks, defaults,
+// The model hyper-parameters, normalised from transformers' config.json ("mamba", "mamba2", "falcon_mamba", and the
+// hybrids "nemotron_h", "granitemoehybrid", "bamba") or mamba_ssm's (d_model/n_layer/ssm_cfg). Everything the forward pass needs is resolved here once ("auto" ranks, defaults,
 // derived sizes), so the model code never looks at JSON.
 #pragma once
 
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 namespace mambacpp {
 
 enum class Arch : uint8_t { Mamba1, Mamba2 };
 const char* arch_name(Arch a);  // "mamba" / "mamba2"
+
+// What a model's layers are made of. The pure models are Family::Mamba: every layer one Mamba block of `arch`.
+// The hybrids interleave Mamba-2 layers with attention (and, for Nemotron-H, MLP) layers; they differ in tensor
+// names, in whether every layer carries a second (MLP) sublayer, and in the Mamba-2 gated norm's grouping.
+enum class Family : uint8_t { Mamba, NemotronH, GraniteHybrid, Bamba };
+const char* family_name(Family f);  // "mamba" / "nemotron_h" / "granitemoehybrid" / "bamba"
+
+// The mixer of one layer (the first sublayer: norm, mixer, residual add).
+enum class LayerKind : uint8_t { Mamba1, Mamba2, Attention, MLP };
+const char* layer_kind_name(LayerKind k);  // "mamba1" / "mamba2" / "attention" / "mlp"
+
+// MLP activations: relu2 is down(relu(up(x))^2) (Nemotron-H); SiluGated is down(silu(gate(x)) * up(x)) (Granite's
+// shared_mlp, Bamba's feed_forward).
+enum class MlpAct : uint8_t { Relu2, SiluGated };
 
 struct ModelConfig {
   Arch arch = Arch::Mamba2;
@@ -40,6 +55,48 @@ struct ModelConfig {
   double dt_min = 0.0;  // time_step_limit; dt is clamped to [dt_min, dt_max] when finite
   double dt_max = std::numeric_limits<double>::infinity();
 
+  // Hybrid models (Family != Mamba). `layers` names each layer's mixer; empty for the pure models, whose every layer
+  // is a block of `arch`. The Mamba-2 fields above describe every Mamba-2 layer of a hybrid.
+  Family family = Family::Mamba;
+  std::vector<LayerKind> layers;
+  bool mlp_after_mixer = false;  // every layer also has an MLP sublayer after its mixer (Granite, Bamba)
+  // The Mamba-2 gated norm normalises over groups of d_inner / gated_norm_groups channels: n_groups for Mamba-2 and
+  // Nemotron-H (mamba_ssm's per-group form), 1 for Granite-4.0-H and Bamba (their whole-d_inner RMSNorm).
+  int64_t gated_norm_groups = 0;  // 0: n_groups
+  // Attention layers: causal self-attention with n_kv_heads key/value heads shared by n_attn_heads / n_kv_heads
+  // query heads each (GQA; MQA when 1).
+  int64_t n_attn_heads = 0;
+  int64_t n_kv_heads = 0;
+  int64_t attn_head_dim = 0;
+  bool attn_bias = false;      // q/k/v/o projection biases
+  double attn_scale = 0.0;     // softmax scale of q.k; 0 means 1/sqrt(attn_head_dim)
+  double rope_theta = 0.0;     // RoPE base; 0 means no position embedding (NoPE)
+  int64_t rope_dim = 0;        // rotated leading channels of each head (partial rotary); rope_theta > 0 only
+  // MLPs (MLP layers and the MLP sublayers).
+  int64_t mlp_size = 0;        // intermediate size
+  MlpAct mlp_act = MlpAct::Relu2;
+  bool mlp_bias = false;
+  // Granite's multipliers: inputs times embedding_multiplier, every sublayer's output times residual_multiplier
+  // before its residual add, logits divided by logits_scaling.
+  double embedding_multiplier = 1.0;
+  double residual_multiplier = 1.0;
+  double logits_scaling = 1.0;
+  int64_t max_position = 0;    // max_position_embeddings where the model is bound to it (RoPE); 0: no limit
+
+  bool hybrid() const { return family != Family::Mamba; }
+  LayerKind layer_kind(int64_t l) const {
+    return layers.empty() ? (arch == Arch::Mamba1 ? LayerKind::Mamba1 : LayerKind::Mamba2)
+                          : layers[static_cast<size_t>(l)];
+  }
+  bool has_attention() const {
+    for (LayerKind k : layers)
+      if (k == LayerKind::Attention) return true;
+    return false;
+  }
+  int64_t norm_groups() const { return gated_norm_groups > 0 ? gated_norm_groups : n_groups; }
+  int64_t kv_dim() const { return n_kv_heads * attn_head_dim; }   // channels of one token's K (and of its V)
+  int64_t q_dim() const { return n_attn_heads * attn_head_dim; }
+
   // Tokens (-1 when absent).
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
@@ -61,6 +118,11 @@ struct ModelConfig {
   std::string to_json() const;
   // Throws mambacpp::Error naming the inconsistent field.
   void validate() const;
+
+ private:
+  void validate_hybrid() const;
+
+ public:
 };
 
 // Parses config.json text as transformers or mamba_ssm write it: bare Infinity/-Infinity/NaN and

@@ -35,6 +35,9 @@ struct LoadOptions {
   bool progress = false;             // report loading progress on stderr
   int64_t max_batch_tokens = 2048;   // prefill runs in pieces of at most this many tokens (bounds memory)
   bool cuda_graphs = true;           // GPU decode steps replay a captured CUDA graph (false: the same kernels, eagerly)
+  int64_t kv_page_tokens = 64;      // hybrid models: KV rows per page (a slot's KV memory grows by pages)
+  int64_t ctx_size = 0;             // models with attention: positions a slot may hold; 0 = the config's limit
+                                    // (max_position_embeddings where it binds) or none. A prompt past it is refused.
   bool fused_decode = true;          // decode steps run each block as a few fused kernels where the backend has them
                                      // (false: the plain per-op kernels of prefill; for comparisons and tests)
 };

@@ -71,6 +71,27 @@ struct Mamba2ScanArgs {
   TensorView y;        // [T, n_heads * head_dim] output
 };
 
+// One sequence's cached keys and values for Backend::attention. The cache grows by fixed-size pages of
+// `page_tokens` rows (so memory follows the tokens held, not a maximum context); each page holds K rows
+// [page_tokens, kv_dim] followed by V rows [page_tokens, kv_dim], f32, kv_dim = n_kv_heads * head_dim.
+struct KvSequence {
+  std::vector<float*> pages;  // host array of device pointers, enough pages for past + this call's rows
+  int64_t past = 0;           // rows cached before this call
+};
+
+// Causal self-attention of one layer with a KV cache (GQA: query head h reads key/value head
+// h / (n_heads / n_kv_heads)). Row i of sequence k (position past + i) attends to cached positions [0, past + i]:
+//   out[i, h] = sum_j softmax_j(scale * q[i, h] . K[j, g]) V[j, g]
+// The call first appends its k and v rows to the sequence's pages at positions [past, past + len).
+struct AttentionArgs {
+  TensorView q;     // [T, n_heads * head_dim] (RoPE already applied)
+  TensorView k, v;  // [T, n_kv_heads * head_dim] this call's keys (RoPE applied) and values
+  int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, page_tokens = 0;
+  float scale = 0.0f;
+  std::vector<KvSequence> cache;  // one per BatchLayout::seqs entry, in order
+  TensorView out;   // [T, n_heads * head_dim]
+};
+
 struct LayerWeights;  // src/model/weights.h
 struct ModelConfig;
 
@@ -145,6 +166,21 @@ class Backend {
   virtual void row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits,
                              std::vector<float>& out) = 0;
 
+  // ---- Hybrid-model ops (attention and MLP layers) ----------------------------------------------------------------
+  // Backends without them (the GPU, for now) throw an Error that says to run hybrid models on the CPU.
+  virtual void attention(const AttentionArgs& args, const BatchLayout& batch);
+  // Rotary position embedding in place, rotate-half form on the first rope_dim channels of each head: for
+  // i < rope_dim / 2, with angle = pos * theta^(-2i / rope_dim), (x_i, x_{i + rope_dim/2}) turns by that angle.
+  // x: [T, n_heads * head_dim]; row start + i of sequence k of `batch` has position start_positions[k] + i.
+  virtual void rope(TensorView x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
+                    const std::vector<int64_t>& start_positions, const BatchLayout& batch);
+  // x = relu(x)^2 in place. x: [T, D].
+  virtual void relu2(TensorView x);
+  // out = silu(gate) * up. gate, up (strided), out: [T, D].
+  virtual void silu_mul(const TensorView& gate, const TensorView& up, TensorView out);
+  // x *= alpha in place. x: [T, D].
+  virtual void scale(TensorView x, float alpha);
+
   // ---- Fused decode (optional) ---------------------------------------------------------------------------------
   // A whole block, residual += mixer(rmsnorm(residual)), for a batch in which sequence i is row i and has one
   // token, in as few kernels as the backend can. Returns false, having done nothing, when it has no fused path for
@@ -171,6 +207,7 @@ class Backend {
 
  private:
   [[noreturn]] void unsupported(const char* what) const;
+  [[noreturn]] void no_hybrid_ops(const char* what) const;
 };
 
 // Throws Error unless `logits` is a 2-D f32 view with one row per request and every request is valid for rows of

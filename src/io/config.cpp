@@ -33,6 +33,26 @@ void require_size(const char* field, int64_t value) {
 
 const char* arch_name(Arch a) { return a == Arch::Mamba1 ? "mamba" : "mamba2"; }
 
+const char* family_name(Family f) {
+  switch (f) {
+    case Family::Mamba: return "mamba";
+    case Family::NemotronH: return "nemotron_h";
+    case Family::GraniteHybrid: return "granitemoehybrid";
+    case Family::Bamba: return "bamba";
+  }
+  return "?";
+}
+
+const char* layer_kind_name(LayerKind k) {
+  switch (k) {
+    case LayerKind::Mamba1: return "mamba1";
+    case LayerKind::Mamba2: return "mamba2";
+    case LayerKind::Attention: return "attention";
+    case LayerKind::MLP: return "mlp";
+  }
+  return "?";
+}
+
 std::string ModelConfig::to_json() const {
   nlohmann::ordered_json j;
   j["mambacpp_config"] = 1;
@@ -59,6 +79,28 @@ std::string ModelConfig::to_json() const {
   j["bos_token_id"] = bos_token_id;
   j["eos_token_id"] = eos_token_id;
   j["pad_token_id"] = pad_token_id;
+  if (hybrid()) {  // the pure models' canonical form (and so their state files) stays as it was
+    j["family"] = family_name(family);
+    std::vector<std::string> kinds;
+    for (LayerKind k : layers) kinds.emplace_back(layer_kind_name(k));
+    j["layers"] = kinds;
+    j["mlp_after_mixer"] = mlp_after_mixer;
+    j["gated_norm_groups"] = gated_norm_groups;
+    j["n_attn_heads"] = n_attn_heads;
+    j["n_kv_heads"] = n_kv_heads;
+    j["attn_head_dim"] = attn_head_dim;
+    j["attn_bias"] = attn_bias;
+    j["attn_scale"] = float_json(attn_scale);
+    j["rope_theta"] = float_json(rope_theta);
+    j["rope_dim"] = rope_dim;
+    j["mlp_size"] = mlp_size;
+    j["mlp_act"] = mlp_act == MlpAct::Relu2 ? "relu2" : "silu_gated";
+    j["mlp_bias"] = mlp_bias;
+    j["embedding_multiplier"] = float_json(embedding_multiplier);
+    j["residual_multiplier"] = float_json(residual_multiplier);
+    j["logits_scaling"] = float_json(logits_scaling);
+    j["max_position"] = max_position;
+  }
   return j.dump(2);
 }
 
@@ -78,6 +120,7 @@ void ModelConfig::validate() const {
     require_size("dt_rank", dt_rank);
     return;
   }
+  if (hybrid()) validate_hybrid();
   require_size("n_heads", n_heads);
   require_size("head_dim", head_dim);
   require_size("n_groups", n_groups);
@@ -91,6 +134,35 @@ void ModelConfig::validate() const {
     fail("model config: dt limit [", dt_min, ", ", dt_max, "], expected 0 <= dt_min <= dt_max");
 }
 
+void ModelConfig::validate_hybrid() const {
+  if (arch != Arch::Mamba2) fail("model config: hybrid models have Mamba-2 layers, found arch ", arch_name(arch));
+  if (static_cast<int64_t>(layers.size()) != n_layer)
+    fail("model config: ", layers.size(), " layer kinds for n_layer = ", n_layer);
+  bool attention = false, mlp = mlp_after_mixer;
+  for (LayerKind k : layers) {
+    if (k == LayerKind::Mamba1) fail("model config: hybrid models take Mamba-2 layers, not Mamba-1");
+    attention |= k == LayerKind::Attention;
+    mlp |= k == LayerKind::MLP;
+  }
+  if (gated_norm_groups < 0 || (gated_norm_groups > 0 && n_groups % gated_norm_groups != 0))
+    fail("model config: gated_norm_groups = ", gated_norm_groups, " does not divide n_groups = ", n_groups);
+  if (attention) {
+    require_size("n_attn_heads", n_attn_heads);
+    require_size("n_kv_heads", n_kv_heads);
+    require_size("attn_head_dim", attn_head_dim);
+    if (n_attn_heads % n_kv_heads != 0)
+      fail("model config: n_attn_heads = ", n_attn_heads, " is not a multiple of n_kv_heads = ", n_kv_heads);
+    if (!(attn_scale >= 0) || !std::isfinite(attn_scale)) fail("model config: attn_scale = ", attn_scale, ", expected >= 0");
+    if (!(rope_theta >= 0) || !std::isfinite(rope_theta)) fail("model config: rope_theta = ", rope_theta, ", expected >= 0");
+    if (rope_theta > 0 && (rope_dim < 2 || rope_dim % 2 != 0 || rope_dim > attn_head_dim))
+      fail("model config: rope_dim = ", rope_dim, ", expected an even number in [2, attn_head_dim = ", attn_head_dim, "]");
+  }
+  if (mlp) require_size("mlp_size", mlp_size);
+  for (double m : {embedding_multiplier, residual_multiplier, logits_scaling})
+    if (!std::isfinite(m) || m == 0) fail("model config: multiplier ", m, ", expected finite and non-zero");
+  require(max_position >= 0, "max_position", max_position, ">= 0");
+}
+
 ModelConfig parse_model_config(const std::string& json_text, const std::string& source) {
   const nlohmann::json j = parse_json_relaxed(json_text, source);
   if (!j.is_object()) fail(source, ": expected a JSON object, found ", j.type_name());
@@ -102,10 +174,14 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     if (t == "mamba") c = parse_transformers_mamba(j, source);
     else if (t == "mamba2") c = parse_transformers_mamba2(j, source);
     else if (t == "falcon_mamba") c = parse_transformers_falcon_mamba(j, source);
+    else if (t == "nemotron_h") c = parse_transformers_nemotron_h(j, source);
+    else if (t == "granitemoehybrid") c = parse_transformers_granite_hybrid(j, source);
+    else if (t == "bamba") c = parse_transformers_bamba(j, source);
     else
       fail(source, ": model_type = ", t.dump(),
-           ": supported model types are \"mamba\" (MambaForCausalLM), \"mamba2\" (Mamba2ForCausalLM) and ",
-           "\"falcon_mamba\" (FalconMambaForCausalLM)");
+           ": supported model types are \"mamba\" (MambaForCausalLM), \"mamba2\" (Mamba2ForCausalLM), ",
+           "\"falcon_mamba\" (FalconMambaForCausalLM), \"nemotron_h\" (NemotronHForCausalLM), ",
+           "\"granitemoehybrid\" (GraniteMoeHybridForCausalLM, dense) and \"bamba\" (BambaForCausalLM)");
   } else if (j.contains("d_model")) {
     c = parse_mamba_ssm(j, source);
   } else {

@@ -274,6 +274,7 @@ ModelConfig parse_canonical(const nlohmann::json& j, const std::string& source) 
   c.bos_token_id = r.required_int("bos_token_id");
   c.eos_token_id = r.required_int("eos_token_id");
   c.pad_token_id = r.required_int("pad_token_id");
+  if (r.has("family")) parse_canonical_hybrid(j, source, c);
   return c;
 }
 

@@ -18,6 +18,13 @@ ModelConfig parse_transformers_falcon_mamba(const nlohmann::json& j, const std::
 ModelConfig parse_transformers_mamba2(const nlohmann::json& j, const std::string& source);
 // mamba_ssm's MambaConfig (d_model, n_layer, ssm_cfg {"layer": "Mamba1" | "Mamba2", ...}).
 ModelConfig parse_mamba_ssm(const nlohmann::json& j, const std::string& source);
+// The hybrids (config_hybrid.cpp): transformers' NemotronHConfig, GraniteMoeHybridConfig (dense only), BambaConfig.
+ModelConfig parse_transformers_nemotron_h(const nlohmann::json& j, const std::string& source);
+ModelConfig parse_transformers_granite_hybrid(const nlohmann::json& j, const std::string& source);
+ModelConfig parse_transformers_bamba(const nlohmann::json& j, const std::string& source);
+// The hybrid fields of our canonical form (present when "family" is).
+void parse_canonical_hybrid(const nlohmann::json& j, const std::string& source, ModelConfig& c);
+
 // Our own canonical form, written by ModelConfig::to_json ("mambacpp_config": 1).
 ModelConfig parse_canonical(const nlohmann::json& j, const std::string& source);
 

@@ -8,6 +8,9 @@
 namespace mambacpp {
 
 MambaBlock::MambaBlock(const Model& model, int64_t layer) : model_(model), layer_(layer) {
+  if (model.config().hybrid())
+    fail("MambaBlock: ", family_name(model.config().family), " is a hybrid model; MambaBlock runs the layers of pure ",
+         "Mamba models only");
   if (layer < 0 || layer >= model.config().n_layer)
     fail("MambaBlock: layer ", layer, " out of range: the model has layers [0, ", model.config().n_layer, ")");
 }

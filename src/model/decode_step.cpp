@@ -49,6 +49,7 @@ void run_step(const Model::Impl& m, StateCache& state, const BatchLayout& batch,
 
 bool decode_step_applies(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
   if (output != Output::LastLogits && output != Output::None) return false;
+  if (m.config.hybrid()) return false;  // hybrid layers run through the general path (no fused or graph decode yet)
   const int64_t n = static_cast<int64_t>(seqs.size());
   if (n > std::max<int64_t>(1, m.options.max_batch_tokens) || n > kMaxDecodeBatch) return false;
   for (const Sequence& s : seqs)

@@ -72,7 +72,7 @@ void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, cons
   a.y = Workspace::f32(ws.y, dev, T, di);
   be.mamba2_ssd(a, batch);
   TensorView yn = Workspace::f32(ws.y_normed, dev, T, di);
-  be.gated_rmsnorm(a.y, zxbcdt.cols(0, di), w.gated_norm, di / c.n_groups, static_cast<float>(c.norm_eps), yn);
+  be.gated_rmsnorm(a.y, zxbcdt.cols(0, di), w.gated_norm, di / c.norm_groups(), static_cast<float>(c.norm_eps), yn);
   be.linear(yn, w.out_proj, w.out_proj_bias, out);
 }
 

@@ -9,8 +9,9 @@
 #include <set>
 
 #include "mambacpp/error.h"
-#include "model/mixers.h"
 #include "model/decode_step.h"
+#include "model/layers.h"
+#include "model/mixers.h"
 #include "model/model_impl.h"
 
 namespace mambacpp {
@@ -37,7 +38,16 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   impl->checkpoint = std::make_unique<Checkpoint>(dir);
   impl->config = impl->checkpoint->config();
   impl->config.validate();
-  impl->backend = make_backend(options);
+  if (impl->config.hybrid()) {
+    // Attention, RoPE and MLP ops exist on the CPU only so far: auto picks the CPU, an explicit GPU is refused.
+    if (options.device == DeviceChoice::CUDA)
+      fail(dir, ": ", family_name(impl->config.family),
+           " is a hybrid model: attention layers are not implemented on the GPU yet; run hybrid models with --device cpu");
+    LoadOptions cpu = options;
+    cpu.device = DeviceChoice::CPU;
+    impl->options = cpu;
+  }
+  impl->backend = make_backend(impl->options);
   const Checkpoint& ck = *impl->checkpoint;
   std::function<void(int64_t, int64_t)> progress;
   if (options.progress)
@@ -63,12 +73,19 @@ int64_t Model::weight_bytes() const {
   int64_t sum = static_cast<int64_t>(w.norm_f.nbytes() + w.lm_head.nbytes());
   for (const LayerWeights& l : w.layers)
     for (const TensorView* t : {&l.norm, &l.in_proj, &l.in_proj_bias, &l.conv, &l.conv_bias, &l.A_log, &l.D, &l.dt_bias,
-                                &l.out_proj, &l.out_proj_bias, &l.x_proj, &l.dt_proj, &l.gated_norm})
+                                &l.out_proj, &l.out_proj_bias, &l.x_proj, &l.dt_proj, &l.gated_norm, &l.q_proj, &l.k_proj,
+                                &l.v_proj, &l.o_proj, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.mlp_norm, &l.mlp_up,
+                                &l.mlp_gate, &l.mlp_down, &l.mlp_up_bias, &l.mlp_down_bias})
       if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
   return sum;
 }
 
-DType Model::weight_dtype() const { return impl_->weights.layers.at(0).in_proj.dtype; }
+DType Model::weight_dtype() const {
+  for (const LayerWeights& l : impl_->weights.layers)  // the first projection (a hybrid's layer 0 may be attention)
+    for (const TensorView* t : {&l.in_proj, &l.q_proj, &l.mlp_up})
+      if (!t->empty()) return t->dtype;
+  return impl_->weights.lm_head.dtype;
+}
 
 double Model::measure_copy_bandwidth() const {
   using Clock = std::chrono::steady_clock;
@@ -116,8 +133,29 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
   impl->dtype = state_dtype;
   Backend& be = *impl_->backend;
   const Device dev = be.device();
+  if (c.has_attention()) {
+    if (impl_->options.kv_page_tokens < 1)
+      fail("kv_page_tokens must be >= 1, found ", impl_->options.kv_page_tokens);
+    impl->page_tokens = impl_->options.kv_page_tokens;
+    impl->positions.assign(static_cast<size_t>(n_slots), 0);
+    impl->kv_pages.resize(static_cast<size_t>(c.n_layer));
+  }
   for (int64_t l = 0; l < c.n_layer; ++l) {
     LayerCache lc;
+    const LayerKind kind = c.layer_kind(l);
+    if (kind == LayerKind::Attention || kind == LayerKind::MLP) {
+      // No fixed-size tensors (two empty buffers keep buffers[2 l], buffers[2 l + 1] the layer's, as MambaBlock
+      // expects); an attention layer's pages are allocated as its slots grow.
+      lc.kind = kind == LayerKind::Attention ? LayerCacheKind::Kv : LayerCacheKind::Stateless;
+      if (kind == LayerKind::Attention) {
+        lc.kv_dim = c.kv_dim();
+        impl->kv_pages[static_cast<size_t>(l)].resize(static_cast<size_t>(n_slots));
+      }
+      impl->buffers.emplace_back();
+      impl->buffers.emplace_back();
+      impl->layers.push_back(lc);
+      continue;
+    }
     DeviceBuffer conv(be, static_cast<size_t>(n_slots * c.conv_state_size()) * dtype_size(state_dtype));
     DeviceBuffer ssm(be, static_cast<size_t>(n_slots * c.ssm_state_size()) * dtype_size(state_dtype));
     lc.conv = TensorView(conv.data(), state_dtype, {n_slots, c.conv_channels(), c.d_conv - 1}, dev);
@@ -135,7 +173,14 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
 
 namespace {
 
-void validate_sequences(const ModelConfig& c, const StateCache& state, std::span<const Sequence> seqs) {
+// The positions a slot of a model with attention may hold (0: unlimited): --ctx-size where given, else the config's.
+int64_t context_limit(const ModelConfig& c, const LoadOptions& o) {
+  if (!c.has_attention()) return 0;
+  return o.ctx_size > 0 ? o.ctx_size : c.max_position;
+}
+
+void validate_sequences(const ModelConfig& c, int64_t ctx_limit, const StateCache& state,
+                        std::span<const Sequence> seqs) {
   if (seqs.empty()) fail("forward: no sequences given");
   std::set<int64_t> slots;
   for (size_t i = 0; i < seqs.size(); ++i) {
@@ -162,6 +207,10 @@ void validate_sequences(const ModelConfig& c, const StateCache& state, std::span
     state.check_slot(s.slot, "sequence slot");
     if (!slots.insert(s.slot).second)
       fail("sequence ", i, ": slot ", s.slot, " is used by two sequences of one forward call");
+    if (ctx_limit > 0 && state.tokens_held(s.slot) + s.length() > ctx_limit)
+      fail("sequence ", i, ": ", state.tokens_held(s.slot), " tokens held + ", s.length(), " new exceed the context ",
+           "limit of ", ctx_limit, " positions (", ctx_limit == c.max_position ? "the config's max_position_embeddings" : "ctx_size",
+           ")");
   }
 }
 
@@ -193,7 +242,17 @@ void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batc
   const int64_t T = batch.total_tokens;
   TensorView residual = Workspace::f32(ws.residual, dev, T, c.d_model);
   if (embed_ids) be.embed(m.weights.embeddings, TensorView(ws.ids.data(), DType::I32, {T}, dev), residual);
-  for (int64_t l = 0; l < c.n_layer; ++l) run_block(m, l, state.layers()[static_cast<size_t>(l)], batch, residual);
+  if (c.hybrid()) {
+    StateCache::Impl& st = state_impl(state);
+    if (c.embedding_multiplier != 1.0) be.scale(residual, static_cast<float>(c.embedding_multiplier));
+    if (st.has_kv())  // pages for this piece's rows, before any layer appends them
+      for (const SeqSpan& s : batch.seqs) st.fit_kv(s.slot, st.positions[static_cast<size_t>(s.slot)] + s.len);
+    for (int64_t l = 0; l < c.n_layer; ++l) run_hybrid_layer(m, l, state, batch, residual);
+    if (st.has_kv())
+      for (const SeqSpan& s : batch.seqs) st.positions[static_cast<size_t>(s.slot)] += s.len;
+  } else {
+    for (int64_t l = 0; l < c.n_layer; ++l) run_block(m, l, state.layers()[static_cast<size_t>(l)], batch, residual);
+  }
   be.rmsnorm(residual, m.weights.norm_f, static_cast<float>(c.norm_eps), Workspace::f32(ws.normed, dev, T, c.d_model));
 }
 
@@ -255,7 +314,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
   if (static_cast<int64_t>(state.layers().size()) != c.n_layer)
     fail("forward: the state cache has ", state.layers().size(), " layers, expected ", c.n_layer,
          " (a MambaBlock's state cannot run the whole model)");
-  validate_sequences(c, state, seqs);
+  validate_sequences(c, context_limit(c, impl_->options), state, seqs);
   std::lock_guard<std::mutex> lock(impl_->forward_mutex);
 
   Backend& be = *impl_->backend;
@@ -341,6 +400,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
         const int64_t n = std::min(logit_block, T - r);
         TensorView logits = Workspace::f32(ws.logits, dev, n, c.vocab_size);
         be.linear(normed.rows(r, n), impl_->weights.lm_head, {}, logits);
+        if (c.logits_scaling != 1.0) be.scale(logits, static_cast<float>(1.0 / c.logits_scaling));
         be.copy_to_host(result.values.data() + (global_row + r) * c.vocab_size, logits.data,
                         static_cast<size_t>(n * c.vocab_size) * 4);
       }
@@ -360,6 +420,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
         be.gather_rows(normed, rows.data() + r, n, last);
         TensorView logits = Workspace::f32(ws.logits, dev, n, c.vocab_size);
         be.linear(last, impl_->weights.lm_head, {}, logits);
+        if (c.logits_scaling != 1.0) be.scale(logits, static_cast<float>(1.0 / c.logits_scaling));
         if (top_k) {
           std::vector<TopKRequest> reqs;
           for (int64_t i = 0; i < n; ++i) reqs.push_back((*top_k)[out_index[r + static_cast<size_t>(i)]]);

@@ -48,7 +48,22 @@ struct StateCache::Impl {
   std::vector<DeviceBuffer> buffers;
   std::vector<LayerCache> layers;
   int64_t first_layer = 0;  // the model layer of layers[0] (a MambaBlock's state holds one layer)
+
+  // KV entries (hybrid models with attention). kv_pages[l][slot] are layer l's pages for a slot (empty for layers
+  // of other kinds); positions[slot] is the number of tokens the slot holds (every attention layer holds them all).
+  int64_t page_tokens = 64;
+  std::vector<std::vector<std::vector<DeviceBuffer>>> kv_pages;
+  std::vector<int64_t> positions;
+
+  bool has_kv() const { return !positions.empty(); }
+  size_t page_bytes(const LayerCache& l) const { return static_cast<size_t>(2 * page_tokens * l.kv_dim) * 4; }
+  // Grows (or shrinks) every KV layer's pages of `slot` to hold exactly enough pages for `tokens` positions.
+  void fit_kv(int64_t slot, int64_t tokens);
+  // Layer li's cache of `slot` as the attention op takes it (past = positions[slot]).
+  KvSequence kv_sequence(size_t li, int64_t slot) const;
 };
+
+StateCache::Impl& state_impl(StateCache& s);
 
 // The backend LoadOptions::device asks for (auto: the GPU when one is usable).
 std::unique_ptr<Backend> make_backend(const LoadOptions& options);

@@ -25,22 +25,8 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
-}  // namespace
-
-std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOptions& options, uint64_t seed, DType storage) {
-  config.validate();
-  if (storage != DType::F32 && storage != DType::F16 && storage != DType::BF16)
-    fail("random model: storage dtype must be f32, f16 or bf16, found ", dtype_name(storage));
-  auto impl = std::make_unique<Impl>();
-  impl->dir = "(random weights)";
-  impl->options = options;
-  impl->config = config;
-  impl->random_seed = seed;
-  impl->backend = make_backend(options);
-
-  // Every tensor the config needs, by name and shape, as bind_weights expects them.
-  const ModelConfig& c = config;
-  std::map<std::string, std::vector<int64_t>> shapes;
+// Every tensor a pure Mamba config needs, by name and shape, as bind_weights expects them.
+void pure_shapes(const ModelConfig& c, std::map<std::string, std::vector<int64_t>>& shapes) {
   shapes["backbone.embeddings.weight"] = {c.vocab_size, c.d_model};
   shapes["backbone.norm_f.weight"] = {c.d_model};
   if (!c.tie_embeddings) shapes["lm_head.weight"] = {c.vocab_size, c.d_model};
@@ -65,6 +51,31 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
       shapes[m + "norm.weight"] = {c.d_inner};
     }
   }
+}
+
+}  // namespace
+
+std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOptions& options, uint64_t seed, DType storage) {
+  config.validate();
+  if (config.hybrid() && options.device == DeviceChoice::CUDA)
+    fail("Model::random: ", family_name(config.family),
+         " is a hybrid model: attention layers are not implemented on the GPU yet; run hybrid models with --device cpu");
+  if (storage != DType::F32 && storage != DType::F16 && storage != DType::BF16)
+    fail("random model: storage dtype must be f32, f16 or bf16, found ", dtype_name(storage));
+  auto impl = std::make_unique<Impl>();
+  impl->dir = "(random weights)";
+  impl->options = options;
+  if (config.hybrid()) impl->options.device = DeviceChoice::CPU;  // as Model::load: the CPU has their ops
+  impl->config = config;
+  impl->random_seed = seed;
+  impl->backend = make_backend(impl->options);
+
+  const ModelConfig& c = config;
+  std::map<std::string, std::vector<int64_t>> shapes;
+  if (c.hybrid())
+    for (auto& [name, shape] : hybrid_weight_shapes(c)) shapes[name] = shape;
+  else
+    pure_shapes(c, shapes);
 
   std::map<std::string, TensorView> views;
   std::vector<std::string> names;

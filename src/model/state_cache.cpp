@@ -1,4 +1,5 @@
 // StateCache: slots of per-layer conv and SSM state on the model's backend, snapshots of slots, and state files.
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 
@@ -14,6 +15,8 @@ constexpr uint32_t kVersion = 3;
 
 TensorView slot_view(const TensorView& t, int64_t slot) { return t.rows(slot, 1); }
 
+StateCache::Impl& state_impl(StateCache& s) { return *s.impl_; }
+
 StateCache::StateCache(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 StateCache::~StateCache() = default;
 
@@ -26,19 +29,78 @@ void StateCache::check_slot(int64_t slot, const char* what) const {
     fail(what, " ", slot, " out of range: this state cache has slots [0, ", impl_->n_slots, ")");
 }
 
+void StateCache::Impl::fit_kv(int64_t slot, int64_t tokens) {
+  const size_t need = static_cast<size_t>((tokens + page_tokens - 1) / page_tokens);
+  for (size_t li = 0; li < layers.size(); ++li) {
+    if (layers[li].kind != LayerCacheKind::Kv) continue;
+    std::vector<DeviceBuffer>& pages = kv_pages[li][static_cast<size_t>(slot)];
+    if (pages.size() > need) pages.resize(need);
+    while (pages.size() < need) pages.emplace_back(*backend, page_bytes(layers[li]));
+  }
+}
+
+KvSequence StateCache::Impl::kv_sequence(size_t li, int64_t slot) const {
+  KvSequence s;
+  for (const DeviceBuffer& b : kv_pages[li][static_cast<size_t>(slot)]) s.pages.push_back(static_cast<float*>(b.data()));
+  s.past = positions[static_cast<size_t>(slot)];
+  return s;
+}
+
+namespace {
+
+// Copies `rows` KV rows (keys or values) between a slot's pages and a packed [rows, kv_dim] buffer, page by page.
+void copy_kv_rows(Backend& be, const std::vector<DeviceBuffer>& pages, int64_t page_tokens, int64_t kv_dim,
+                  bool values, int64_t rows, char* packed, bool to_pages) {
+  const size_t row_bytes = static_cast<size_t>(kv_dim) * 4;
+  for (int64_t r0 = 0; r0 < rows; r0 += page_tokens) {
+    const int64_t n = std::min(page_tokens, rows - r0);
+    char* page = static_cast<char*>(pages[static_cast<size_t>(r0 / page_tokens)].data()) +
+                 static_cast<size_t>(values ? page_tokens : 0) * row_bytes;
+    char* flat = packed + static_cast<size_t>(r0) * row_bytes;
+    if (to_pages) be.copy(page, flat, static_cast<size_t>(n) * row_bytes);
+    else be.copy(flat, page, static_cast<size_t>(n) * row_bytes);
+  }
+}
+
+}  // namespace
+
+int64_t StateCache::tokens_held(int64_t slot) const {
+  check_slot(slot);
+  return impl_->has_kv() ? impl_->positions[static_cast<size_t>(slot)] : 0;
+}
+
+int64_t StateCache::kv_page_tokens() const { return impl_->page_tokens; }
+
+size_t StateCache::kv_bytes_per_token() const {
+  size_t n = 0;
+  for (const LayerCache& l : impl_->layers)
+    if (l.kind == LayerCacheKind::Kv) n += static_cast<size_t>(2 * l.kv_dim) * 4;
+  return n;
+}
+
 void StateCache::reset(int64_t slot) {
   check_slot(slot);
   for (const LayerCache& l : impl_->layers) {
+    if (l.kind != LayerCacheKind::Ssm) continue;
     TensorView conv = slot_view(l.conv, slot), ssm = slot_view(l.ssm, slot);
     impl_->backend->fill_zero(conv.data, conv.nbytes());
     impl_->backend->fill_zero(ssm.data, ssm.nbytes());
+  }
+  if (impl_->has_kv()) {
+    impl_->fit_kv(slot, 0);  // a fresh sequence holds no tokens: its pages go back
+    impl_->positions[static_cast<size_t>(slot)] = 0;
   }
 }
 
 void StateCache::reset_all() {
   for (const LayerCache& l : impl_->layers) {
+    if (l.kind != LayerCacheKind::Ssm) continue;
     impl_->backend->fill_zero(l.conv.data, l.conv.nbytes());
     impl_->backend->fill_zero(l.ssm.data, l.ssm.nbytes());
+  }
+  for (int64_t s = 0; impl_->has_kv() && s < impl_->n_slots; ++s) {
+    impl_->fit_kv(s, 0);
+    impl_->positions[static_cast<size_t>(s)] = 0;
   }
 }
 
@@ -46,10 +108,23 @@ void StateCache::copy(int64_t src_slot, int64_t dst_slot) {
   check_slot(src_slot, "source slot");
   check_slot(dst_slot, "destination slot");
   if (src_slot == dst_slot) return;
-  for (const LayerCache& l : impl_->layers) {
+  for (size_t li = 0; li < impl_->layers.size(); ++li) {
+    const LayerCache& l = impl_->layers[li];
+    if (l.kind != LayerCacheKind::Ssm) continue;
     for (const TensorView* t : {&l.conv, &l.ssm}) {
       TensorView s = slot_view(*t, src_slot), d = slot_view(*t, dst_slot);
       impl_->backend->copy(d.data, s.data, s.nbytes());
+    }
+  }
+  if (impl_->has_kv()) {
+    const int64_t n = impl_->positions[static_cast<size_t>(src_slot)];
+    impl_->fit_kv(dst_slot, n);
+    impl_->positions[static_cast<size_t>(dst_slot)] = n;
+    for (size_t li = 0; li < impl_->layers.size(); ++li) {
+      if (impl_->layers[li].kind != LayerCacheKind::Kv) continue;
+      const auto& src = impl_->kv_pages[li][static_cast<size_t>(src_slot)];
+      const auto& dst = impl_->kv_pages[li][static_cast<size_t>(dst_slot)];
+      for (size_t p = 0; p < src.size(); ++p) impl_->backend->copy(dst[p].data(), src[p].data(), src[p].size());
     }
   }
 }
@@ -58,7 +133,19 @@ std::vector<float> StateCache::read_slot(int64_t slot) const {
   check_slot(slot);
   std::vector<float> out;
   std::vector<char> bytes;
-  for (const LayerCache& l : impl_->layers) {
+  for (size_t li = 0; li < impl_->layers.size(); ++li) {
+    const LayerCache& l = impl_->layers[li];
+    if (l.kind == LayerCacheKind::Kv) {
+      const int64_t n = impl_->positions[static_cast<size_t>(slot)];
+      for (bool values : {false, true}) {
+        const size_t at = out.size();
+        out.resize(at + static_cast<size_t>(n * l.kv_dim));
+        copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
+                     values, n, reinterpret_cast<char*>(out.data() + at), false);
+      }
+      continue;
+    }
+    if (l.kind != LayerCacheKind::Ssm) continue;
     for (const TensorView* t : {&l.conv, &l.ssm}) {
       TensorView s = slot_view(*t, slot);
       bytes.resize(s.nbytes());
@@ -73,8 +160,12 @@ std::vector<float> StateCache::read_slot(int64_t slot) const {
 
 namespace {
 
-// The tensors of one layer's cache entry, in file order.
-std::vector<const TensorView*> entry_tensors(const LayerCache& l) { return {&l.conv, &l.ssm}; }
+// The fixed-size tensors of one layer's cache entry, in file order (KV entries have none: their rows are sized by
+// the tokens held).
+std::vector<const TensorView*> entry_tensors(const LayerCache& l) {
+  if (l.kind != LayerCacheKind::Ssm) return {};
+  return {&l.conv, &l.ssm};
+}
 
 template <class T>
 void put(std::string& out, const T& v) {
@@ -97,6 +188,7 @@ T get(std::ifstream& in, const std::string& path, const char* what) {
 
 struct SlotSnapshot::Impl {
   DeviceBuffer buffer;  // every layer's tensors of one slot, back to back, in file order
+  int64_t kv_tokens = 0;  // rows of each KV entry (keys [kv_tokens, kv_dim], then values, per attention layer)
 };
 
 SlotSnapshot::SlotSnapshot(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
@@ -115,28 +207,51 @@ size_t StateCache::slot_bytes() const {
 SlotSnapshot StateCache::snapshot(int64_t slot) const {
   check_slot(slot);
   auto impl = std::make_unique<SlotSnapshot::Impl>();
-  impl->buffer = DeviceBuffer(*impl_->backend, slot_bytes());
-  size_t at = 0;
-  for (const LayerCache& l : impl_->layers)
+  impl->kv_tokens = tokens_held(slot);
+  impl->buffer = DeviceBuffer(*impl_->backend, slot_bytes() + static_cast<size_t>(impl->kv_tokens) * kv_bytes_per_token());
+  char* at = static_cast<char*>(impl->buffer.data());
+  for (size_t li = 0; li < impl_->layers.size(); ++li) {
+    const LayerCache& l = impl_->layers[li];
     for (const TensorView* t : entry_tensors(l)) {
       const TensorView s = slot_view(*t, slot);
-      impl_->backend->copy(static_cast<char*>(impl->buffer.data()) + at, s.data, s.nbytes());
+      impl_->backend->copy(at, s.data, s.nbytes());
       at += s.nbytes();
     }
+    if (l.kind != LayerCacheKind::Kv) continue;
+    for (bool values : {false, true}) {
+      copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
+                   values, impl->kv_tokens, at, false);
+      at += static_cast<size_t>(impl->kv_tokens * l.kv_dim) * 4;
+    }
+  }
   return SlotSnapshot(std::move(impl));
 }
 
 void StateCache::restore(int64_t slot, const SlotSnapshot& snap) {
   check_slot(slot);
-  if (snap.bytes() != slot_bytes())
-    fail("restore: the snapshot holds ", snap.bytes(), " bytes, a slot of this state cache ", slot_bytes());
-  size_t at = 0;
-  for (const LayerCache& l : impl_->layers)
+  const int64_t n = snap.impl_ ? snap.impl_->kv_tokens : 0;
+  const size_t expected = slot_bytes() + static_cast<size_t>(n) * kv_bytes_per_token();
+  if (snap.bytes() != expected || (n > 0 && !impl_->has_kv()))
+    fail("restore: the snapshot holds ", snap.bytes(), " bytes, a slot of this state cache ", expected);
+  const char* at = static_cast<const char*>(snap.impl_->buffer.data());
+  if (impl_->has_kv()) {
+    impl_->fit_kv(slot, n);
+    impl_->positions[static_cast<size_t>(slot)] = n;
+  }
+  for (size_t li = 0; li < impl_->layers.size(); ++li) {
+    const LayerCache& l = impl_->layers[li];
     for (const TensorView* t : entry_tensors(l)) {
       const TensorView d = slot_view(*t, slot);
-      impl_->backend->copy(d.data, static_cast<const char*>(snap.impl_->buffer.data()) + at, d.nbytes());
+      impl_->backend->copy(d.data, at, d.nbytes());
       at += d.nbytes();
     }
+    if (l.kind != LayerCacheKind::Kv) continue;
+    for (bool values : {false, true}) {
+      copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
+                   values, n, const_cast<char*>(at), true);
+      at += static_cast<size_t>(n * l.kv_dim) * 4;
+    }
+  }
 }
 
 // State file layout (little-endian), version 3:
@@ -145,12 +260,14 @@ void StateCache::restore(int64_t slot, const SlotSnapshot& snap) {
 //   | per layer: u32 cache-entry kind, u32 tensor count, per tensor: u32 ndim, i64 dims[ndim] (one slot's shape)
 //   | u64 token count | i32 tokens[count] (the tokens the state stands for)
 //   | per layer, per tensor: its bytes (one slot, in the state dtype)
-// The kind table lets entries of other kinds (attention KV) join without a new layout; a reader refuses kinds and
-// shapes it does not hold.
+// Kinds: 0 Ssm (conv [C, K-1], ssm [...]), 1 Kv (keys and values, each [tokens held, kv_dim], f32), 2 Stateless
+// (MLP layers: no tensors). A reader refuses kinds and shapes it does not hold.
 void StateCache::save_snapshot(const SlotSnapshot& snap, const std::string& path,
                                const std::vector<int32_t>& tokens) const {
-  if (snap.bytes() != slot_bytes())
-    fail("save state: the snapshot holds ", snap.bytes(), " bytes, a slot of this state cache ", slot_bytes());
+  const int64_t n_kv = snap.impl_ ? snap.impl_->kv_tokens : 0;
+  if (snap.bytes() != slot_bytes() + static_cast<size_t>(n_kv) * kv_bytes_per_token())
+    fail("save state: the snapshot holds ", snap.bytes(), " bytes, a slot of this state cache ",
+         slot_bytes() + static_cast<size_t>(n_kv) * kv_bytes_per_token());
   std::string header(kMagic, 16);
   const std::string config = impl_->model->config().to_json();
   put(header, kVersion);
@@ -163,6 +280,15 @@ void StateCache::save_snapshot(const SlotSnapshot& snap, const std::string& path
   for (const LayerCache& l : impl_->layers) {
     const auto tensors = entry_tensors(l);
     put(header, static_cast<uint32_t>(l.kind));
+    if (l.kind == LayerCacheKind::Kv) {  // keys and values, each [tokens held, kv_dim]
+      put(header, uint32_t{2});
+      for (int i = 0; i < 2; ++i) {
+        put(header, uint32_t{2});
+        put(header, n_kv);
+        put(header, l.kv_dim);
+      }
+      continue;
+    }
     put(header, static_cast<uint32_t>(tensors.size()));
     for (const TensorView* t : tensors) {
       put(header, static_cast<uint32_t>(t->ndim - 1));
@@ -217,14 +343,29 @@ SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int3
   if (dtype != static_cast<uint32_t>(impl_->dtype))
     fail("state file '", path, "' holds ", dtype_name(static_cast<DType>(dtype)), " state; this state cache is ",
          dtype_name(impl_->dtype));
+  int64_t kv_tokens = -1;
   for (size_t li = 0; li < impl_->layers.size(); ++li) {
     const LayerCache& l = impl_->layers[li];
     const auto tensors = entry_tensors(l);
+    const size_t n_tensors = l.kind == LayerCacheKind::Kv ? 2 : tensors.size();
     const auto kind = get<uint32_t>(in, path, "layer table");
     const auto count = get<uint32_t>(in, path, "layer table");
-    if (kind != static_cast<uint32_t>(l.kind) || count != tensors.size())
+    if (kind != static_cast<uint32_t>(l.kind) || count != n_tensors)
       fail("state file '", path, "': layer ", li, " has cache-entry kind ", kind, " with ", count,
-           " tensors; this model's layer has kind ", static_cast<uint32_t>(l.kind), " with ", tensors.size());
+           " tensors; this model's layer has kind ", static_cast<uint32_t>(l.kind), " with ", n_tensors);
+    if (l.kind == LayerCacheKind::Kv) {
+      for (int i = 0; i < 2; ++i) {
+        const auto ndim = get<uint32_t>(in, path, "layer table");
+        const auto rows = ndim == 2 ? get<int64_t>(in, path, "layer table") : -1;
+        const auto cols = ndim == 2 ? get<int64_t>(in, path, "layer table") : -1;
+        if (ndim != 2 || cols != l.kv_dim || rows < 0 || rows > static_cast<int64_t>(file_size) ||
+            (kv_tokens >= 0 && rows != kv_tokens))
+          fail("state file '", path, "': layer ", li, " holds KV rows of another shape than [tokens, ", l.kv_dim,
+               "] with one token count for every attention layer");
+        kv_tokens = rows;
+      }
+      continue;
+    }
     for (const TensorView* t : tensors) {
       const auto ndim = get<uint32_t>(in, path, "layer table");
       if (ndim != static_cast<uint32_t>(t->ndim - 1))
@@ -243,10 +384,14 @@ SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int3
   for (int32_t t : toks)
     if (t < 0 || t >= impl_->model->config().vocab_size)
       fail("state file '", path, "': token ", t, " outside [0, ", impl_->model->config().vocab_size, ")");
-  std::vector<char> data(slot_bytes());
+  const int64_t n_kv = std::max<int64_t>(kv_tokens, 0);
+  const size_t data_bytes = slot_bytes() + static_cast<size_t>(n_kv) * kv_bytes_per_token();
+  if (data_bytes > file_size) fail("state file '", path, "' is truncated (state data)");
+  std::vector<char> data(data_bytes);
   read_exact(in, data.data(), data.size(), path, "state data");
   if (in.peek() != std::char_traits<char>::eof()) fail("state file '", path, "' has trailing bytes");
   auto impl = std::make_unique<SlotSnapshot::Impl>();
+  impl->kv_tokens = n_kv;
   impl->buffer = DeviceBuffer(*impl_->backend, data.size());
   impl_->backend->copy_from_host(impl->buffer.data(), data.data(), data.size());
   if (tokens) *tokens = std::move(toks);

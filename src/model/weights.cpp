@@ -13,7 +13,10 @@ namespace {
 class Binder {
  public:
   Binder(const TensorLookup& lookup, Backend& backend, const std::string& source)
-      : lookup_(lookup), backend_(backend), source_(source) {}
+      : lookup_(lookup), backend_(&backend), source_(source) {}
+  // A binder that binds nothing: it records the name and shape of every tensor asked for (hybrid_weight_shapes).
+  Binder(const TensorLookup& lookup, const std::string& source, WeightShapes* record)
+      : lookup_(lookup), source_(source), record_(record) {}
 
   // The tensor `name` with exactly `shape`; absent -> error unless optional.
   TensorView bind(const std::string& name, std::initializer_list<int64_t> shape, bool optional = false) {
@@ -22,6 +25,10 @@ class Binder {
 
   TensorView bind_any(std::initializer_list<std::string> names, std::initializer_list<int64_t> shape,
                       bool optional = false) {
+    if (record_) {
+      record_->emplace_back(*names.begin(), std::vector<int64_t>(shape));
+      return {};
+    }
     for (const std::string& name : names) {
       const TensorView* t = lookup_(name);
       if (!t) continue;
@@ -29,7 +36,7 @@ class Binder {
       check_shape(name, *t, shape);
       if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
         fail(source_, ": tensor '", name, "' has dtype ", dtype_name(t->dtype), "; expected f32, f16 or bf16");
-      return backend_.adopt_weight(*t);
+      return backend_->adopt_weight(*t);
     }
     if (optional) return {};
     fail(source_, ": missing tensor '", *names.begin(), "' with shape ", shape_str(shape));
@@ -58,18 +65,128 @@ class Binder {
   }
 
   const TensorLookup& lookup_;
-  Backend& backend_;
+  Backend* backend_ = nullptr;
   const std::string& source_;
   std::set<std::string> used_;
+  WeightShapes* record_ = nullptr;
 };
 
+
+void check_all_used(const Binder& b, const ModelConfig& c, const std::vector<std::string>& all_names,
+                    const std::string& source);
+
+// The Mamba-2 mixer of a hybrid layer under `m` (".../mixer." or ".../mamba.").
+void bind_mamba2(Binder& b, const ModelConfig& c, const std::string& m, LayerWeights& l) {
+  l.in_proj = b.bind(m + "in_proj.weight", {c.in_proj_size(), c.d_model});
+  l.conv = b.bind(m + "conv1d.weight", {c.conv_channels(), 1, c.d_conv});
+  l.out_proj = b.bind(m + "out_proj.weight", {c.d_model, c.d_inner});
+  if (c.use_bias) {
+    l.in_proj_bias = b.bind(m + "in_proj.bias", {c.in_proj_size()});
+    l.out_proj_bias = b.bind(m + "out_proj.bias", {c.d_model});
+  }
+  if (c.use_conv_bias) l.conv_bias = b.bind(m + "conv1d.bias", {c.conv_channels()});
+  l.dt_bias = b.bind(m + "dt_bias", {c.n_heads});
+  l.A_log = b.bind(m + "A_log", {c.n_heads});
+  l.D = b.bind(m + "D", {c.n_heads});
+  l.gated_norm = b.bind(m + "norm.weight", {c.d_inner});
+}
+
+void bind_attention(Binder& b, const ModelConfig& c, const std::string& a, LayerWeights& l) {
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  l.q_proj = b.bind(a + "q_proj.weight", {q, c.d_model});
+  l.k_proj = b.bind(a + "k_proj.weight", {kv, c.d_model});
+  l.v_proj = b.bind(a + "v_proj.weight", {kv, c.d_model});
+  l.o_proj = b.bind(a + "o_proj.weight", {c.d_model, q});
+  if (c.attn_bias) {
+    l.q_bias = b.bind(a + "q_proj.bias", {q});
+    l.k_bias = b.bind(a + "k_proj.bias", {kv});
+    l.v_bias = b.bind(a + "v_proj.bias", {kv});
+    l.o_bias = b.bind(a + "o_proj.bias", {c.d_model});
+  }
+}
+
+// Nemotron-H ("model." in transformers 5, "backbone." in older checkpoints), Granite-4.0-H and Bamba layers.
+void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& lookup, ModelWeights& w,
+                        const std::function<void(int64_t, int64_t)>& on_layer) {
+  const bool nemotron = c.family == Family::NemotronH;
+  const std::string root = nemotron && !lookup("model.embeddings.weight") && lookup("backbone.embeddings.weight")
+                               ? "backbone."
+                               : "model.";
+  const int64_t m = c.mlp_size;
+  if (nemotron) {
+    w.embeddings = b.bind(root + "embeddings.weight", {c.vocab_size, c.d_model});
+    w.norm_f = b.bind(root + "norm_f.weight", {c.d_model});
+  } else {
+    w.embeddings = b.bind("model.embed_tokens.weight", {c.vocab_size, c.d_model});
+    w.norm_f = b.bind(c.family == Family::Bamba ? "model.final_layernorm.weight" : "model.norm.weight", {c.d_model});
+  }
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = root + "layers." + std::to_string(i) + ".";
+    LayerWeights l;
+    l.kind = c.layer_kind(i);
+    if (nemotron) {
+      l.norm = b.bind(p + "norm.weight", {c.d_model});
+      const std::string mx = p + "mixer.";
+      if (l.kind == LayerKind::Mamba2) bind_mamba2(b, c, mx, l);
+      else if (l.kind == LayerKind::Attention) bind_attention(b, c, mx, l);
+      else {  // relu2 MLP layer
+        l.mlp_up = b.bind(mx + "up_proj.weight", {m, c.d_model});
+        l.mlp_down = b.bind(mx + "down_proj.weight", {c.d_model, m});
+        if (c.mlp_bias) {
+          l.mlp_up_bias = b.bind(mx + "up_proj.bias", {m});
+          l.mlp_down_bias = b.bind(mx + "down_proj.bias", {c.d_model});
+        }
+      }
+    } else {
+      l.norm = b.bind(p + "input_layernorm.weight", {c.d_model});
+      if (l.kind == LayerKind::Mamba2) bind_mamba2(b, c, p + "mamba.", l);
+      else bind_attention(b, c, p + "self_attn.", l);
+      if (c.family == Family::GraniteHybrid) {
+        l.mlp_norm = b.bind(p + "post_attention_layernorm.weight", {c.d_model});
+        l.mlp_up = b.bind(p + "shared_mlp.input_linear.weight", {2 * m, c.d_model});
+        l.mlp_down = b.bind(p + "shared_mlp.output_linear.weight", {c.d_model, m});
+      } else {
+        l.mlp_norm = b.bind(p + "pre_ff_layernorm.weight", {c.d_model});
+        l.mlp_gate = b.bind(p + "feed_forward.gate_proj.weight", {m, c.d_model});
+        l.mlp_up = b.bind(p + "feed_forward.up_proj.weight", {m, c.d_model});
+        l.mlp_down = b.bind(p + "feed_forward.down_proj.weight", {c.d_model, m});
+      }
+    }
+    w.layers.push_back(l);
+    if (on_layer) on_layer(i + 1, c.n_layer);
+  }
+}
+
 }  // namespace
+
+WeightShapes hybrid_weight_shapes(const ModelConfig& c) {
+  if (!c.hybrid()) fail("hybrid_weight_shapes: ", arch_name(c.arch), " is not a hybrid model");
+  WeightShapes shapes;
+  const TensorLookup none = [](const std::string&) -> const TensorView* { return nullptr; };
+  const std::string source = "(shapes)";
+  Binder b(none, source, &shapes);
+  ModelWeights w;
+  bind_hybrid_layers(b, c, none, w, {});
+  if (!c.tie_embeddings) b.bind("lm_head.weight", {c.vocab_size, c.d_model});
+  return shapes;
+}
 
 ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, const std::vector<std::string>& all_names,
                           Backend& backend, const std::string& source,
                           const std::function<void(int64_t, int64_t)>& on_layer) {
   Binder b(lookup, backend, source);
   ModelWeights w;
+  if (c.hybrid()) {
+    bind_hybrid_layers(b, c, lookup, w, on_layer);
+    if (c.tie_embeddings) {
+      w.lm_head = w.embeddings;
+      b.mark_used("lm_head.weight");
+    } else {
+      w.lm_head = b.bind("lm_head.weight", {c.vocab_size, c.d_model});
+    }
+    check_all_used(b, c, all_names, source);
+    return w;
+  }
   w.embeddings = b.bind_any({"backbone.embeddings.weight", "backbone.embedding.weight"}, {c.vocab_size, c.d_model});
   w.norm_f = b.bind("backbone.norm_f.weight", {c.d_model});
   if (c.tie_embeddings) {
@@ -114,6 +231,14 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, cons
     w.layers.push_back(l);
     if (on_layer) on_layer(i + 1, c.n_layer);
   }
+  check_all_used(b, c, all_names, source);
+  return w;
+}
+
+namespace {
+
+void check_all_used(const Binder& b, const ModelConfig& c, const std::vector<std::string>& all_names,
+                    const std::string& source) {
   std::vector<std::string> unexpected;
   for (const std::string& name : all_names)
     if (!b.used().count(name)) unexpected.push_back(name);
@@ -121,11 +246,12 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, cons
     std::ostringstream os;
     for (size_t i = 0; i < unexpected.size() && i < 5; ++i) os << (i ? ", " : "") << "'" << unexpected[i] << "'";
     if (unexpected.size() > 5) os << " and " << unexpected.size() - 5 << " more";
-    fail(source, ": ", unexpected.size(), " unexpected tensor(s) for a ", arch_name(c.arch),
-         " model with ", c.n_layer, " layers: ", os.str(),
+    fail(source, ": ", unexpected.size(), " unexpected tensor(s) for a ",
+         c.hybrid() ? family_name(c.family) : arch_name(c.arch), " model with ", c.n_layer, " layers: ", os.str(),
          " (a different architecture or variant? mambacpp refuses rather than silently ignore weights)");
   }
-  return w;
 }
+
+}  // namespace
 
 }  // namespace mambacpp

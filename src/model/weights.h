@@ -5,6 +5,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -29,6 +30,23 @@ struct LayerWeights {
   TensorView mixer_norm;    // FalconMamba: ones [max(dt_rank, d_state)], the weight of its weightless dt/B/C norms
   // Mamba-2 only.
   TensorView gated_norm;    // [d_inner]
+
+  // Hybrid models. `norm` above is the pre-norm of the layer's mixer, whatever its kind.
+  LayerKind kind = LayerKind::Mamba2;
+  // Attention.
+  TensorView q_proj;        // [n_attn_heads * attn_head_dim, d_model]
+  TensorView k_proj;        // [n_kv_heads * attn_head_dim, d_model]
+  TensorView v_proj;        // [n_kv_heads * attn_head_dim, d_model]
+  TensorView o_proj;        // [d_model, n_attn_heads * attn_head_dim]
+  TensorView q_bias, k_bias, v_bias, o_bias;  // [rows of the projection] or empty
+  // MLP: the MLP layer's weights (Nemotron-H) or the MLP sublayer's (mlp_after_mixer: Granite, Bamba).
+  TensorView mlp_norm;      // [d_model] pre-norm of the MLP sublayer (mlp_after_mixer only)
+  TensorView mlp_up;        // relu2: [mlp_size, d_model]; gated: [2 mlp_size, d_model] gate rows then up rows
+                            // (Granite's input_linear), or [mlp_size, d_model] up rows beside mlp_gate (Bamba)
+  TensorView mlp_gate;      // gated with separate projections (Bamba's gate_proj): [mlp_size, d_model]; else empty
+  TensorView mlp_down;      // [d_model, mlp_size]
+  TensorView mlp_up_bias;   // [mlp_size] or empty
+  TensorView mlp_down_bias; // [d_model] or empty
 };
 
 struct ModelWeights {
@@ -39,10 +57,15 @@ struct ModelWeights {
   std::shared_ptr<std::vector<float>> mixer_norm_host;  // FalconMamba: the ones behind mixer_norm (CPU uses them in place)
 };
 
+// The name and shape of every tensor a hybrid config's checkpoint holds, as bind_weights binds them (transformers 5
+// names), for Model::random.
+using WeightShapes = std::vector<std::pair<std::string, std::vector<int64_t>>>;
+WeightShapes hybrid_weight_shapes(const ModelConfig& config);
+
 // Looks a tensor up by name in the checkpoint (nullptr when absent).
 using TensorLookup = std::function<const TensorView*(const std::string&)>;
 
-// Binds every tensor the config needs (transformers names; mamba_ssm's `backbone.embedding.weight` too), checks
+// Binds every tensor the config needs (transformers names of the pure models and of the hybrid families; mamba_ssm's `backbone.embedding.weight` too), checks
 // shapes and dtypes, reports tensors nobody asked for, and makes each weight usable on `backend`.
 // `all_names` is every tensor in the checkpoint; `source` names the checkpoint in errors.
 // `on_layer(done, n_layer)` (optional) is called after each layer is bound, for progress reports.

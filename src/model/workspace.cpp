@@ -19,6 +19,16 @@ void Workspace::reserve(Backend& backend, const ModelConfig& c, int64_t tokens, 
     }
     y = f32(c.d_inner);
     mixer_out = f32(c.d_model);
+    if (c.has_attention()) {
+      q = f32(c.q_dim());
+      k = f32(c.kv_dim());
+      v = f32(c.kv_dim());
+      attn = f32(c.q_dim());
+    }
+    if (c.mlp_size > 0) {
+      mlp_h = f32(2 * c.mlp_size);
+      mlp_act = f32(c.mlp_size);
+    }
     capacity = tokens;
     ++generation;
   }

@@ -20,6 +20,12 @@ struct Workspace {
   DeviceBuffer y;         // [cap, d_inner] f32
   DeviceBuffer y_normed;  // [cap, d_inner] f32 (Mamba-2)
   DeviceBuffer mixer_out; // [cap, d_model] f32
+  // Hybrid models only.
+  DeviceBuffer q;         // [cap, n_attn_heads * attn_head_dim] f32
+  DeviceBuffer k, v;      // [cap, n_kv_heads * attn_head_dim] f32
+  DeviceBuffer attn;      // [cap, n_attn_heads * attn_head_dim] f32
+  DeviceBuffer mlp_h;     // [cap, 2 mlp_size] f32 (gate | up; relu2 uses the first mlp_size columns)
+  DeviceBuffer mlp_act;   // [cap, mlp_size] f32
   DeviceBuffer logits;    // [logit_rows, vocab] f32
   int64_t logit_rows = 0;
   uint64_t generation = 0;  // bumped whenever a buffer moves (captured graphs hold the old pointers)

@@ -14,6 +14,7 @@
 #include <utility>
 #include <vector>
 
+#include "backend/cpu/attention.h"
 #include "backend/cpu/conv1d.h"
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/selective_scan.h"
@@ -88,6 +89,13 @@ void check_batch(const char* op, const BatchLayout& batch, int64_t T, int64_t n_
     if (used[static_cast<size_t>(s.slot)]) fail(op, ": slot ", s.slot, " is used by two sequences of one batch");
     used[static_cast<size_t>(s.slot)] = true;
   }
+}
+
+// Every sequence lies inside [0, T) (ops that take no state slots).
+void check_spans(const char* op, const BatchLayout& batch, int64_t T) {
+  for (const SeqSpan& s : batch.seqs)
+    if (s.start < 0 || s.len < 0 || s.start + s.len > T)
+      fail(op, ": sequence rows [", s.start, ", ", s.start + s.len, ") outside the batch's ", T, " tokens");
 }
 
 template <class T>
@@ -327,6 +335,84 @@ void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {
   p.threads = threads_;
   check_batch(op, batch, T, a.state.dim(0));
   cpu::mamba2_ssd(p, std::span<const SeqSpan>(batch.seqs));
+}
+
+// ---- Hybrid-model ops -------------------------------------------------------------------------------------------
+
+void CpuBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
+  const char* op = "attention";
+  const int64_t NH = a.n_heads, KV = a.n_kv_heads, HD = a.head_dim;
+  if (NH <= 0 || KV <= 0 || HD <= 0 || NH % KV != 0 || a.page_tokens <= 0)
+    fail(op, ": bad sizes n_heads ", NH, ", n_kv_heads ", KV, ", head_dim ", HD, ", page_tokens ", a.page_tokens,
+         " (all positive, n_kv_heads dividing n_heads)");
+  if (a.q.ndim != 2) fail(op, ": q must be [T, n_heads * head_dim], found ", a.q.shape_string());
+  const int64_t T = a.q.dim(0);
+  check_act(op, "q", a.q, T, NH * HD);
+  check_act(op, "k", a.k, T, KV * HD);
+  check_act(op, "v", a.v, T, KV * HD);
+  check_act(op, "out", a.out, T, NH * HD);
+  for (const TensorView* in : {&a.q, &a.k, &a.v})
+    if (overlaps(a.out, *in)) fail(op, ": out must not overlap q, k or v");
+  if (a.cache.size() != batch.seqs.size())
+    fail(op, ": ", a.cache.size(), " KV caches for ", batch.seqs.size(), " sequences");
+  check_spans(op, batch, T);
+  std::vector<cpu::KvPages<float>> pages(a.cache.size());
+  for (size_t s = 0; s < a.cache.size(); ++s) {
+    const int64_t need = a.cache[s].past + batch.seqs[s].len;
+    if (a.cache[s].past < 0 || static_cast<int64_t>(a.cache[s].pages.size()) * a.page_tokens < need)
+      fail(op, ": sequence ", s, " has ", a.cache[s].pages.size(), " pages of ", a.page_tokens, " rows for ", need,
+           " positions");
+    pages[s].pages = a.cache[s].pages;
+    pages[s].past = a.cache[s].past;
+  }
+  cpu::AttentionParams<float> p;
+  p.q = crows<float>(a.q);
+  p.k = crows<float>(a.k);
+  p.v = crows<float>(a.v);
+  p.out = rows<float>(a.out);
+  p.n_heads = NH;
+  p.n_kv_heads = KV;
+  p.head_dim = HD;
+  p.page_tokens = a.page_tokens;
+  p.scale = a.scale;
+  p.threads = threads_;
+  cpu::attention(p, std::span<const SeqSpan>(batch.seqs), std::span<const cpu::KvPages<float>>(pages));
+}
+
+void CpuBackend::rope(TensorView x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
+                      const std::vector<int64_t>& start_positions, const BatchLayout& batch) {
+  const char* op = "rope";
+  if (n_heads <= 0 || head_dim <= 0 || rope_dim < 2 || rope_dim % 2 != 0 || rope_dim > head_dim || !(theta > 0))
+    fail(op, ": bad sizes n_heads ", n_heads, ", head_dim ", head_dim, ", rope_dim ", rope_dim, ", theta ", theta,
+         " (rope_dim even in [2, head_dim], theta > 0)");
+  if (x.ndim != 2) fail(op, ": x must be [T, n_heads * head_dim], found ", x.shape_string());
+  check_act(op, "x", x, x.dim(0), n_heads * head_dim);
+  if (start_positions.size() != batch.seqs.size())
+    fail(op, ": ", start_positions.size(), " start positions for ", batch.seqs.size(), " sequences");
+  check_spans(op, batch, x.dim(0));
+  cpu::rope(rows<float>(x), n_heads, head_dim, rope_dim, theta, std::span<const SeqSpan>(batch.seqs),
+            std::span<const int64_t>(start_positions), threads_);
+}
+
+void CpuBackend::relu2(TensorView x) {
+  if (x.ndim != 2) fail("relu2: x must be [T, D], found ", x.shape_string());
+  check_act("relu2", "x", x, x.dim(0), x.dim(1));
+  cpu::relu2_f32(rows<float>(x), x.dim(0), x.dim(1), threads_);
+}
+
+void CpuBackend::silu_mul(const TensorView& gate, const TensorView& up, TensorView out) {
+  if (gate.ndim != 2) fail("silu_mul: gate must be [T, D], found ", gate.shape_string());
+  const int64_t T = gate.dim(0), D = gate.dim(1);
+  check_act("silu_mul", "gate", gate, T, D);
+  check_act("silu_mul", "up", up, T, D);
+  check_act("silu_mul", "out", out, T, D);
+  cpu::silu_mul_f32(crows<float>(gate), crows<float>(up), rows<float>(out), T, D, threads_);
+}
+
+void CpuBackend::scale(TensorView x, float alpha) {
+  if (x.ndim != 2) fail("scale: x must be [T, D], found ", x.shape_string());
+  check_act("scale", "x", x, x.dim(0), x.dim(1));
+  cpu::scale_f32(rows<float>(x), alpha, x.dim(0), x.dim(1), threads_);
 }
 
 std::unique_ptr<Backend> make_cpu_backend(int threads) { return std::make_unique<CpuBackend>(threads); }

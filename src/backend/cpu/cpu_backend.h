@@ -1,6 +1,6 @@
 // The CPU backend: f32 compute with OpenMP, weights read in place in their stored dtype (f32/f16/bf16), state in
 // f32. This class only checks arguments and turns views into the raw-pointer parameters of the kernels
-// (conv1d.h, selective_scan.h, ssd.h, linear.cpp, norms.cpp, rows.cpp).
+// (conv1d.h, selective_scan.h, ssd.h, attention.h, linear.cpp, norms.cpp, rows.cpp, activations.cpp).
 #pragma once
 
 #include <string>
@@ -39,6 +39,12 @@ class CpuBackend final : public Backend {
   void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size, float eps,
                      TensorView out) override;
   void gather_rows(const TensorView& x, const int64_t* rows, int64_t n, TensorView out) override;
+  void attention(const AttentionArgs& args, const BatchLayout& batch) override;
+  void rope(TensorView x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
+            const std::vector<int64_t>& start_positions, const BatchLayout& batch) override;
+  void relu2(TensorView x) override;
+  void silu_mul(const TensorView& gate, const TensorView& up, TensorView out) override;
+  void scale(TensorView x, float alpha) override;
   void row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits, std::vector<float>& out) override;
   void select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
                     std::vector<TopKCandidates>& out) override;

@@ -26,6 +26,11 @@ void gated_rmsnorm_f32(Rows<const float> y, Rows<const float> z, WeightRef w, in
 // acc[t, :] += x[t, :]. [T, D].
 void add_inplace_f32(Rows<float> acc, Rows<const float> x, int64_t T, int64_t D, int threads);
 
+// MLP activations and scaling (activations.cpp). x, gate, up, out: [T, D].
+void relu2_f32(Rows<float> x, int64_t T, int64_t D, int threads);  // x = relu(x)^2
+void silu_mul_f32(Rows<const float> gate, Rows<const float> up, Rows<float> out, int64_t T, int64_t D, int threads);
+void scale_f32(Rows<float> x, float alpha, int64_t T, int64_t D, int threads);
+
 // out[t, :] = table[ids[t], :] as f32. table: [V, D] contiguous in any float dtype. Throws on an id outside [0, V).
 void embed_f32(WeightRef table, int64_t V, const int32_t* ids, Rows<float> out, int64_t T, int64_t D, int threads);
 

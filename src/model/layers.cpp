@@ -1,0 +1,110 @@
+#include "model/layers.h"
+
+#include <cmath>
+
+#include "mambacpp/error.h"
+#include "model/mixers.h"
+
+namespace mambacpp {
+namespace {
+
+// Causal self-attention: q/k/v projections, RoPE where the config has it, attention over the slot's KV pages (this
+// call's rows appended), o projection.
+void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Impl& st, size_t li,
+                     const BatchLayout& batch, const TensorView& h, TensorView out) {
+  const ModelConfig& c = m.config;
+  Backend& be = *m.backend;
+  const Device dev = be.device();
+  Workspace& ws = m.workspace;
+  const int64_t T = batch.total_tokens;
+  AttentionArgs a;
+  a.q = Workspace::f32(ws.q, dev, T, c.q_dim());
+  a.k = Workspace::f32(ws.k, dev, T, c.kv_dim());
+  a.v = Workspace::f32(ws.v, dev, T, c.kv_dim());
+  a.out = Workspace::f32(ws.attn, dev, T, c.q_dim());
+  be.linear(h, w.q_proj, w.q_bias, a.q);
+  be.linear(h, w.k_proj, w.k_bias, a.k);
+  be.linear(h, w.v_proj, w.v_bias, a.v);
+  std::vector<int64_t> start;
+  for (const SeqSpan& s : batch.seqs) start.push_back(st.positions[static_cast<size_t>(s.slot)]);
+  if (c.rope_theta > 0) {
+    be.rope(a.q, c.n_attn_heads, c.attn_head_dim, c.rope_dim, c.rope_theta, start, batch);
+    be.rope(a.k, c.n_kv_heads, c.attn_head_dim, c.rope_dim, c.rope_theta, start, batch);
+  }
+  a.n_heads = c.n_attn_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.attn_head_dim;
+  a.page_tokens = st.page_tokens;
+  a.scale = static_cast<float>(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(static_cast<double>(c.attn_head_dim)));
+  for (const SeqSpan& s : batch.seqs) a.cache.push_back(st.kv_sequence(li, s.slot));
+  be.attention(a, batch);
+  be.linear(a.out, w.o_proj, w.o_bias, out);
+}
+
+// relu2: down(relu(up(h))^2); gated SiLU: down(silu(gate(h)) * up(h)).
+void mlp(const Model::Impl& m, const LayerWeights& w, int64_t T, const TensorView& h, TensorView out) {
+  const ModelConfig& c = m.config;
+  Backend& be = *m.backend;
+  const Device dev = be.device();
+  Workspace& ws = m.workspace;
+  const int64_t n = c.mlp_size;
+  TensorView hid = Workspace::f32(ws.mlp_h, dev, T, 2 * n);
+  if (c.mlp_act == MlpAct::Relu2) {
+    TensorView up = hid.cols(0, n);
+    be.linear(h, w.mlp_up, w.mlp_up_bias, up);
+    be.relu2(up);
+    be.linear(up, w.mlp_down, w.mlp_down_bias, out);
+    return;
+  }
+  if (w.mlp_gate.empty()) {
+    be.linear(h, w.mlp_up, {}, hid);  // Granite's input_linear: [gate | up]
+  } else {
+    be.linear(h, w.mlp_gate, {}, hid.cols(0, n));
+    be.linear(h, w.mlp_up, {}, hid.cols(n, n));
+  }
+  TensorView act = Workspace::f32(ws.mlp_act, dev, T, n);
+  be.silu_mul(hid.cols(0, n), hid.cols(n, n), act);
+  be.linear(act, w.mlp_down, w.mlp_down_bias, out);
+}
+
+void add_scaled(Backend& be, const ModelConfig& c, TensorView residual, TensorView out) {
+  if (c.residual_multiplier != 1.0) be.scale(out, static_cast<float>(c.residual_multiplier));
+  be.add_inplace(residual, out);
+}
+
+}  // namespace
+
+void run_hybrid_layer(const Model::Impl& m, int64_t layer, StateCache& state, const BatchLayout& batch,
+                      TensorView residual) {
+  const ModelConfig& c = m.config;
+  Backend& be = *m.backend;
+  const Device dev = be.device();
+  Workspace& ws = m.workspace;
+  const int64_t T = batch.total_tokens;
+  const size_t li = static_cast<size_t>(layer);
+  const LayerWeights& w = m.weights.layers[li];
+  const float eps = static_cast<float>(c.norm_eps);
+  TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
+  TensorView out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
+  be.rmsnorm(residual, w.norm, eps, normed);
+  switch (w.kind) {
+    case LayerKind::Mamba2:
+      mamba2_mixer(be, c, w, state.layers()[li], batch, ws, normed, out);
+      break;
+    case LayerKind::Attention:
+      attention_mixer(m, w, state_impl(state), li, batch, normed, out);
+      break;
+    case LayerKind::MLP:
+      mlp(m, w, T, normed, out);
+      break;
+    case LayerKind::Mamba1:
+      fail("layer ", layer, ": Mamba-1 layers are not part of any hybrid family");
+  }
+  add_scaled(be, c, residual, out);
+  if (!c.mlp_after_mixer) return;
+  be.rmsnorm(residual, w.mlp_norm, eps, normed);
+  mlp(m, w, T, normed, out);
+  add_scaled(be, c, residual, out);
+}
+
+}  // namespace mambacpp
