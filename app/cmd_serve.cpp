@@ -13,6 +13,7 @@
 #include "commands.h"
 #include "mambacpp/engine.h"
 #include "mambacpp/error.h"
+#include "mambacpp/shapes.h"
 #include "mambacpp/tokenizer.h"
 #include "server/chat_template.h"
 #include "server/server.h"
@@ -26,6 +27,7 @@ struct ServeCliOptions {
   server::ServerOptions server;
   int64_t state_cache_mb = 1024;
   std::string chat_template = "auto";
+  std::string shape;  // random weights of a released model's shape (load tests); no tokenizer: token-id prompts only
 };
 
 std::string model_name(const std::string& dir) {
@@ -59,13 +61,18 @@ void run_serve(const ServeCliOptions& o) {
   server.start();
   std::fprintf(stderr, "serve: loading the model (GET /health answers 503 until it is ready)\n");
 
-  auto model = load_model(o.model);
-  const std::string tok_path = model->directory() + "/tokenizer.json";
+  if (!o.shape.empty() && !o.model.model_dir.empty()) fail("serve: give at most one of --model or --shape");
+  auto model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), load_options(o.model), 1);
   std::unique_ptr<Tokenizer> tokenizer;
-  if (std::filesystem::exists(tok_path)) tokenizer = Tokenizer::load(tok_path);
-  auto chat_template = server::select_chat_template(o.chat_template, model->directory());
-  const std::string name = model_name(model->directory());
+  std::unique_ptr<server::ChatTemplate> chat_template;
+  if (o.shape.empty()) {
+    const std::string tok_path = model->directory() + "/tokenizer.json";
+    if (std::filesystem::exists(tok_path)) tokenizer = Tokenizer::load(tok_path);
+    chat_template = server::select_chat_template(o.chat_template, model->directory());
+  }
+  const std::string name = o.shape.empty() ? model_name(model->directory()) : o.shape + "-random";
   const std::string device = model->device_description();
+  const std::string chat_template_name = chat_template ? chat_template->name : "none";
 
   EngineOptions eo;
   eo.max_seqs = o.server.parallel;
@@ -78,7 +85,7 @@ void run_serve(const ServeCliOptions& o) {
 
   std::printf("mambacpp serve: http://%s:%d/v1 ready (model %s on %s, %lld parallel, chat template %s)\n",
               o.server.host.c_str(), server.bound_port(), name.c_str(), device.c_str(),
-              static_cast<long long>(o.server.parallel), o.chat_template.c_str());
+              static_cast<long long>(o.server.parallel), chat_template_name.c_str());
   std::fflush(stdout);
 
   std::unique_lock<std::mutex> lock(mutex);
@@ -126,6 +133,9 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
                   "auto (chatml when tokenizer_config.json's template uses it), chatml, or none")
       ->check(CLI::IsMember({"auto", "chatml", "none"}))
       ->capture_default_str();
+  cmd->add_option("--shape", o->shape,
+                  "serve random weights of a released model's shape instead of --model "
+                  "(load tests; token-id prompts only)");
   cmd->callback([o, &run] { run = [o] { run_serve(*o); }; });
   return cmd;
 }
