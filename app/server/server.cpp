@@ -238,6 +238,12 @@ void Server::submit_all(const CompletionRequest& request, const std::shared_ptr<
   }
 }
 
+void Server::cancel_if_stopping(RequestChannel& channel) {
+  // stop() cancels what is in flight when it starts; this catches a request submitted while it did.
+  if (stopping_ && !channel.finished())
+    for (RequestId id : channel.ids()) engine_->cancel(id);
+}
+
 void Server::finish(const std::shared_ptr<RequestChannel>& channel) {
   std::lock_guard<std::mutex> lock(active_mutex_);
   active_.erase(channel.get());
@@ -275,6 +281,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
 
   if (!request->stream) {
     while (true) {
+      cancel_if_stopping(*channel);
       for (const ChoiceEvent& e : channel->take(std::chrono::milliseconds(1000))) response->add(e);
       if (channel->finished()) {
         for (const ChoiceEvent& e : channel->take(std::chrono::milliseconds(0))) response->add(e);
@@ -300,24 +307,12 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, channel, response, finished](size_t, httplib::DataSink& sink) {
-        std::deque<ChoiceEvent> events = channel->take(kStreamHeartbeat);
-        if (events.empty() && !channel->finished()) {
-          const std::string ping = ": waiting\n\n";
-          return sink.write(ping.data(), ping.size());
+        try {
+          return stream_some(*channel, *response, *finished, sink);
+        } catch (const std::exception& e) {  // it runs outside the handler's guard: end the stream, not the process
+          std::fprintf(stderr, "serve: stream failed: %s\n", e.what());
+          return false;
         }
-        std::string out;
-        for (const ChoiceEvent& e : events) out += response->stream_event(e);
-        const bool done = channel->finished();
-        if (done) {  // events pushed after the take above
-          for (const ChoiceEvent& e : channel->take(std::chrono::milliseconds(0))) out += response->stream_event(e);
-          out += response->stream_end();
-        }
-        if (!out.empty() && !sink.write(out.data(), out.size())) return false;
-        if (done) {
-          *finished = true;
-          sink.done();
-        }
-        return true;
       },
       [this, channel, response, finished, count](bool) {
         if (!*finished && engine_) {
@@ -327,6 +322,30 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
         if (*finished) count(*response);
         finish(channel);
       });
+}
+
+// One turn of a stream's content provider: writes what the engine sent (or a heartbeat); false when the write failed.
+bool Server::stream_some(RequestChannel& channel, CompletionResponse& response, bool& finished,
+                         httplib::DataSink& sink) {
+  cancel_if_stopping(channel);
+  std::deque<ChoiceEvent> events = channel.take(kStreamHeartbeat);
+  if (events.empty() && !channel.finished()) {
+    const std::string ping = ": waiting\n\n";
+    return sink.write(ping.data(), ping.size());
+  }
+  std::string out;
+  for (const ChoiceEvent& e : events) out += response.stream_event(e);
+  const bool done = channel.finished();
+  if (done) {  // events pushed after the take above
+    for (const ChoiceEvent& e : channel.take(std::chrono::milliseconds(0))) out += response.stream_event(e);
+    out += response.stream_end();
+  }
+  if (!out.empty() && !sink.write(out.data(), out.size())) return false;
+  if (done) {
+    finished = true;
+    sink.done();
+  }
+  return true;
 }
 
 void Server::handle_tokenize(const httplib::Request& req, httplib::Response& res) {

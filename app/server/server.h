@@ -18,6 +18,7 @@
 #include "server/completion_request.h"
 
 namespace httplib {
+class DataSink;
 class Server;
 struct Request;
 struct Response;
@@ -25,6 +26,7 @@ struct Response;
 
 namespace mambacpp::server {
 
+class CompletionResponse;
 class RequestChannel;
 
 struct ServerOptions {
@@ -68,7 +70,10 @@ class Server {
   void require_ready() const;
   // Submits one engine request per prompt, all delivering to `channel`; on any failure cancels those submitted.
   void submit_all(const CompletionRequest& request, const std::shared_ptr<RequestChannel>& channel);
-  void finish(const std::shared_ptr<RequestChannel>& channel);  // counts its results and forgets it
+  void finish(const std::shared_ptr<RequestChannel>& channel);
+  void cancel_if_stopping(RequestChannel& channel);
+  bool stream_some(RequestChannel& channel, CompletionResponse& response, bool& finished,
+                   httplib::DataSink& sink);  // counts its results and forgets it
 
   ServerOptions options_;
   std::unique_ptr<httplib::Server> http_;
