@@ -76,7 +76,7 @@ void run_serve(const ServeCliOptions& o) {
 
   EngineOptions eo;
   eo.max_seqs = o.server.parallel;
-  eo.max_queue = o.server.max_queue;
+  eo.max_queue = o.server.parallel + o.server.max_queue;  // the server enforces --max-queue itself (server.cpp)
   eo.max_prompt = o.server.max_prompt;
   eo.max_new_tokens = o.server.max_tokens;
   eo.state_cache_mb = o.state_cache_mb;

@@ -213,26 +213,38 @@ void Server::require_ready() const {
 }
 
 void Server::submit_all(const CompletionRequest& request, const std::shared_ptr<RequestChannel>& channel) {
+  // The server keeps the count: the engine's queue also holds requests that a free slot takes at the next step, so
+  // its limit alone would refuse a burst of --parallel requests on an idle server.
+  const int64_t n = static_cast<int64_t>(request.prompts.size());
+  const int64_t limit = options_.parallel + options_.max_queue;
+  for (int64_t cur = in_flight_.load();;) {
+    if (cur + n > limit) {
+      requests_rejected_ += n;
+      throw ApiError(503,
+                     "the server is busy: " + std::to_string(options_.parallel) + " requests are generating and " +
+                         std::to_string(options_.max_queue) + " waiting (--parallel, --max-queue); retry later",
+                     "", "server_error");
+    }
+    if (in_flight_.compare_exchange_weak(cur, cur + n)) break;
+  }
   std::vector<GenerateRequest> requests(request.prompts.size(), request.base);
   for (size_t i = 0; i < requests.size(); ++i) {
     requests[i].prompt = request.prompts[i];
-    requests[i].on_event = [channel, i](const RequestEvent& e) { channel->push(i, e); };
+    requests[i].on_event = [this, channel, i](const RequestEvent& e) {
+      if (e.finished) in_flight_ -= 1;
+      channel->push(i, e);
+    };
   }
   // One seed for the request: choice i samples with seed + i, as it would alone with that seed.
   if (request.base.sampling.seed_given) assign_batch_seeds(requests, request.base.sampling.seed);
   for (size_t i = 0; i < requests.size(); ++i) {
     try {
       channel->add_id(engine_->submit(std::move(requests[i])));
-    } catch (const Error& e) {
+    } catch (const Error& e) {  // the engine's own checks; those submitted are cancelled and end as usual
       for (RequestId id : channel->ids()) engine_->cancel(id);
       channel->drop_unsubmitted(requests.size() - i);
+      in_flight_ -= static_cast<int64_t>(requests.size() - i);
       requests_rejected_ += 1;
-      // The engine tells a full queue only by its message (see the report: no error kind in engine.h).
-      if (std::string(e.what()).find("queue is full") != std::string::npos)
-        throw ApiError(503,
-                       "the server is busy: " + std::to_string(options_.max_queue) +
-                           " requests are already waiting (--max-queue); retry later",
-                       "", "server_error");
       throw ApiError(400, e.what(), request.prompts.size() > 1 ? "prompt[" + std::to_string(i) + "]" : "prompt");
     }
   }

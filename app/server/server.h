@@ -93,6 +93,7 @@ class Server {
   mutable std::mutex active_mutex_;
   std::unordered_map<RequestChannel*, std::shared_ptr<RequestChannel>> active_;  // requests in flight
   std::atomic<uint64_t> next_response_id_{1};
+  std::atomic<int64_t> in_flight_{0};  // prompts submitted and not finished: at most parallel + max_queue
 
   // /metrics counters.
   std::atomic<int64_t> requests_total_{0}, requests_cancelled_{0}, requests_rejected_{0};
