@@ -8,10 +8,10 @@ import { generate, logSoftmax, logits, metrics, postJson, startServer, waitFor, 
 
 const PROMPT = 'def parse_args(';
 
-describe('serve (default options, --parallel 64)', () => {
+describe('serve --parallel 64 --max-queue 0', () => {
   let server, client;
   before(async () => {
-    server = await startServer(['--parallel', '64', '--max-queue', '64']);
+    server = await startServer(['--parallel', '64', '--max-queue', '0']);  // a burst of 64 fits the slots exactly
     client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
   });
   after(async () => {
