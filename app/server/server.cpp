@@ -45,10 +45,10 @@ int64_t unix_now() {
 }
 
 // Comparing every byte, so that the time taken does not tell how much of a guessed key was right.
-bool same_key(const std::string& a, const std::string& b) {
-  unsigned diff = a.size() == b.size() ? 0u : 1u;
-  for (size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i]) ^ static_cast<unsigned char>(b[i % (b.size() + 1)]);
+bool same_key(const std::string& given, const std::string& key) {
+  unsigned diff = given.size() == key.size() ? 0u : 1u;
+  for (size_t i = 0; i < given.size(); ++i)
+    diff |= static_cast<unsigned char>(given[i]) ^ static_cast<unsigned char>(key[i < key.size() ? i : 0]);
   return diff == 0;
 }
 
