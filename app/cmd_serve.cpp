@@ -1,0 +1,143 @@
+// `mambacpp serve`: an OpenAI-compatible HTTP server on the serving engine (app/server/, docs/server.md).
+// It listens first (/health answers 503 while the model loads), prints its URL once the model is ready, and on
+// SIGINT/SIGTERM stops accepting, ends the streams in flight and exits 0.
+#include <condition_variable>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <iostream>
+#include <mutex>
+#include <thread>
+
+#include "cli_common.h"
+#include "commands.h"
+#include "mambacpp/engine.h"
+#include "mambacpp/error.h"
+#include "mambacpp/shapes.h"
+#include "mambacpp/tokenizer.h"
+#include "server/chat_template.h"
+#include "server/server.h"
+
+namespace mambacpp::cli {
+
+namespace {
+
+struct ServeCliOptions {
+  ModelOptions model;
+  server::ServerOptions server;
+  int64_t state_cache_mb = 1024;
+  std::string chat_template = "auto";
+  std::string shape;  // random weights of a released model's shape (load tests); no tokenizer: token-id prompts only
+};
+
+std::string model_name(const std::string& dir) {
+  std::filesystem::path p(dir);
+  if (p.filename().empty()) p = p.parent_path();  // "models/default/"
+  return p.filename().string();
+}
+
+void run_serve(const ServeCliOptions& o) {
+  // SIGINT/SIGTERM are taken by one thread with sigwait; every other thread (created after this) has them blocked.
+  sigset_t signals;
+  sigemptyset(&signals);
+  sigaddset(&signals, SIGINT);
+  sigaddset(&signals, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &signals, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);  // a client gone mid-write is an error return, not the end of the process
+
+  std::mutex mutex;
+  std::condition_variable stop_requested;
+  bool stop = false;
+  std::thread signal_thread([&] {
+    int sig = 0;
+    sigwait(&signals, &sig);
+    std::lock_guard<std::mutex> lock(mutex);
+    stop = true;
+    stop_requested.notify_all();
+  });
+  signal_thread.detach();  // it ends with the process
+
+  server::Server server(o.server);
+  server.start();
+  std::fprintf(stderr, "serve: loading the model (GET /health answers 503 until it is ready)\n");
+
+  if (!o.shape.empty() && !o.model.model_dir.empty()) fail("serve: give at most one of --model or --shape");
+  auto model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), load_options(o.model), 1);
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<server::ChatTemplate> chat_template;
+  if (o.shape.empty()) {
+    const std::string tok_path = model->directory() + "/tokenizer.json";
+    if (std::filesystem::exists(tok_path)) tokenizer = Tokenizer::load(tok_path);
+    chat_template = server::select_chat_template(o.chat_template, model->directory());
+  }
+  const std::string name = o.shape.empty() ? model_name(model->directory()) : o.shape + "-random";
+  const std::string device = model->device_description();
+  const std::string chat_template_name = chat_template ? chat_template->name : "none";
+
+  EngineOptions eo;
+  eo.max_seqs = o.server.parallel;
+  eo.max_queue = o.server.parallel + o.server.max_queue;  // the server enforces --max-queue itself (server.cpp)
+  eo.max_prompt = o.server.max_prompt;
+  eo.max_new_tokens = o.server.max_tokens;
+  eo.state_cache_mb = o.state_cache_mb;
+  eo.state_dtype = o.model.state();
+  server.attach(std::move(model), std::move(tokenizer), std::move(chat_template), eo, name);
+
+  std::printf("mambacpp serve: http://%s:%d/v1 ready (model %s on %s, %lld parallel, chat template %s)\n",
+              o.server.host.c_str(), server.bound_port(), name.c_str(), device.c_str(),
+              static_cast<long long>(o.server.parallel), chat_template_name.c_str());
+  std::fflush(stdout);
+
+  std::unique_lock<std::mutex> lock(mutex);
+  stop_requested.wait(lock, [&] { return stop; });
+  std::fprintf(stderr, "serve: stopping (cancelling the requests in flight)\n");
+  server.stop();
+  std::fprintf(stderr, "serve: stopped\n");
+}
+
+}  // namespace
+
+CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
+  auto o = std::make_shared<ServeCliOptions>();
+  CLI::App* cmd = app.add_subcommand("serve", "serve the model over HTTP with an OpenAI-compatible API");
+  add_model_options(*cmd, o->model);
+  server::ServerOptions& s = o->server;
+  cmd->add_option("--host", s.host, "address to listen on (loopback by default; 0.0.0.0 for every interface)")
+      ->capture_default_str();
+  cmd->add_option("--port", s.port, "TCP port (0: any free one, printed when ready)")
+      ->check(CLI::Range(0, 65535))
+      ->capture_default_str();
+  cmd->add_option("--parallel", s.parallel, "requests generating at once (state slots)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-queue", s.max_queue, "requests waiting for a slot; more get 503")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on every route but /health");
+  cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-prompt", s.max_prompt, "refuse prompts longer than this many tokens")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-tokens", s.max_tokens, "largest max_tokens a request may ask for")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--max-body-mb", s.max_body_mb, "refuse request bodies larger than this (413)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0: parallel + max-queue + 8)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  cmd->add_option("--chat-template", o->chat_template,
+                  "auto (chatml when tokenizer_config.json's template uses it), chatml, or none")
+      ->check(CLI::IsMember({"auto", "chatml", "none"}))
+      ->capture_default_str();
+  cmd->add_option("--shape", o->shape,
+                  "serve random weights of a released model's shape instead of --model "
+                  "(load tests; token-id prompts only)");
+  cmd->callback([o, &run] { run = [o] { run_serve(*o); }; });
+  return cmd;
+}
+
+}  // namespace mambacpp::cli

@@ -1,0 +1,48 @@
+// Turns the JSON body of /v1/completions or /v1/chat/completions into engine requests, checking every field the
+// server reads (type and range) so that a bad request gets a 400 naming the field instead of reaching the engine.
+#pragma once
+
+#include <cstdint>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "mambacpp/engine.h"
+#include "mambacpp/tokenizer.h"
+#include "server/chat_template.h"
+
+namespace mambacpp::server {
+
+// What the model and the server allow; the parser checks requests against it.
+struct RequestLimits {
+  int64_t vocab_size = 0;
+  int64_t bos_token_id = -1;         // the prompt of an empty string; -1: an empty prompt is refused
+  int64_t max_prompt = 65536;        // tokens per prompt (--max-prompt)
+  int64_t max_new_tokens = 1 << 20;  // largest max_tokens
+  int64_t max_prompts = 64;          // prompts (choices) in one request
+};
+
+struct CompletionRequest {
+  std::vector<std::vector<int32_t>> prompts;  // one choice each, in order
+  GenerateRequest base;                       // everything but the prompt and the callback
+  bool stream = false;
+  bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
+  bool chat = false;           // the response is a chat completion
+};
+
+// Parses a request body; throws ApiError 400 for malformed JSON or a body that is not an object.
+nlohmann::json parse_json_body(const std::string& body);
+
+// Throws ApiError (400, naming the field) for anything missing, of the wrong type or out of range.
+CompletionRequest parse_completion(const nlohmann::json& body, const Tokenizer* tokenizer, const RequestLimits& limits);
+// `chat_template` null: the model has no chat template, and every chat request is refused with a 400 saying so.
+CompletionRequest parse_chat_completion(const nlohmann::json& body, const Tokenizer* tokenizer,
+                                        const ChatTemplate* chat_template, const RequestLimits& limits);
+
+// Field readers shared with the other endpoints: the value of body[name] checked for type (and range), or
+// `fallback` when absent or null. Throw ApiError naming the field.
+bool read_bool(const nlohmann::json& body, const char* name, bool fallback);
+int64_t read_int(const nlohmann::json& body, const char* name, int64_t fallback, int64_t lo, int64_t hi);
+std::vector<int32_t> read_token_ids(const nlohmann::json& value, const std::string& param, int64_t vocab_size);
+
+}  // namespace mambacpp::server

@@ -1,0 +1,104 @@
+// The HTTP server of `mambacpp serve`: OpenAI-compatible routes over one Engine. The engine steps on a thread of
+// its own; each HTTP request runs on a worker of cpp-httplib's pool, submits its prompts and waits for their events
+// (request_channel.h). Until attach() the routes answer 503 (the model is loading).
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <unordered_map>
+
+#include "mambacpp/engine.h"
+#include "mambacpp/model.h"
+#include "mambacpp/tokenizer.h"
+#include "server/chat_template.h"
+#include "server/completion_request.h"
+
+namespace httplib {
+class DataSink;
+class Server;
+struct Request;
+struct Response;
+}  // namespace httplib
+
+namespace mambacpp::server {
+
+class CompletionResponse;
+class RequestChannel;
+
+struct ServerOptions {
+  std::string host = "127.0.0.1";
+  int port = 8080;               // 0: any free port (bound_port() tells which)
+  int64_t parallel = 32;         // requests generating at once (engine state slots)
+  int64_t max_queue = 256;       // requests waiting for a slot; beyond: 503
+  std::string api_key;           // empty: no authentication
+  int64_t max_prompt = 65536;    // tokens per prompt
+  int64_t max_tokens = 1 << 20;  // largest max_tokens a request may ask for
+  int64_t max_body_mb = 16;      // request bodies over this: 413
+  int64_t http_threads = 0;      // 0: parallel + max_queue + 8 (each waiting or streaming request holds one)
+};
+
+class Server {
+ public:
+  explicit Server(const ServerOptions& options);
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // Binds the listening socket (throws Error when it cannot) and serves on a background thread.
+  void start();
+  int bound_port() const { return port_; }
+
+  // The model is loaded: creates the engine, starts stepping it and opens the routes. `name` is /v1/models' id.
+  void attach(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tokenizer,
+              std::unique_ptr<ChatTemplate> chat_template, const EngineOptions& engine_options, std::string name);
+
+  // Stops accepting requests, cancels those in flight (their streams end), and stops serving and stepping.
+  void stop();
+
+ private:
+  void add_routes();
+  void handle_completion(const httplib::Request& req, httplib::Response& res, bool chat);
+  void handle_tokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_detokenize(const httplib::Request& req, httplib::Response& res);
+  void handle_models(httplib::Response& res) const;
+  void handle_metrics(httplib::Response& res) const;
+  void step_loop();
+  void require_ready() const;
+  // Submits one engine request per prompt, all delivering to `channel`; on any failure cancels those submitted.
+  void submit_all(const CompletionRequest& request, const std::shared_ptr<RequestChannel>& channel);
+  void finish(const std::shared_ptr<RequestChannel>& channel);
+  void cancel_if_stopping(RequestChannel& channel);
+  bool stream_some(RequestChannel& channel, CompletionResponse& response, bool& finished,
+                   httplib::DataSink& sink);  // counts its results and forgets it
+
+  ServerOptions options_;
+  std::unique_ptr<httplib::Server> http_;
+  std::thread http_thread_;
+  int port_ = 0;
+
+  std::unique_ptr<Model> model_;
+  std::unique_ptr<Tokenizer> tokenizer_;
+  std::unique_ptr<ChatTemplate> chat_template_;
+  std::unique_ptr<Engine> engine_;
+  std::string model_name_;
+  RequestLimits limits_;
+  int64_t created_ = 0;  // unix time the model was attached (/v1/models)
+  std::atomic<bool> ready_{false}, stopping_{false}, stopped_{false}, quit_{false};
+  std::thread step_thread_;
+
+  mutable std::mutex active_mutex_;
+  std::unordered_map<RequestChannel*, std::shared_ptr<RequestChannel>> active_;  // requests in flight
+  std::atomic<uint64_t> next_response_id_{1};
+  std::atomic<int64_t> in_flight_{0};  // prompts submitted and not finished: at most parallel + max_queue
+
+  // /metrics counters.
+  std::atomic<int64_t> requests_total_{0}, requests_cancelled_{0}, requests_rejected_{0};
+  std::atomic<int64_t> prompt_tokens_total_{0}, generated_tokens_total_{0};
+  std::atomic<int64_t> steps_total_{0}, step_ns_total_{0};
+};
+
+}  // namespace mambacpp::server
