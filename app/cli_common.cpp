@@ -25,6 +25,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
   cmd.add_option("--state-dtype", opts.state_dtype, "conv/SSM state dtype: fp32, or bf16 (GPU only)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
+  cmd.add_option("--ctx-size", opts.ctx_size,
+                 "models with attention layers: positions a sequence may hold (0 = the config's limit, if any)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd.add_flag("--no-cuda-graph", opts.no_cuda_graph, "GPU: run decode steps eagerly instead of replaying a CUDA graph");
   cmd.add_flag("--no-fused-decode", opts.no_fused_decode,
                "GPU: run decode blocks with the plain per-op kernels instead of the fused ones");
@@ -36,6 +40,7 @@ LoadOptions load_options(const ModelOptions& opts) {
   lo.weight_dtype = parse_dtype(opts.dtype);
   lo.threads = opts.threads;
   lo.max_batch_tokens = opts.max_batch_tokens;
+  lo.ctx_size = opts.ctx_size;
   lo.cuda_graphs = !opts.no_cuda_graph;
   lo.fused_decode = !opts.no_fused_decode;
   lo.progress = stderr_is_terminal();

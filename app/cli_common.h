@@ -17,6 +17,7 @@ struct ModelOptions {
   std::string dtype = "bf16";  // weights on the GPU
   int threads = 0;
   int64_t max_batch_tokens = 2048;
+  int64_t ctx_size = 0;  // attention layers' context limit; 0: the config's
   bool no_cuda_graph = false;
   bool no_fused_decode = false;
   std::string state_dtype = "fp32";  // conv/SSM state; bf16 on the GPU only
