@@ -1,0 +1,69 @@
+"""Shared fixtures of the Python tests. They import the mambacpp package from PYTHONPATH (the build tree's
+build/python, as ctest sets it) or from an installed copy, and run the CLI from $MAMBACPP_CLI (ctest sets it) or
+build/mambacpp."""
+
+import json
+import os
+import pathlib
+import subprocess
+
+import numpy as np
+import pytest
+
+import mambacpp
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = ROOT / "fixtures"
+DEFAULT_MODEL = ROOT / "models" / "default"
+
+
+def pytest_configure(config):
+    config.addinivalue_line("markers", "gpu: needs a CUDA device (ctest label gpu)")
+
+
+def fixture_model_dirs():
+    dirs = sorted(p for p in (FIXTURES / "models").iterdir() if (p / "logits.npy").exists())
+    assert len(dirs) >= 5, f"expected the transformers fixtures under {FIXTURES / 'models'}"
+    return dirs
+
+
+def read_tokens(path):
+    return [int(t) for t in pathlib.Path(path).read_text().split()]
+
+
+def max_rel_diff(got, expected):
+    """max |got - expected| / max |expected|, as the C++ tests compute it (tests/support/test_support.cpp)."""
+    got = np.asarray(got, dtype=np.float64)
+    expected = np.asarray(expected, dtype=np.float64)
+    assert got.shape == expected.shape, f"shape {got.shape} != {expected.shape}"
+    assert np.isfinite(got).all() and np.isfinite(expected).all()
+    return float(np.max(np.abs(got - expected)) / np.max(np.abs(expected)))
+
+
+def cli_path():
+    path = os.environ.get("MAMBACPP_CLI") or str(ROOT / "build" / "mambacpp")
+    if not os.path.exists(path):
+        pytest.fail(f"the mambacpp binary is needed for this test: build it or set MAMBACPP_CLI (looked at {path})")
+    return path
+
+
+def run_cli(*args):
+    r = subprocess.run([cli_path(), *map(str, args)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0, f"mambacpp {' '.join(map(str, args))} failed: {r.stderr}"
+    return r.stdout
+
+
+@pytest.fixture(scope="session")
+def model():
+    """The shipped model on the CPU."""
+    return mambacpp.Model(device="cpu")
+
+
+@pytest.fixture(scope="session")
+def fixture_models():
+    return {p.name: mambacpp.Model(p, device="cpu") for p in fixture_model_dirs()}
+
+
+def load_json(path):
+    with open(path) as f:
+        return json.load(f)
