@@ -15,6 +15,9 @@ import mambacpp
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "fixtures"
 DEFAULT_MODEL = ROOT / "models" / "default"
+# One CPU thread for the models and the CLI alike: CI machines have 2 cores shared with other jobs, where OpenMP
+# barriers over oversubscribed cores cost 100x; and the same thread split on both sides makes their sums identical.
+THREADS = int(os.environ.get("MAMBACPP_TEST_THREADS", "1"))
 
 
 def pytest_configure(config):
@@ -48,6 +51,7 @@ def cli_path():
 
 
 def run_cli(*args):
+    args = [*args, "--threads", THREADS] if args and args[0] in ("generate", "logits") else args
     r = subprocess.run([cli_path(), *map(str, args)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, f"mambacpp {' '.join(map(str, args))} failed: {r.stderr}"
     return r.stdout
@@ -56,12 +60,12 @@ def run_cli(*args):
 @pytest.fixture(scope="session")
 def model():
     """The shipped model on the CPU."""
-    return mambacpp.Model(device="cpu")
+    return mambacpp.Model(device="cpu", threads=THREADS)
 
 
 @pytest.fixture(scope="session")
 def fixture_models():
-    return {p.name: mambacpp.Model(p, device="cpu") for p in fixture_model_dirs()}
+    return {p.name: mambacpp.Model(p, device="cpu", threads=THREADS) for p in fixture_model_dirs()}
 
 
 def load_json(path):

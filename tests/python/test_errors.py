@@ -96,9 +96,10 @@ def test_bad_model_arguments(tmp_path):
 
 
 @pytest.mark.parametrize("kwargs, message", [
-    (dict(temperature=float("nan")), "temperature"),
-    (dict(top_p=1.5), "top_p"),
-    (dict(min_p=-0.5), "min_p"),
+    (dict(temperature=float("nan")), "sampling: temperature must be a number, found NaN"),
+    (dict(top_p=float("nan")), "sampling: top_p must be a number, found NaN"),
+    (dict(repeat_penalty=0), "sampling: repeat_penalty must be a finite number > 0, found 0"),
+    (dict(presence_penalty=3), "sampling: presence_penalty must be in [-2, 2], found 3"),
     (dict(max_tokens=-1), "max_tokens: expected 0 <= max_tokens"),
     (dict(max_tokens=2.5), "max_tokens: expected an integer, found float 2.5"),
     (dict(seed=-3), "seed: expected 0 <= seed"),
@@ -126,11 +127,9 @@ def test_engine_refuses_beyond_its_limits(model):
     with pytest.raises(mambacpp.InvalidArgumentError) as e:
         engine.submit([1, 2, 3, 4, 5])
     assert "prompt" in str(e.value)
-    engine.submit([1], max_tokens=1)
-    engine.submit([1], max_tokens=1)  # running or queued: room for one waiting request
-    with pytest.raises(mambacpp.InvalidArgumentError, match="queue"):
-        for _ in range(3):
-            engine.submit([1], max_tokens=1)
+    engine.submit([1], max_tokens=1)  # waits in the queue until the next step
+    with pytest.raises(mambacpp.InvalidArgumentError, match="the queue is full"):
+        engine.submit([1], max_tokens=1)
 
 
 def test_tokenizer_errors(model):
