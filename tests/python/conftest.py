@@ -71,3 +71,26 @@ def fixture_models():
 def load_json(path):
     with open(path) as f:
         return json.load(f)
+
+
+def read_safetensors(path):
+    """Every tensor of a .safetensors file as a numpy array (F32 as stored; BF16 and F16 widened to float32)."""
+    import struct
+    data = pathlib.Path(path).read_bytes()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    header.pop("__metadata__", None)
+    out = {}
+    for name, t in header.items():
+        begin, end = t["data_offsets"]
+        raw = data[8 + n + begin:8 + n + end]
+        if t["dtype"] == "F32":
+            a = np.frombuffer(raw, dtype="<f4")
+        elif t["dtype"] == "F16":
+            a = np.frombuffer(raw, dtype="<f2").astype(np.float32)
+        elif t["dtype"] == "BF16":
+            a = (np.frombuffer(raw, dtype="<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            raise ValueError(f"{path}: {name} has dtype {t['dtype']}")
+        out[name] = a.reshape(t["shape"])
+    return out

@@ -134,6 +134,26 @@ def test_equals_cli_logits(tmp_path, fixture_models, chunks):
     assert max_rel_diff(fixture_models[name].logits(read_tokens(d / "tokens.txt")), np.load(out)) <= 1e-6
 
 
+def test_the_gil_is_released_during_forward(model):
+    # The main thread keeps running Python while another thread's forward runs: the longest pause it sees must be
+    # far below the forward's duration (with the GIL held through the call it would be the whole duration).
+    import threading
+    import time
+    ids = np.arange(600) % model.vocab_size
+    t0 = time.perf_counter()
+    model.logits(ids, all_positions=False)
+    duration = time.perf_counter() - t0
+    worker = threading.Thread(target=model.logits, args=(ids,), kwargs={"all_positions": False})
+    last, longest = time.perf_counter(), 0.0
+    worker.start()
+    while worker.is_alive():
+        now = time.perf_counter()
+        longest, last = max(longest, now - last), now
+    worker.join()
+    assert duration > 0.05, "the forward is too short to tell"
+    assert longest < duration / 3, f"main thread paused {longest:.3f} s during a {duration:.3f} s forward"
+
+
 @pytest.mark.gpu
 def test_gpu_logits_match_transformers():
     d = FIXTURES / "models" / "mamba2_f32_groups_bias"
