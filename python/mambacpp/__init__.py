@@ -11,10 +11,10 @@ from ._mambacpp import GeneratedToken, GenerateResult, RequestEvent, TokenLogpro
 from ._tokenizer import Tokenizer
 from ._state import State
 from ._model import Model, default_model_dir
-from ._engine import Engine
+from ._engine import Engine, TextStream
 from ._block import MambaBlock
 
 __version__ = "0.1.0"
 
-__all__ = ["Model", "State", "Tokenizer", "Engine", "MambaBlock", "GenerateResult", "GeneratedToken", "TokenLogprob",
+__all__ = ["Model", "State", "Tokenizer", "Engine", "TextStream", "MambaBlock", "GenerateResult", "GeneratedToken", "TokenLogprob",
            "RequestEvent", "Error", "InvalidArgumentError", "FileError", "MissingFileError", "default_model_dir"]

@@ -117,31 +117,10 @@ class Engine:
             raise
 
     def stream(self, prompt, **request):
-        """Submits one request and yields its text as it comes (whole UTF-8 characters; the pieces concatenate to
-        the result's text). Closing the iterator early cancels the request."""
-        events = collections.deque()
-        rid = self.submit(prompt, on_event=events.append, **request)
-
-        def pieces():
-            finished = False
-            try:
-                while True:
-                    while events:
-                        ev = events.popleft()
-                        if ev.text:
-                            yield ev.text
-                        if ev.finished:
-                            finished = True
-                            if ev.result is not None and ev.result.error:
-                                raise Error(ev.result.error)
-                            return
-                    if not self.step() and not events:
-                        raise Error("engine: no work left but the request has not finished")
-            finally:
-                if not finished:
-                    self._abandon([rid])
-
-        return pieces()
+        """Submits one request and returns a ``TextStream``: iterating it steps the engine and yields the text as it
+        comes (whole UTF-8 characters; the pieces concatenate to the result's text); ``.result`` is the
+        GenerateResult once it has finished. Closing it early (or Ctrl-C) cancels the request."""
+        return TextStream(self, prompt, request)
 
     # ---- the prefix cache ------------------------------------------------------------------------------------
     def load_state(self, path):
@@ -204,3 +183,60 @@ class Engine:
                 break
         for i in ids:
             self.pop_result(i)
+
+
+class TextStream:
+    """The text of one request as it is generated (``Engine.stream``, ``Model.generate(stream=True)``)."""
+
+    def __init__(self, engine, prompt, request):
+        self._engine = engine
+        self._events = collections.deque()
+        self.id = engine.submit(prompt, on_event=self._events.append, **request)
+        self.result = None  # the GenerateResult, once finished
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            while True:
+                while self._events:
+                    ev = self._events.popleft()
+                    if ev.finished:
+                        self._done, self.result = True, ev.result
+                        if ev.result is not None and ev.result.error:
+                            raise Error(ev.result.error)
+                    if ev.text:
+                        return ev.text
+                if self._done:
+                    raise StopIteration
+                if not self._engine.step() and not self._events:
+                    self._done = True
+                    raise Error("engine: no work left but the request has not finished")
+        except (StopIteration, Error):
+            raise
+        except BaseException:  # Ctrl-C, or an error in another request's handler: free the slot, then re-raise
+            self.close()
+            raise
+
+    def close(self):
+        """Cancels the request if it is still running (and waits for its slot to be free)."""
+        if not self._done:
+            self._done = True
+            self._engine._abandon([self.id])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # Only cancel: a finalizer may run inside step() on this thread, where stepping again would deadlock. The
+        # request sends its last event at the next step, whoever runs it.
+        if not self._done:
+            try:
+                self._engine._native.cancel(self.id)
+            except Exception:
+                pass

@@ -175,3 +175,11 @@ def test_gpu_greedy_equals_cpu():
     a = mambacpp.Engine(cpu, state_cache_mb=0).run([ref["prompt_ids"]], max_tokens=50, temperature=0, ignore_eos=True)
     b = mambacpp.Engine(gpu, state_cache_mb=0).run([ref["prompt_ids"]], max_tokens=50, temperature=0, ignore_eos=True)
     assert a[0].tokens == b[0].tokens
+
+
+def test_text_stream_result(model):
+    engine = mambacpp.Engine(model, state_cache_mb=0)
+    with engine.stream(PROMPT, max_tokens=20, temperature=0) as s:
+        text = "".join(s)
+    assert s.result is not None and s.result.text == text and len(s.result.tokens) == 20
+    assert s.result.tokens == engine.run([PROMPT], max_tokens=20, temperature=0)[0].tokens

@@ -28,11 +28,10 @@ def test_stub_methods_exist_and_public_methods_are_in_the_stub():
         if not isinstance(node, ast.ClassDef) or not hasattr(mambacpp, node.name):
             continue
         cls = getattr(mambacpp, node.name)
+        # Methods and properties must exist on the class (annotated attributes are set per instance: not checked).
         stubbed = {n.name for n in node.body if isinstance(n, ast.FunctionDef)}
-        stubbed |= {n.target.id for n in node.body if isinstance(n, ast.AnnAssign)}
-        for name in stubbed - {"__init__"}:
-            assert hasattr(cls, name) or name in getattr(cls, "__annotations__", {}) or \
-                name in ("tokens", "tokenizer", "model", "path"), f"{node.name}.{name} is in the stub only"
+        for name in stubbed:
+            assert hasattr(cls, name), f"{node.name}.{name} is in the stub only"
         if inspect.isclass(cls) and cls.__module__.startswith("mambacpp._") and "_mambacpp" not in cls.__module__:
             public = {n for n, v in vars(cls).items() if not n.startswith("_") and (callable(v) or isinstance(v, property))}
             assert public <= stubbed, f"{node.name}: not in the stub: {public - stubbed}"
