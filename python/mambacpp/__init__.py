@@ -13,8 +13,9 @@ from ._state import State
 from ._model import Model, default_model_dir
 from ._engine import Engine, TextStream
 from ._block import MambaBlock
+from ._mixer import Mamba2Mixer, MambaMixer
 
 __version__ = "0.1.0"
 
-__all__ = ["Model", "State", "Tokenizer", "Engine", "TextStream", "MambaBlock", "GenerateResult", "GeneratedToken", "TokenLogprob",
+__all__ = ["Model", "State", "Tokenizer", "Engine", "TextStream", "MambaBlock", "Mamba2Mixer", "MambaMixer", "GenerateResult", "GeneratedToken", "TokenLogprob",
            "RequestEvent", "Error", "InvalidArgumentError", "FileError", "MissingFileError", "default_model_dir"]

@@ -153,6 +153,12 @@ class Model:
         from ._block import MambaBlock
         return MambaBlock(self, layer)
 
+    def mixer(self, layer, **kwargs):
+        """Layer ``layer``'s mixer alone (``Mamba2Mixer`` or ``MambaMixer``: no block norm, no residual)."""
+        from ._mixer import Mamba2Mixer, MambaMixer
+        cls = Mamba2Mixer if self._config["arch"] == "mamba2" else MambaMixer
+        return cls.from_model(self, layer, **kwargs)
+
     # ---- generation ------------------------------------------------------------------------------------------
     def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
                  repeat_penalty=1.0, seed=None, stop=None, stream=False, **options):
