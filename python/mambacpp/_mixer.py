@@ -66,7 +66,7 @@ class _Mixer:
         with open(os.path.join(tmp.name, "config.json"), "w") as f:
             json.dump(config, f)
         write_f32(os.path.join(tmp.name, "model.safetensors"), tensors)
-        self._model = Model(tmp.name, device=device, threads=threads)
+        self._model = Model(tmp.name, device=device, dtype="fp32", threads=threads)  # f32 weights on a GPU too
         self._block = MambaBlock(self._model, 0)
         self.config = self._model.config
 
