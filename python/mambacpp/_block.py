@@ -37,7 +37,8 @@ class MambaBlock:
                 raise InvalidArgumentError("state: expected a State made by this block's new_state (or None)")
             if state.batch != a.shape[0]:
                 raise InvalidArgumentError(f"state: holds {state.batch} sequences, expected {a.shape[0]} (x's B)")
-        y = self._native.forward(state._native, a)
+        with state._lock:
+            y = self._native.forward(state._native, a)
         return (y if batched else y[0]), state
 
     forward = __call__

@@ -115,10 +115,12 @@ class Model:
             self._check_state(state)
             if state.batch != b:
                 raise InvalidArgumentError(f"state: holds {state.batch} sequences, expected {b} (the input's B)")
-            native_state = state._native
-        out = self._native.forward(native_state, x, bool(all_positions))
-        if state is not None:
-            state.tokens = []  # it no longer stands for a loaded file's tokens alone
+        if state is None:
+            out = self._native.forward(native_state, x, bool(all_positions))
+        else:
+            with state._lock:
+                out = self._native.forward(state._native, x, bool(all_positions))
+                state._consumed(x[0].tolist() if ids is not None and b == 1 else None)
         v = out.shape[1]
         if all_positions:
             return out.reshape((b, length, v) if batched else (length, v))

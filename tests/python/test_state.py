@@ -124,3 +124,40 @@ def test_state_survives_its_model_object(tmp_path):
     assert s.arrays()[0][0].shape[0] == 1 and ref.shape[0] == 2
     y, _ = block(np.ones((2, block.model.d_model), dtype=np.float32))
     assert np.isfinite(y).all()
+
+
+def test_tokens_follow_what_was_fed_and_serve_the_engine(model, tmp_path):
+    a = prompt(model)
+    state = model.new_state()
+    model.logits(a[:4], state=state)
+    model.logits(a[4:], state=state)
+    assert state.tokens == a and state.copy().tokens == a
+    state.save(tmp_path / "a.state")
+    assert model.load_state(tmp_path / "a.state").tokens == a
+    # The engine continues from the file: only the new tokens are prefilled, and the result is a fresh run's.
+    engine = mambacpp.Engine(model, state_cache_mb=64)
+    assert engine.load_state(tmp_path / "a.state") == a
+    cont = a + model.tokenizer.encode("        self.pos = 0\n")
+    r = engine.run([cont], max_tokens=8, temperature=0)[0]
+    assert r.cached_prompt_tokens == len(a)
+    assert r.tokens == mambacpp.Engine(model, state_cache_mb=0).run([cont], max_tokens=8, temperature=0)[0].tokens
+    # Embeddings make the tokens unknown for good (until reset).
+    model.logits(embeddings=np.zeros((1, model.d_model), np.float32), state=state)
+    model.logits([5], state=state)
+    assert state.tokens == []
+    state.reset()
+    model.logits([5], state=state)
+    assert state.tokens == [5]
+
+
+def test_a_state_is_used_by_one_thread_at_a_time(model):
+    # Several threads feeding one state: the calls serialise (no torn state), so the result is some order of the
+    # same chunks; with equal chunks every order gives the same state, and so the one-pass logits.
+    import threading
+    chunk = prompt(model)[:6]
+    state = model.new_state()
+    threads = [threading.Thread(target=model.logits, args=(chunk,), kwargs={"state": state}) for _ in range(4)]
+    [t.start() for t in threads]
+    [t.join() for t in threads]
+    last = model.logits([3], state=state)
+    assert max_rel_diff(last[0], model.logits(chunk * 4 + [3])[-1]) <= TOL
