@@ -151,6 +151,9 @@ class Engine:
         return _checks.token_ids(prompt, "prompt", self.model.vocab_size, allow_batch=False)[0][0].tolist()
 
     def _dispatch(self, events):
+        # Every event is delivered even when a handler raises (the first exception is re-raised afterwards):
+        # otherwise the other requests' events of this step, their last ones included, would be lost.
+        error = None
         for ev in events:
             with self._handlers_lock:
                 handler = self._handlers.get(ev.id)
@@ -159,7 +162,12 @@ class Engine:
                     if handler is None:
                         self._results[ev.id] = ev.result
             if handler is not None:
-                handler(ev)
+                try:
+                    handler(ev)
+                except BaseException as e:  # noqa: B036 - re-raised below, after the other events
+                    error = error or e
+        if error is not None:
+            raise error
 
     def _collect(self, ids, results):
         for i in ids:

@@ -183,3 +183,24 @@ def test_text_stream_result(model):
         text = "".join(s)
     assert s.result is not None and s.result.text == text and len(s.result.tokens) == 20
     assert s.result.tokens == engine.run([PROMPT], max_tokens=20, temperature=0)[0].tokens
+
+
+def test_a_raising_handler_loses_no_other_event(model):
+    engine = mambacpp.Engine(model, state_cache_mb=0)
+
+    calls = []
+
+    def bad(event):  # fails on its request's last event, the step where the other request finishes too
+        calls.append(event)
+        if event.finished:
+            raise RuntimeError("handler failed")
+
+    engine.submit(PROMPT, max_tokens=3, temperature=0, on_event=bad)
+    other = engine.submit(PROMPT, max_tokens=3, temperature=0)
+    with pytest.raises(RuntimeError, match="handler failed"):
+        while engine.step():
+            pass
+    assert calls[-1].finished
+    r = engine.pop_result(other)  # finished in the same step, after the failing handler ran
+    assert r is not None and len(r.tokens) == 3
+    assert not engine.step()

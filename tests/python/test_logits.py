@@ -139,7 +139,7 @@ def test_the_gil_is_released_during_forward(model):
     # far below the forward's duration (with the GIL held through the call it would be the whole duration).
     import threading
     import time
-    ids = np.arange(600) % model.vocab_size
+    ids = np.arange(1000) % model.vocab_size
     t0 = time.perf_counter()
     model.logits(ids, all_positions=False)
     duration = time.perf_counter() - t0
