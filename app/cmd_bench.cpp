@@ -29,7 +29,9 @@ struct BenchOptions {
   bool host_argmax = false;  // copy whole logit rows and take the argmax on the host (before device selection)
   // --serve: the serving workload on the engine (serve_bench)
   bool serve = false;
+  bool chat_turn = false;  // --chat-turn: time to first token of a chat's next turn, cached vs recomputed
   int64_t requests = 64, min_prompt = 16, max_prompt = 512, max_seqs = 32, state_cache_mb = 1024;
+  int64_t checkpoint_interval = EngineOptions{}.state_checkpoint_interval;
 };
 
 using Clock = std::chrono::steady_clock;
@@ -42,6 +44,14 @@ double median(std::vector<double> v) {
 
 int32_t argmax(std::span<const float> row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
+}
+
+std::vector<int32_t> random_prompt(const ModelConfig& c, int64_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
+  std::vector<int32_t> p(static_cast<size_t>(n));
+  for (auto& t : p) t = tok(rng);
+  return p;
 }
 
 struct ClosedBatch {
@@ -122,6 +132,7 @@ void serve_bench(const Model& model, const BenchOptions& o, double load_ms) {
   eo.max_queue = o.requests;
   eo.state_dtype = o.model.state();
   eo.state_cache_mb = o.state_cache_mb;
+  eo.state_checkpoint_interval = o.checkpoint_interval;
   std::vector<double> wall_ms, ttft, itl;
   int64_t generated = 0;
   for (int rep = 0; rep < o.repeat + 1; ++rep) {
@@ -167,7 +178,7 @@ void serve_bench(const Model& model, const BenchOptions& o, double load_ms) {
       {"state_dtype", dtype_name(o.model.state())},
       {"requests", o.requests}, {"min_prompt", o.min_prompt}, {"max_prompt", o.max_prompt}, {"gen", o.gen},
       {"max_seqs", o.max_seqs}, {"batch_tokens", model.load_options().max_batch_tokens},
-      {"state_cache_mb", o.state_cache_mb}, {"repeat", o.repeat}, {"load_ms", load_ms},
+      {"state_cache_mb", o.state_cache_mb}, {"state_checkpoint_interval", o.checkpoint_interval}, {"repeat", o.repeat}, {"load_ms", load_ms},
       {"wall_ms", wall}, {"wall_ms_runs", wall_ms},
       {"generated_tokens", generated}, {"generated_tokens_per_s", rate},
       {"ttft_ms_p50", percentile(ttft, 0.5)}, {"ttft_ms_p99", percentile(ttft, 0.99)},
@@ -194,6 +205,69 @@ void serve_bench(const Model& model, const BenchOptions& o, double load_ms) {
   std::printf("ratio        serving / closed batch = %.3f\n", j["serve_vs_closed"].get<double>());
 }
 
+// A chat's next turn: turn 1 is a -p token prompt answered with -g tokens; turn 2 sends the history plus a
+// 32-token message. Time to first token of turn 2 on an engine that served turn 1 (its end state cached) against a
+// fresh engine without a cache; and the cost of one state snapshot, the price of each cached position.
+void chat_turn_bench(const Model& model, const BenchOptions& o, double load_ms) {
+  const ModelConfig& c = model.config();
+  EngineOptions eo;
+  eo.max_seqs = 1;
+  eo.state_dtype = o.model.state();
+  eo.state_cache_mb = o.state_cache_mb;
+  eo.state_checkpoint_interval = o.checkpoint_interval;
+  const std::vector<int32_t> prompt = random_prompt(c, o.prompt, 21), message = random_prompt(c, 32, 22);
+  auto turn = [&](std::vector<int32_t> p, int gen) {
+    GenerateRequest r;
+    r.prompt = std::move(p);
+    r.max_new_tokens = gen;
+    r.sampling.temperature = 0.0f;
+    r.ignore_eos = true;
+    return r;
+  };
+  std::vector<double> cached_ms, fresh_ms;
+  int64_t cached_tokens = 0, history_tokens = 0;
+  for (int rep = 0; rep < o.repeat + 1; ++rep) {
+    Engine engine(model, nullptr, eo);
+    const GenerateResult r1 = engine.run({turn(prompt, static_cast<int>(std::max<int64_t>(o.gen, 1)))}).front();
+    std::vector<int32_t> history = prompt;
+    history.insert(history.end(), r1.tokens.begin(), r1.tokens.end());
+    history.insert(history.end(), message.begin(), message.end());
+    history_tokens = static_cast<int64_t>(history.size());
+    const GenerateResult hit = engine.run({turn(history, 1)}).front();
+    EngineOptions none = eo;
+    none.state_cache_mb = 0;
+    Engine fresh(model, nullptr, none);
+    const GenerateResult miss = fresh.run({turn(history, 1)}).front();
+    if (rep == 0) continue;  // warm-up
+    cached_ms.push_back(hit.timings.prompt_ms);
+    fresh_ms.push_back(miss.timings.prompt_ms);
+    cached_tokens = hit.cached_prompt_tokens;
+  }
+  auto state = model.create_state(1, o.model.state());
+  std::vector<double> snap_ms;
+  for (int i = 0; i < 11; ++i) {
+    const auto t = Clock::now();
+    SlotSnapshot s = state->snapshot(0);
+    state->restore(0, s);  // waits for the copies
+    snap_ms.push_back(ms_since(t) / 2);
+  }
+  nlohmann::json j = {{"mode", "chat_turn"}, {"model", o.shape.empty() ? model.directory() : o.shape},
+                      {"device", model.device_description()}, {"state_dtype", dtype_name(o.model.state())},
+                      {"load_ms", load_ms}, {"history_tokens", history_tokens}, {"cached_prompt_tokens", cached_tokens},
+                      {"ttft_cached_ms", median(cached_ms)}, {"ttft_uncached_ms", median(fresh_ms)},
+                      {"state_bytes", state->slot_bytes()}, {"snapshot_ms", median(snap_ms)}};
+  if (o.json) {
+    std::cout << j.dump() << "\n";
+    return;
+  }
+  std::printf("model        %s on %s (state %s, %.1f MB per sequence)\n", j["model"].get<std::string>().c_str(),
+              model.device_description().c_str(), o.model.state_dtype.c_str(), state->slot_bytes() / 1e6);
+  std::printf("next turn    %lld history tokens, %lld from the cache: time to first token %.2f ms cached, %.2f ms "
+              "recomputed (median of %d)\n", (long long)history_tokens, (long long)cached_tokens, median(cached_ms),
+              median(fresh_ms), o.repeat);
+  std::printf("snapshot     %.3f ms per state copy (taking or restoring one)\n", median(snap_ms));
+}
+
 void run_bench(const BenchOptions& o) {
   if (o.shape.empty() == o.model.model_dir.empty()) fail("bench: give exactly one of --shape or --model");
   const LoadOptions lo = load_options(o.model);
@@ -201,6 +275,7 @@ void run_bench(const BenchOptions& o) {
   std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), lo, 1);
   const double load_ms = ms_since(t_load);
   if (o.serve) return serve_bench(*model, o, load_ms);
+  if (o.chat_turn) return chat_turn_bench(*model, o, load_ms);
   const ModelConfig& c = model->config();
   const DType state_dtype = o.model.state();
   const double bandwidth = model->measure_copy_bandwidth();
@@ -266,13 +341,19 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_flag("--serve", o->serve,
                 "serving workload: --requests prompts of uniform length in [--min-prompt, --max-prompt], -g tokens each, "
                 "all submitted at once to the engine, beside the closed batch of --max-seqs prompts of the mean length");
+  cmd->add_flag("--chat-turn", o->chat_turn,
+                "time to first token of a chat's next turn (-p prompt, -g answer, 32 new tokens), cached vs recomputed");
   cmd->add_option("--requests", o->requests, "--serve: requests")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--min-prompt", o->min_prompt, "--serve: shortest prompt")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-prompt", o->max_prompt, "--serve: longest prompt")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--max-seqs", o->max_seqs, "--serve: requests running at once")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "--serve: prefix cache budget, MiB")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--state-checkpoint-interval", o->checkpoint_interval,
+                  "--serve/--chat-turn: prompt positions (multiples of this) whose state is cached; 0: none")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->callback([o, &run] {
     if (o->serve && o->min_prompt > o->max_prompt) throw CLI::ValidationError("--min-prompt", "exceeds --max-prompt");
+    if (o->serve && o->chat_turn) throw CLI::ValidationError("--chat-turn", "excludes --serve");
     run = [o] { run_bench(*o); };
   });
   return cmd;

@@ -32,6 +32,7 @@ struct GenerateCliOptions {
   int64_t max_prompt = 65536;
   int64_t max_seqs = 0;  // 0: every prompt at once
   int64_t state_cache_mb = 1024;
+  int64_t checkpoint_interval = EngineOptions{}.state_checkpoint_interval;
   std::string load_state;
   std::string save_state;
   bool json = false;
@@ -68,11 +69,11 @@ void run_generate(const GenerateCliOptions& o) {
   if (!o.tokens_file.empty()) {
     prompts.push_back(read_token_file(o.tokens_file));
   } else if (o.prompt_given) {
-    prompts.push_back(tokenizer->encode(o.prompt));
+    prompts.push_back(tokenizer->encode(o.prompt, /*add_special_tokens=*/true));  // as tokenizer(text): BOS etc.
   } else {
     std::ifstream in(o.prompts_file);
     if (!in) fail("--prompts-file: cannot open '", o.prompts_file, "'");
-    for (std::string line; std::getline(in, line);) prompts.push_back(tokenizer->encode(line));
+    for (std::string line; std::getline(in, line);) prompts.push_back(tokenizer->encode(line, true));
     if (prompts.empty()) fail("--prompts-file '", o.prompts_file, "' holds no prompts (one per line expected)");
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -106,6 +107,7 @@ void run_generate(const GenerateCliOptions& o) {
   eo.max_prompt = o.max_prompt;
   eo.state_dtype = o.model.state();
   eo.state_cache_mb = o.state_cache_mb;
+  eo.state_checkpoint_interval = o.checkpoint_interval;
   Engine engine(*model, tokenizer.get(), eo);
   if (!o.load_state.empty()) {
     const std::vector<int32_t> restored = engine.load_state(o.load_state);
@@ -170,6 +172,9 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--max-prompt", o->max_prompt, "refuse prompts longer than this many tokens")->capture_default_str();
   cmd->add_option("--max-seqs", o->max_seqs, "prompts running at once (default: all of them)")->check(CLI::NonNegativeNumber);
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--state-checkpoint-interval", o->checkpoint_interval,
+                  "prompt positions (multiples of this) whose state is cached; 0: none")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--load-state", o->load_state, "state file to continue from (a prompt that begins with its tokens prefills only the rest)");
   cmd->add_option("--save-state", o->save_state, "write the state at the end of the generation to this file");

@@ -7,7 +7,7 @@
 #include <fstream>
 
 #include "support/test_support.h"
-#include "util/npy.h"
+#include "mambacpp/npy.h"
 
 namespace mambacpp {
 namespace {

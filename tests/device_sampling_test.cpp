@@ -1,13 +1,13 @@
 // The candidate path end to end on the CPU backend: Model::forward_top_k equals select_top_k's reference applied to
 // forward's LastLogits rows (prefill pieces and decode steps), and generate gives the very same tokens with
-// GenerateOptions::device_sampling on and off, for greedy and every sampling stage, padded vocabularies (a
+// EngineOptions::device_sampling on and off, for greedy and every sampling stage, padded vocabularies (a
 // tokenizer smaller than the logits), penalties, batches, and a batch where one request needs whole rows.
 #include <gtest/gtest.h>
 
 #include <string>
 #include <vector>
 
-#include "engine/generator.h"
+#include "support/engine_support.h"
 #include "mambacpp/error.h"
 #include "mambacpp/model.h"
 #include "mambacpp/tokenizer.h"
@@ -120,10 +120,9 @@ TEST_F(DeviceSampling, GenerateGivesTheSameTokensOnBothPaths) {
       assign_batch_seeds(reqs, 500);
       std::vector<std::vector<int32_t>> got[2];
       for (int device = 0; device < 2; ++device) {
-        GenerateOptions opt;
+        EngineOptions opt;
         opt.device_sampling = device == 1;
-        auto state = model->create_state(static_cast<int64_t>(reqs.size()));
-        for (const GenerateResult& r : generate(*model, *state, reqs, tok, opt)) got[device].push_back(r.tokens);
+        for (const GenerateResult& r : test::run_batch(*model, reqs, tok, opt)) got[device].push_back(r.tokens);
       }
       for (size_t i = 0; i < reqs.size(); ++i) {
         EXPECT_EQ(got[1][i], got[0][i]) << "request " << i << " T " << s.temperature << " top_k " << s.top_k
@@ -150,10 +149,9 @@ TEST_F(DeviceSampling, OneRequestNeedingWholeRowsTakesTheBatchToWholeRows) {
   assign_batch_seeds(reqs, 3);
   std::vector<std::vector<int32_t>> got[2];
   for (int device = 0; device < 2; ++device) {
-    GenerateOptions opt;
+    EngineOptions opt;
     opt.device_sampling = device == 1;
-    auto state = model->create_state(2);
-    for (const GenerateResult& r : generate(*model, *state, reqs, nullptr, opt)) got[device].push_back(r.tokens);
+    for (const GenerateResult& r : test::run_batch(*model, reqs, nullptr, opt)) got[device].push_back(r.tokens);
   }
   EXPECT_EQ(got[1], got[0]);
 }

@@ -11,7 +11,7 @@
 
 #include "mambacpp/model.h"
 #include "support/test_support.h"
-#include "util/npy.h"
+#include "mambacpp/npy.h"
 
 namespace mambacpp {
 namespace {

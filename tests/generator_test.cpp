@@ -1,6 +1,7 @@
-// Engine tests on a tiny random Mamba-2 checkpoint: the generator against a full-recompute greedy reference,
-// batched == alone (greedy and seeded sampling), stop tokens / EOS / stop strings / max tokens, UTF-8 safe
-// streaming, and perplexity against one AllLogits pass per window.
+// Generation tests on a tiny random Mamba-2 checkpoint, through the serving engine: against a full-recompute greedy
+// reference, batched == alone (greedy and seeded sampling), stop tokens / EOS / stop strings / max tokens, UTF-8
+// safe streaming, and perplexity against one AllLogits pass per window. tests/engine_test.cpp covers scheduling and
+// the prefix cache.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -8,12 +9,12 @@
 #include <string>
 #include <vector>
 
-#include "engine/generator.h"
-#include "engine/perplexity.h"
+#include "mambacpp/perplexity.h"
 #include "engine/utf8_stream.h"
 #include "mambacpp/error.h"
 #include "mambacpp/model.h"
 #include "mambacpp/tokenizer.h"
+#include "support/engine_support.h"
 #include "support/test_support.h"
 
 namespace mambacpp {
@@ -152,12 +153,12 @@ TEST_F(TinyMamba2Engine, GreedyEqualsFullRecomputeReference) {
     want.push_back(t);
     seq.push_back(t);
   }
-  const GenerateResult r = generate(*model, request(prompt, n_new, greedy()), nullptr);
+  const GenerateResult r = test::run_alone(*model, request(prompt, n_new, greedy()));
   EXPECT_EQ(r.tokens, want);
-  EXPECT_EQ(r.stop_reason, GenerateResult::Length);
+  EXPECT_EQ(r.finish_reason, FinishReason::Length);
   EXPECT_TRUE(r.text.empty());
-  EXPECT_GE(r.prompt_ms, 0.0);
-  EXPECT_GE(r.generate_ms, 0.0);
+  EXPECT_GE(r.timings.prompt_ms, 0.0);
+  EXPECT_GE(r.timings.generate_ms, 0.0);
 }
 
 // Prompts of different lengths and budgets, so that requests leave the batch at different steps.
@@ -168,11 +169,10 @@ std::vector<GenerateRequest> mixed_batch(SamplingParams s) {
 
 TEST_F(TinyMamba2Engine, BatchedEqualsAloneGreedy) {
   const std::vector<GenerateRequest> reqs = mixed_batch(greedy());
-  auto state = model->create_state(4);
-  const std::vector<GenerateResult> batch = generate(*model, *state, reqs, nullptr);
+  const std::vector<GenerateResult> batch = test::run_batch(*model, reqs);
   ASSERT_EQ(batch.size(), reqs.size());
   for (size_t i = 0; i < reqs.size(); ++i) {
-    const GenerateResult alone = generate(*model, reqs[i], nullptr);
+    const GenerateResult alone = test::run_alone(*model, reqs[i]);
     EXPECT_EQ(batch[i].tokens, alone.tokens) << "request " << i;
     EXPECT_EQ(batch[i].tokens.size(), static_cast<size_t>(reqs[i].max_new_tokens)) << "request " << i;
   }
@@ -182,20 +182,18 @@ TEST_F(TinyMamba2Engine, BatchedEqualsAloneSeededSampling) {
   std::vector<GenerateRequest> reqs = mixed_batch(wide_sampling(0));
   reqs.push_back(reqs[1]);  // the same prompt twice: different seeds must give different continuations
   assign_batch_seeds(reqs, 1000);
-  auto state = model->create_state(5);
-  const std::vector<GenerateResult> batch = generate(*model, *state, reqs, nullptr);
+  const std::vector<GenerateResult> batch = test::run_batch(*model, reqs);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(batch[i].seed, 1000 + i);
     GenerateRequest alone_req = reqs[i];
     alone_req.sampling.seed = 1000 + i;  // what a user re-running request i alone would pass
-    EXPECT_EQ(batch[i].tokens, generate(*model, alone_req, nullptr).tokens) << "request " << i;
+    EXPECT_EQ(batch[i].tokens, test::run_alone(*model, alone_req).tokens) << "request " << i;
   }
   EXPECT_NE(batch[1].tokens, batch[4].tokens);
 
-  // Slots in another order, and a rerun on a used state (slots are reset): the same tokens.
-  GenerateOptions opt;
-  opt.slots = {3, 1, 0, 4, 2};
-  const std::vector<GenerateResult> again = generate(*model, *state, reqs, nullptr, opt);
+  // Two slots for five requests (they queue and reuse slots), on an engine whose cache holds the earlier states:
+  // the same tokens.
+  const std::vector<GenerateResult> again = test::run_batch(*model, reqs, nullptr, {}, 2);
   for (size_t i = 0; i < reqs.size(); ++i) EXPECT_EQ(again[i].tokens, batch[i].tokens) << "request " << i;
 }
 
@@ -205,20 +203,19 @@ TEST(Generator, BatchedEqualsAloneOnMamba1) {
   for (SamplingParams s : {greedy(), wide_sampling(0)}) {
     std::vector<GenerateRequest> reqs = mixed_batch(s);  // ids < 47, valid in this vocabulary of 53 too
     assign_batch_seeds(reqs, 77);
-    auto state = m1->create_state(static_cast<int64_t>(reqs.size()));
-    const std::vector<GenerateResult> batch = generate(*m1, *state, reqs, nullptr);
+    const std::vector<GenerateResult> batch = test::run_batch(*m1, reqs);
     for (size_t i = 0; i < reqs.size(); ++i)
-      EXPECT_EQ(batch[i].tokens, generate(*m1, reqs[i], nullptr).tokens) << "request " << i << " T " << s.temperature;
+      EXPECT_EQ(batch[i].tokens, test::run_alone(*m1, reqs[i]).tokens) << "request " << i << " T " << s.temperature;
   }
 }
 
 TEST_F(TinyMamba2Engine, UnseededSamplingReportsItsSeed) {
   SamplingParams s = wide_sampling(0);
   s.seed_given = false;
-  const GenerateResult r = generate(*model, request({4, 8}, 16, s), nullptr);
+  const GenerateResult r = test::run_alone(*model, request({4, 8}, 16, s));
   s.seed = r.seed;
   s.seed_given = true;
-  EXPECT_EQ(generate(*model, request({4, 8}, 16, s), nullptr).tokens, r.tokens);
+  EXPECT_EQ(test::run_alone(*model, request({4, 8}, 16, s)).tokens, r.tokens);
 }
 
 // The index of the first occurrence of a token that does not occur at index 0 (so that the cut is visible).
@@ -232,13 +229,13 @@ size_t first_cut(const std::vector<int32_t>& tokens) {
 
 TEST_F(TinyMamba2Engine, StopTokenEndsGenerationAndIsNotIncluded) {
   const GenerateRequest base = request({9, 2, 14}, 20, greedy());
-  const std::vector<int32_t> full = generate(*model, base, nullptr).tokens;
+  const std::vector<int32_t> full = test::run_alone(*model, base).tokens;
   const size_t k = first_cut(full);
   ASSERT_GT(k, 0u) << "the greedy continuation repeats one token; pick another prompt";
   GenerateRequest r = base;
   r.stop_tokens = {full[k], 46};
-  const GenerateResult got = generate(*model, r, nullptr);
-  EXPECT_EQ(got.stop_reason, GenerateResult::Eos);
+  const GenerateResult got = test::run_alone(*model, r);
+  EXPECT_EQ(got.finish_reason, FinishReason::Eos);
   EXPECT_EQ(got.tokens, std::vector<int32_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(k)));
 }
 
@@ -247,117 +244,86 @@ TEST(Generator, ConfigEosStopsUnlessIgnored) {
   ModelConfig cfg = test::tiny_mamba2_config();
   const auto plain_model = load_tiny(plain_dir, cfg);
   const GenerateRequest req = request({9, 2, 14}, 20, greedy());
-  const std::vector<int32_t> full = generate(*plain_model, req, nullptr).tokens;
+  const std::vector<int32_t> full = test::run_alone(*plain_model, req).tokens;
   const size_t k = first_cut(full);
   ASSERT_GT(k, 0u);
   cfg.eos_token_id = full[k];
   const auto eos_model = load_tiny(eos_dir, cfg);  // same seed and shapes: the same weights
   GenerateRequest ignoring = req;
   ignoring.ignore_eos = true;
-  const GenerateResult all = generate(*eos_model, ignoring, nullptr);
+  const GenerateResult all = test::run_alone(*eos_model, ignoring);
   ASSERT_EQ(all.tokens, full) << "the weights should depend on the seed and shapes only";
-  EXPECT_EQ(all.stop_reason, GenerateResult::Length);
-  const GenerateResult stopped = generate(*eos_model, req, nullptr);
-  EXPECT_EQ(stopped.stop_reason, GenerateResult::Eos);
+  EXPECT_EQ(all.finish_reason, FinishReason::Length);
+  const GenerateResult stopped = test::run_alone(*eos_model, req);
+  EXPECT_EQ(stopped.finish_reason, FinishReason::Eos);
   EXPECT_EQ(stopped.tokens, std::vector<int32_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(k)));
 }
 
 TEST_F(TinyMamba2Engine, MaxNewTokens) {
   for (int n : {0, 1, 7}) {
-    const GenerateResult r = generate(*model, request({3, 1}, n, wide_sampling(5)), nullptr);
+    const GenerateResult r = test::run_alone(*model, request({3, 1}, n, wide_sampling(5)));
     EXPECT_EQ(r.tokens.size(), static_cast<size_t>(n));
-    EXPECT_EQ(r.stop_reason, GenerateResult::Length);
+    EXPECT_EQ(r.finish_reason, FinishReason::Length);
   }
 }
 
-TEST_F(TinyMamba2Engine, ContinuingASlotEqualsOneLongPrompt) {
-  // Chat-style: generate, then continue the slot with the last generated token plus more prompt. The slot holds the
-  // prompt and all generated tokens but the last, so the result must equal a fresh run over the whole history.
-  auto state = model->create_state(1);
-  const GenerateRequest first = request({2, 4, 6}, 5, greedy());
-  const GenerateResult r1 = generate(*model, *state, std::span(&first, 1), nullptr).front();
-  GenerateRequest second = request({r1.tokens.back(), 10, 11}, 6, greedy());
-  GenerateOptions keep;
-  keep.reset_slots = false;
-  const GenerateResult r2 = generate(*model, *state, std::span(&second, 1), nullptr, keep).front();
-  std::vector<int32_t> history = first.prompt;
-  history.insert(history.end(), r1.tokens.begin(), r1.tokens.end());
-  history.insert(history.end(), {10, 11});
-  EXPECT_EQ(r2.tokens, generate(*model, request(history, 6, greedy()), nullptr).tokens);
-}
-
-TEST_F(TinyMamba2Engine, BadRequestsFailBeforeTouchingState) {
-  auto state = model->create_state(2);
-  const std::vector<int32_t> warm = {1, 2, 3};
-  const Sequence s = Sequence::tokens(warm, 0);
-  model->forward(*state, std::span(&s, 1), Output::None);
-  const std::vector<float> before = state->read_slot(0);
-
-  auto expect_error = [&](std::vector<GenerateRequest> reqs, const std::string& needle, const Tokenizer* tok = nullptr,
-                          GenerateOptions opt = {}) {
-    opt.reset_slots = false;
+TEST_F(TinyMamba2Engine, BadRequestsAreRefusedAndRunNothing) {
+  Engine engine(*model, nullptr, {.max_seqs = 2});
+  auto expect_error = [&](std::vector<GenerateRequest> reqs, const std::string& needle, const Tokenizer* tok = nullptr) {
+    Engine with_tok(*model, tok, {.max_seqs = 2});
+    Engine& e = tok ? with_tok : engine;
     try {
-      generate(*model, *state, reqs, tok, opt);
+      e.run(reqs);
       ADD_FAILURE() << "no error; expected one mentioning '" << needle << "'";
-    } catch (const Error& e) {
-      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    } catch (const Error& err) {
+      EXPECT_NE(std::string(err.what()).find(needle), std::string::npos) << err.what();
     }
-    EXPECT_EQ(state->read_slot(0), before) << "state changed by a rejected batch";
+    EXPECT_EQ(e.stats().queued, 0) << "a rejected batch left requests queued";
+    EXPECT_FALSE(e.step()) << "a rejected batch left work";
   };
   const GenerateRequest good = request({5}, 3, greedy());
   expect_error({good, request({}, 3, greedy())}, "BOS");
-  expect_error({good, request({3, 47}, 3, greedy())}, "prompt token 47");
+  expect_error({good, request({3, 47}, 3, greedy())}, "prompt token 1 is 47");
   expect_error({good, request({3}, -1, greedy())}, "max_new_tokens");
+  expect_error({good, request({3}, 1 << 30, greedy())}, "max_new_tokens");
   GenerateRequest with_stop = request({3}, 3, greedy());
   with_stop.stop_strings = {"ab"};
   expect_error({good, with_stop}, "tokenizer");
   FakeTokenizer tok(47);
   with_stop.stop_strings = {""};
   expect_error({good, with_stop}, "empty", &tok);
-  expect_error({good, good, good}, "slot");  // 3 requests, 2 slots
-  GenerateOptions dup;
-  dup.slots = {0, 0};
-  expect_error({good, good}, "slot", nullptr, dup);
   SamplingParams bad = greedy();
   bad.repeat_penalty = -1.0f;
   expect_error({good, request({3}, 3, bad)}, "repeat_penalty");
+  bad = greedy();
+  bad.presence_penalty = 2.5f;
+  expect_error({good, request({3}, 3, bad)}, "presence_penalty");
+  GenerateRequest lp = good;
+  lp.logprobs = 21;
+  expect_error({good, lp}, "logprobs");
+  // The engine still serves good requests, with the tokens they get alone.
+  EXPECT_EQ(engine.run({good}).front().tokens, test::run_alone(*model, good).tokens);
 }
 
 // ---- text, streaming and stop strings --------------------------------------------------------------------------
 
-struct Streamed {
-  std::vector<std::vector<std::string>> pieces;
-  TextCallback callback() {
-    return [this](size_t i, std::string_view p) {
-      if (pieces.size() <= i) pieces.resize(i + 1);
-      pieces[i].emplace_back(p);
-    };
-  }
-  std::string joined(size_t i) const {
-    return i < pieces.size() ? std::accumulate(pieces[i].begin(), pieces[i].end(), std::string()) : std::string();
-  }
-};
-
 TEST_F(TinyMamba2Engine, StreamedTextIsUtf8CompleteAndEqualsTheText) {
   FakeTokenizer tok(47);
-  Streamed out;
-  GenerateOptions opt;
-  opt.on_text = out.callback();
   std::vector<GenerateRequest> reqs = {request({1, 2}, 40, wide_sampling(21)),
                                        request({7, 7, 3}, 33, wide_sampling(22))};
-  auto state = model->create_state(2);
-  const std::vector<GenerateResult> res = generate(*model, *state, reqs, &tok, opt);
+  std::vector<test::TextPieces> out(reqs.size());
+  for (size_t i = 0; i < reqs.size(); ++i) out[i].attach(reqs[i]);
+  const std::vector<GenerateResult> res = test::run_batch(*model, reqs, &tok);
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(res[i].text, tok.decode(res[i].tokens, false)) << "request " << i;
-    EXPECT_EQ(out.joined(i), res[i].text) << "request " << i;
-    ASSERT_LT(i, out.pieces.size());
-    EXPECT_GT(out.pieces[i].size(), 3u) << "text should stream as it is generated, not all at the end";
+    EXPECT_EQ(out[i].joined(), res[i].text) << "request " << i;
+    EXPECT_GT(out[i].pieces.size(), 3u) << "text should stream as it is generated, not all at the end";
     // No piece boundary falls inside a character that the text completes (bytes that can never form one, such
     // as a lead followed by a new lead, may go out alone).
     const std::vector<bool> inside = inside_characters(res[i].text);
     size_t boundary = 0;
-    for (size_t k = 0; k + 1 < out.pieces[i].size(); ++k) {
-      boundary += out.pieces[i][k].size();
+    for (size_t k = 0; k + 1 < out[i].pieces.size(); ++k) {
+      boundary += out[i].pieces[k].size();
       EXPECT_FALSE(inside[boundary]) << "request " << i << " piece " << k << " ends inside a character";
     }
   }
@@ -368,18 +334,18 @@ TEST_F(TinyMamba2Engine, PaddingIdsBeyondTheTokenizerAreNeverSampled) {
   SamplingParams s = wide_sampling(8);
   s.temperature = 2.0f;
   const GenerateRequest r = request({1, 2, 3}, 80, s);
-  const std::vector<int32_t> unmasked = generate(*model, r, nullptr).tokens;
+  const std::vector<int32_t> unmasked = test::run_alone(*model, r).tokens;
   ASSERT_TRUE(std::any_of(unmasked.begin(), unmasked.end(), [](int32_t t) { return t >= 40; }))
       << "without the mask this seed should reach a padding id; otherwise the test shows nothing";
   FakeTokenizer tok(40);
-  const std::vector<int32_t> masked = generate(*model, r, &tok).tokens;
+  const std::vector<int32_t> masked = test::run_alone(*model, r, &tok).tokens;
   for (int32_t t : masked) EXPECT_LT(t, 40);
 }
 
 TEST_F(TinyMamba2Engine, StopStringCutsTextAndKeepsCompletingToken) {
   FakeTokenizer tok(47);
   const GenerateRequest base = request({5, 6, 7}, 40, wide_sampling(31));
-  const GenerateResult full = generate(*model, base, &tok);
+  const GenerateResult full = test::run_alone(*model, base, &tok);
   // Byte offset where each token's bytes end.
   std::vector<size_t> ends;
   for (int32_t t : full.tokens) ends.push_back((ends.empty() ? 0 : ends.back()) + tok.token_bytes(t).size());
@@ -392,12 +358,13 @@ TEST_F(TinyMamba2Engine, StopStringCutsTextAndKeepsCompletingToken) {
 
   GenerateRequest r = base;
   r.stop_strings = {"never in this text \x01", stop};
-  Streamed out;
-  const GenerateResult got = generate(*model, r, &tok, out.callback());
-  EXPECT_EQ(got.stop_reason, GenerateResult::StopString);
+  test::TextPieces out;
+  out.attach(r);
+  const GenerateResult got = test::run_alone(*model, r, &tok);
+  EXPECT_EQ(got.finish_reason, FinishReason::StopString);
   EXPECT_EQ(got.text, full.text.substr(0, at));
   EXPECT_EQ(got.tokens, std::vector<int32_t>(full.tokens.begin(), full.tokens.begin() + completing + 1));
-  EXPECT_EQ(out.joined(0), got.text);  // nothing of the stop string was streamed
+  EXPECT_EQ(out.joined(), got.text);  // nothing of the stop string was streamed
 }
 
 // ---- Utf8Stream ------------------------------------------------------------------------------------------------

@@ -11,8 +11,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "engine/generator.h"
-#include "engine/perplexity.h"
+#include "support/engine_support.h"
+#include "mambacpp/perplexity.h"
 #include "mambacpp/model.h"
 #include "mambacpp/tokenizer.h"
 #include "support/test_support.h"
@@ -61,7 +61,7 @@ TEST(ReferenceGeneration, GreedyTokensMatchTransformersOnFixtureModels) {
     req.max_new_tokens = ref["max_new_tokens"].get<int>();
     req.sampling.temperature = 0.0f;
     req.ignore_eos = true;
-    GenerateResult r = generate(*model, req, nullptr);
+    GenerateResult r = test::run_alone(*model, req);
     EXPECT_GE(compare_greedy(r.tokens, ref), 50u);
     ++models;
   }
@@ -79,11 +79,12 @@ TEST(ReferenceGeneration, DefaultModelTextMatchesTransformers) {
   req.max_new_tokens = ref["max_new_tokens"].get<int>();
   req.sampling.temperature = 0.0f;
   req.ignore_eos = true;
-  std::string streamed;
-  GenerateResult r = generate(*model, req, tok.get(), [&](size_t, std::string_view piece) { streamed += piece; });
+  test::TextPieces streamed;
+  streamed.attach(req);
+  GenerateResult r = test::run_alone(*model, req, tok.get());
   EXPECT_EQ(compare_greedy(r.tokens, ref), r.tokens.size());
   EXPECT_EQ(r.text, ref["full_pass_text"].get<std::string>());
-  EXPECT_EQ(streamed, r.text);
+  EXPECT_EQ(streamed.joined(), r.text);
 }
 
 TEST(ReferenceGeneration, PerplexityReproducesTheTrainingScript) {

@@ -330,24 +330,44 @@ TEST(Tokenizer, RejectsWhatItCannotReproduce) {
   j = tiny_tokenizer_json();
   j["model"]["type"] = "Unigram";
   expect_error(j, {"model", "Unigram"});
+  // Unsupported components name their JSON path (inside Sequences too) and the type found there.
   j = tiny_tokenizer_json();
-  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "\u2581"}};
-  expect_error(j, {"pre_tokenizer", "Metaspace"});
+  j["pre_tokenizer"] = {{"type", "UnicodeScripts"}};
+  expect_error(j, {"pre_tokenizer", "UnicodeScripts"});
   j = tiny_tokenizer_json();
-  j["normalizer"] = {{"type", "Lowercase"}};
-  expect_error(j, {"normalizer", "Lowercase"});
+  j["pre_tokenizer"] = {{"type", "Sequence"},
+                        {"pretokenizers", json::array({{{"type", "Digits"}}, {{"type", "FixedLength"}}})}};
+  expect_error(j, {"pre_tokenizer.pretokenizers[1]", "FixedLength"});
   j = tiny_tokenizer_json();
-  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}, {{"type", "NFKD"}}})}};
-  expect_error(j, {"normalizer", "NFKD"});
+  j["normalizer"] = {{"type", "BertNormalizer"}};
+  expect_error(j, {"normalizer", "BertNormalizer"});
+  j = tiny_tokenizer_json();
+  j["normalizer"] = {{"type", "Sequence"}, {"normalizers", json::array({{{"type", "NFC"}}, {{"type", "Precompiled"}}})}};
+  expect_error(j, {"normalizer.normalizers[1]", "Precompiled"});
   j = tiny_tokenizer_json();
   j["decoder"] = {{"type", "WordPiece"}};
   expect_error(j, {"decoder", "WordPiece"});
   j = tiny_tokenizer_json();
+  j["decoder"] = {{"type", "Sequence"}, {"decoders", json::array({{{"type", "Fuse"}}, {{"type", "CTC"}}})}};
+  expect_error(j, {"decoder.decoders[1]", "CTC"});
+  j = tiny_tokenizer_json();
+  j["post_processor"] = {{"type", "Sequence"}, {"processors", json::array({{{"type", "Nonsense"}}})}};
+  expect_error(j, {"post_processor.processors[0]", "Nonsense"});
+  j = tiny_tokenizer_json();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"Regex", "("}}}, {"behavior", "Isolated"}};
+  expect_error(j, {"pre_tokenizer.pattern.Regex"});
+  j = tiny_tokenizer_json();
+  j["pre_tokenizer"] = {{"type", "Split"}, {"pattern", {{"String", " "}}}, {"behavior", "Sideways"}};
+  expect_error(j, {"pre_tokenizer.behavior", "Sideways"});
+  j = tiny_tokenizer_json();
+  j["pre_tokenizer"] = {{"type", "Metaspace"}, {"replacement", "ab"}};
+  expect_error(j, {"pre_tokenizer.replacement", "one character"});
+  j = tiny_tokenizer_json();
   j["model"]["dropout"] = 0.1;
   expect_error(j, {"dropout"});
   j = tiny_tokenizer_json();
-  j["model"]["continuing_subword_prefix"] = "##";
-  expect_error(j, {"continuing_subword_prefix"});
+  j["model"]["continuing_subword_prefix"] = "##";  // the tiny vocab's merges have no "##" right parts
+  expect_error(j, {"merges[0]", "continuing_subword_prefix"});
   j = tiny_tokenizer_json();
   j["model"]["merges"].push_back("q \u0120q");  // "Ġq" is not in the vocab: a merge must produce a vocab token
   expect_error(j, {"merges[8]", "'\u0120q' is not in the vocab"});

@@ -1,5 +1,5 @@
-// The model hyper-parameters, normalised from either transformers' config.json ("mamba", "mamba2") or mamba_ssm's
-// (d_model/n_layer/ssm_cfg). Everything the forward pass needs is resolved here once ("auto" ranks, defaults,
+// The model hyper-parameters, normalised from either transformers' config.json ("mamba", "mamba2", "falcon_mamba")
+// or mamba_ssm's (d_model/n_layer/ssm_cfg). Everything the forward pass needs is resolved here once ("auto" ranks, defaults,
 // derived sizes), so the model code never looks at JSON.
 #pragma once
 
@@ -28,6 +28,9 @@ struct ModelConfig {
 
   // Mamba-1 only.
   int64_t dt_rank = 0;  // time_step_rank ("auto" = ceil(d_model / 16))
+  // FalconMamba (Mamba-1 with RMS norms, without weights, on dt, B and C after x_proj): their eps (mixer_rms_eps);
+  // 0 for plain Mamba-1.
+  double mixer_rms_eps = 0.0;
 
   // Mamba-2 only.
   int64_t n_heads = 0;

@@ -1,5 +1,6 @@
-// Opening a model directory: config.json, then the safetensors layout it uses (single file, sharded with an index,
-// or loose *.safetensors files), with every tensor indexed by name; plus the content hash of all weights.
+// Opening a model directory: config.json, then the weight layout it uses (safetensors or pytorch_model.bin, single
+// or sharded with an index, or loose *.safetensors files), with every tensor indexed by name; plus the content hash
+// of all weights.
 #include "io/checkpoint.h"
 
 #include <algorithm>
@@ -11,6 +12,7 @@
 #include <sstream>
 
 #include "io/json_relaxed.h"
+#include "io/torch_checkpoint.h"
 #include "mambacpp/error.h"
 
 namespace fs = std::filesystem;
@@ -90,12 +92,12 @@ Checkpoint::Checkpoint(const std::string& directory) : directory_(directory), ha
     fail("checkpoint ", directory_, ": config.json not found (expected ", config_path.string(), ")");
   config_ = parse_model_config(read_text(config_path.string()), config_path.string());
 
-  if (fs::is_regular_file(dir / "model.safetensors", ec)) {
-    add_file((dir / "model.safetensors").string());
-    return;
-  }
-  if (fs::is_regular_file(dir / "model.safetensors.index.json", ec)) {
-    open_index((dir / "model.safetensors.index.json").string());
+  for (const char* single : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
+                             "pytorch_model.bin.index.json"}) {
+    if (!fs::is_regular_file(dir / single, ec)) continue;
+    const std::string path = (dir / single).string();
+    if (has_extension(dir / single, {".json"})) open_index(path);
+    else add_file(path);
     return;
   }
   std::vector<fs::path> safetensors, pickles;
@@ -107,12 +109,14 @@ Checkpoint::Checkpoint(const std::string& directory) : directory_(directory), ha
   std::sort(safetensors.begin(), safetensors.end());
   for (const auto& p : safetensors) add_file(p.string());
   if (!files_.empty()) return;
+  std::sort(pickles.begin(), pickles.end());
   if (!pickles.empty())
-    fail("checkpoint ", directory_, ": only a pickled PyTorch checkpoint (", pickles.front().filename().string(),
-         ") was found; pickled checkpoints are not supported yet. Convert it to safetensors (e.g. load it in ",
-         "transformers and call save_pretrained(..., safe_serialization=True)).");
+    fail("checkpoint ", directory_, ": found ", pickles.front().filename().string(),
+         " but no pytorch_model.bin, pytorch_model.bin.index.json or *.safetensors; a pickled checkpoint is read only ",
+         "as pytorch_model.bin (rename it if it is a torch.save of the model's state_dict)");
   fail("checkpoint ", directory_,
-       ": no weights found (expected model.safetensors, model.safetensors.index.json or *.safetensors)");
+       ": no weights found (expected model.safetensors, model.safetensors.index.json, pytorch_model.bin, ",
+       "pytorch_model.bin.index.json or *.safetensors)");
 }
 
 Checkpoint::Checkpoint(Checkpoint&&) noexcept = default;
@@ -120,14 +124,26 @@ Checkpoint& Checkpoint::operator=(Checkpoint&&) noexcept = default;
 Checkpoint::~Checkpoint() = default;
 
 void Checkpoint::add_file(const std::string& path) {
-  files_.push_back(std::make_unique<SafetensorsFile>(path));
+  std::vector<std::pair<std::string, TensorView>> views;
+  std::shared_ptr<const void> owner;
+  if (has_extension(path, {".safetensors"})) {
+    auto f = std::make_shared<const SafetensorsFile>(path);
+    for (const SafetensorInfo& info : f->tensors()) views.emplace_back(info.name, f->view(info));
+    owner = f;
+  } else if (has_extension(path, {".bin", ".pt", ".pth"})) {
+    std::shared_ptr<const TorchCheckpointFile> f = TorchCheckpointFile::open(path);
+    for (const TorchCheckpointFile::Tensor& t : f->tensors()) views.emplace_back(t.name, f->view(t));
+    owner = f;
+  } else {
+    fail("checkpoint ", directory_, ": ", path, ": unknown weight file type (expected .safetensors or .bin)");
+  }
+  files_.push_back({path, owner});
   const size_t index = files_.size() - 1;
-  const SafetensorsFile& file = *files_.back();
-  for (const SafetensorInfo& info : file.tensors()) {
-    auto [it, inserted] = tensors_.try_emplace(info.name, Entry{file.view(info), index});
+  for (const auto& [name, view] : views) {
+    auto [it, inserted] = tensors_.try_emplace(name, Entry{view, index});
     if (!inserted)
-      fail("checkpoint ", directory_, ": tensor '", info.name, "' appears in both ",
-           files_[it->second.file]->path(), " and ", path);
+      fail("checkpoint ", directory_, ": tensor '", name, "' appears in both ", files_[it->second.file].path, " and ",
+           path);
   }
 }
 
@@ -161,9 +177,9 @@ void Checkpoint::open_index(const std::string& index_path) {
     if (it == tensors_.end())
       fail(index_path, ": tensor '", name, "' is listed in shard ", shard.get<std::string>(),
            " but that shard does not contain it");
-    if (files_[it->second.file]->path() != expected)
+    if (files_[it->second.file].path != expected)
       fail(index_path, ": tensor '", name, "' is listed in shard ", shard.get<std::string>(), " but found in ",
-           files_[it->second.file]->path());
+           files_[it->second.file].path);
   }
 }
 
@@ -181,12 +197,12 @@ std::vector<std::string> Checkpoint::names() const {
 
 std::string Checkpoint::file_of(const std::string& name) const {
   auto it = tensors_.find(name);
-  return it == tensors_.end() ? std::string() : files_[it->second.file]->path();
+  return it == tensors_.end() ? std::string() : files_[it->second.file].path;
 }
 
 std::vector<std::string> Checkpoint::files() const {
   std::vector<std::string> out;
-  for (const auto& f : files_) out.push_back(f->path());
+  for (const auto& f : files_) out.push_back(f.path);
   return out;
 }
 

@@ -1,6 +1,7 @@
 // A model directory opened for inference: config.json parsed into ModelConfig, and every weight tensor of its
-// safetensors file(s) mapped and indexed by name. Layouts: model.safetensors; model.safetensors.index.json plus the
-// shards it names; or any other *.safetensors files in the directory. Pickled PyTorch checkpoints are refused.
+// weight file(s) mapped and indexed by name. Layouts, in this order of preference: model.safetensors;
+// model.safetensors.index.json plus the shards it names; pytorch_model.bin (torch.save zip format, read by a restricted
+// unpickler that never executes the file); pytorch_model.bin.index.json plus its shards; any other *.safetensors files.
 #pragma once
 
 #include <cstdint>
@@ -33,7 +34,7 @@ class Checkpoint {
   std::vector<std::string> names() const;
   // The file that holds tensor `name` (for messages), or "" when absent.
   std::string file_of(const std::string& name) const;
-  // The safetensors files that were opened, in the order they were read.
+  // The weight files that were opened, in the order they were read.
   std::vector<std::string> files() const;
   // 64-bit FNV-1a over every tensor's name, dtype, shape and bytes, in name order; independent of config.json and of
   // how the tensors are split into files. Computed on the first call (reads all weights once) and cached.
@@ -44,6 +45,10 @@ class Checkpoint {
     TensorView view;
     size_t file = 0;  // index into files_
   };
+  struct File {
+    std::string path;
+    std::shared_ptr<const void> owner;  // the SafetensorsFile / TorchCheckpointFile whose memory the views use
+  };
   struct HashCache;
 
   void open_single(const std::string& path);
@@ -52,7 +57,7 @@ class Checkpoint {
 
   std::string directory_;
   ModelConfig config_;
-  std::vector<std::unique_ptr<SafetensorsFile>> files_;
+  std::vector<File> files_;
   std::map<std::string, Entry> tensors_;
   std::unique_ptr<HashCache> hash_;
 };

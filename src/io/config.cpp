@@ -49,6 +49,7 @@ std::string ModelConfig::to_json() const {
   j["residual_in_fp32"] = residual_in_fp32;
   j["tie_embeddings"] = tie_embeddings;
   j["dt_rank"] = dt_rank;
+  if (mixer_rms_eps != 0.0) j["mixer_rms_eps"] = float_json(mixer_rms_eps);  // FalconMamba only: plain configs unchanged
   j["n_heads"] = n_heads;
   j["head_dim"] = head_dim;
   j["n_groups"] = n_groups;
@@ -71,6 +72,8 @@ void ModelConfig::validate() const {
   if (!(norm_eps > 0) || !std::isfinite(norm_eps)) fail("model config: norm_eps = ", norm_eps, ", expected > 0");
   for (int64_t id : {bos_token_id, eos_token_id, pad_token_id})
     require(id >= -1, "token id", id, ">= 0, or -1 for none");
+  if (!(mixer_rms_eps >= 0) || !std::isfinite(mixer_rms_eps) || (mixer_rms_eps > 0 && arch != Arch::Mamba1))
+    fail("model config: mixer_rms_eps = ", mixer_rms_eps, ", expected >= 0 (and > 0 only for FalconMamba, a Mamba-1)");
   if (arch == Arch::Mamba1) {
     require_size("dt_rank", dt_rank);
     return;
@@ -98,9 +101,11 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     const nlohmann::json& t = j["model_type"];
     if (t == "mamba") c = parse_transformers_mamba(j, source);
     else if (t == "mamba2") c = parse_transformers_mamba2(j, source);
+    else if (t == "falcon_mamba") c = parse_transformers_falcon_mamba(j, source);
     else
       fail(source, ": model_type = ", t.dump(),
-           ": supported model types are \"mamba\" (MambaForCausalLM) and \"mamba2\" (Mamba2ForCausalLM)");
+           ": supported model types are \"mamba\" (MambaForCausalLM), \"mamba2\" (Mamba2ForCausalLM) and ",
+           "\"falcon_mamba\" (FalconMambaForCausalLM)");
   } else if (j.contains("d_model")) {
     c = parse_mamba_ssm(j, source);
   } else {

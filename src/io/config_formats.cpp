@@ -86,9 +86,13 @@ void read_token_ids(const ConfigReader& r, ModelConfig& c) {
 
 }  // namespace
 
-ModelConfig parse_transformers_mamba(const nlohmann::json& j, const std::string& source) {
+namespace {
+
+// MambaConfig and FalconMambaConfig share their keys; FalconMamba adds mixer_rms_eps, and its intermediate_size, when
+// given, wins over expand (tiiuae/falcon-mamba-7b's config.json has expand 16 beside intermediate_size 8192).
+ModelConfig parse_transformers_mamba1(const nlohmann::json& j, const std::string& source, bool falcon) {
   const ConfigReader r(j, source);
-  check_architectures(r, "mamba", "MambaForCausalLM");
+  check_architectures(r, falcon ? "falcon_mamba" : "mamba", falcon ? "FalconMambaForCausalLM" : "MambaForCausalLM");
   check_silu(r);
   ModelConfig c;
   c.arch = Arch::Mamba1;
@@ -97,18 +101,33 @@ ModelConfig parse_transformers_mamba(const nlohmann::json& j, const std::string&
   c.vocab_size = r.positive_int("vocab_size");
   c.d_state = r.positive_int_or("state_size", 16);
   c.d_conv = r.positive_int_or("conv_kernel", 4);
-  c.d_inner = expanded_size(r, "expand", 2, c.d_model);
-  if (r.has("intermediate_size") && r.required_int("intermediate_size") != c.d_inner)
-    r.reject_value("intermediate_size", *r.get("intermediate_size"),
-                   "expected expand * hidden_size = " + std::to_string(c.d_inner));
+  if (falcon && r.has("intermediate_size")) {
+    c.d_inner = r.positive_int("intermediate_size");
+  } else {
+    c.d_inner = expanded_size(r, "expand", 2, c.d_model);
+    if (r.has("intermediate_size") && r.required_int("intermediate_size") != c.d_inner)
+      r.reject_value("intermediate_size", *r.get("intermediate_size"),
+                     "expected expand * hidden_size = " + std::to_string(c.d_inner));
+  }
   c.dt_rank = resolve_dt_rank(r, "time_step_rank", c.d_model);
   c.norm_eps = positive_eps(r, "layer_norm_epsilon", 1e-5);
+  if (falcon) c.mixer_rms_eps = positive_eps(r, "mixer_rms_eps", 1e-6);  // FalconMambaConfig's default
   c.use_bias = r.bool_or("use_bias", false);
   c.use_conv_bias = r.bool_or("use_conv_bias", true);
   c.residual_in_fp32 = r.bool_or("residual_in_fp32", true);
   c.tie_embeddings = r.bool_or("tie_word_embeddings", true);  // PretrainedConfig's default
   read_token_ids(r, c);
   return c;
+}
+
+}  // namespace
+
+ModelConfig parse_transformers_mamba(const nlohmann::json& j, const std::string& source) {
+  return parse_transformers_mamba1(j, source, false);
+}
+
+ModelConfig parse_transformers_falcon_mamba(const nlohmann::json& j, const std::string& source) {
+  return parse_transformers_mamba1(j, source, true);
 }
 
 ModelConfig parse_transformers_mamba2(const nlohmann::json& j, const std::string& source) {
@@ -245,6 +264,7 @@ ModelConfig parse_canonical(const nlohmann::json& j, const std::string& source) 
   c.residual_in_fp32 = need_bool("residual_in_fp32");
   c.tie_embeddings = need_bool("tie_embeddings");
   c.dt_rank = r.required_int("dt_rank");
+  c.mixer_rms_eps = r.number_or("mixer_rms_eps", 0.0);  // written only for FalconMamba
   c.n_heads = r.required_int("n_heads");
   c.head_dim = r.required_int("head_dim");
   c.n_groups = r.required_int("n_groups");

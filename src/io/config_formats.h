@@ -12,6 +12,8 @@ namespace mambacpp {
 
 // transformers' MambaConfig ("model_type": "mamba").
 ModelConfig parse_transformers_mamba(const nlohmann::json& j, const std::string& source);
+// transformers' FalconMambaConfig ("model_type": "falcon_mamba"): Mamba-1 plus mixer_rms_eps.
+ModelConfig parse_transformers_falcon_mamba(const nlohmann::json& j, const std::string& source);
 // transformers' Mamba2Config ("model_type": "mamba2").
 ModelConfig parse_transformers_mamba2(const nlohmann::json& j, const std::string& source);
 // mamba_ssm's MambaConfig (d_model, n_layer, ssm_cfg {"layer": "Mamba1" | "Mamba2", ...}).

@@ -1,5 +1,7 @@
 #include "model/mixers.h"
 
+#include <utility>
+
 namespace mambacpp {
 
 void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
@@ -15,6 +17,15 @@ void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, cons
   // x_proj -> [dt_low | B | C].
   TensorView dbc = Workspace::f32(ws.xdbc, dev, T, r + 2 * n);
   be.linear(xc, w.x_proj, {}, dbc);
+  if (c.mixer_rms_eps > 0) {
+    // FalconMamba: dt, B and C are each RMS-normalised over their own width, with no weight (transformers'
+    // rms_forward), before dt_proj and the scan. In place: each row is read in full before it is written.
+    const float eps = static_cast<float>(c.mixer_rms_eps);
+    for (const auto& [begin, width] : {std::pair<int64_t, int64_t>{0, r}, {r, n}, {r + n, n}}) {
+      TensorView part = dbc.cols(begin, width);
+      be.rmsnorm(part, w.mixer_norm.rows(0, width), eps, part);
+    }
+  }
   TensorView dt = Workspace::f32(ws.dt, dev, T, di);
   be.linear(dbc.cols(0, r), w.dt_proj, {}, dt);  // dt_proj's bias is applied inside the scan, before softplus
   Mamba1ScanArgs a;

@@ -1,5 +1,6 @@
 #include "model/weights.h"
 
+#include <algorithm>
 #include <set>
 #include <sstream>
 
@@ -78,6 +79,12 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, cons
     w.lm_head = b.bind("lm_head.weight", {c.vocab_size, c.d_model});
   }
   const bool m1 = c.arch == Arch::Mamba1;
+  TensorView mixer_norm;
+  if (m1 && c.mixer_rms_eps > 0) {
+    w.mixer_norm_host = std::make_shared<std::vector<float>>(std::max(c.dt_rank, c.d_state), 1.0f);
+    mixer_norm = backend.adopt_weight(TensorView(w.mixer_norm_host->data(), DType::F32,
+                                                 {static_cast<int64_t>(w.mixer_norm_host->size())}));
+  }
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = "backbone.layers." + std::to_string(i) + ".";
     const std::string m = p + "mixer.";
@@ -97,6 +104,7 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, cons
       l.dt_bias = b.bind(m + "dt_proj.bias", {c.d_inner});
       l.A_log = b.bind(m + "A_log", {c.d_inner, c.d_state});
       l.D = b.bind(m + "D", {c.d_inner});
+      l.mixer_norm = mixer_norm;
     } else {
       l.dt_bias = b.bind(m + "dt_bias", {c.n_heads});
       l.A_log = b.bind(m + "A_log", {c.n_heads});

@@ -3,6 +3,7 @@
 #pragma once
 
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -25,6 +26,7 @@ struct LayerWeights {
   // Mamba-1 only.
   TensorView x_proj;        // [dt_rank + 2 * d_state, d_inner]
   TensorView dt_proj;       // [d_inner, dt_rank]
+  TensorView mixer_norm;    // FalconMamba: ones [max(dt_rank, d_state)], the weight of its weightless dt/B/C norms
   // Mamba-2 only.
   TensorView gated_norm;    // [d_inner]
 };
@@ -34,6 +36,7 @@ struct ModelWeights {
   TensorView norm_f;      // [d_model]
   TensorView lm_head;     // [vocab_size, d_model] (the embeddings when tied)
   std::vector<LayerWeights> layers;
+  std::shared_ptr<std::vector<float>> mixer_norm_host;  // FalconMamba: the ones behind mixer_norm (CPU uses them in place)
 };
 
 // Looks a tensor up by name in the checkpoint (nullptr when absent).

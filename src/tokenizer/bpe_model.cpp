@@ -14,19 +14,30 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
                    const std::string& where)
     : vocab_(std::move(vocab)), options_(std::move(options)) {
   merges_.reserve(merges.size());
+  const std::string& prefix = options_.continuing_subword_prefix;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
     const auto& [left, right] = merges[rank];
-    auto a = vocab_.find(left), b = vocab_.find(right), m = vocab_.find(left + right);
+    if (right.compare(0, prefix.size(), prefix) != 0) {
+      fail(where, ".merges[", rank, "] (\"", left, " ", right, "\"): the right part does not start with the ",
+           "continuing_subword_prefix '", prefix, "'");
+    }
+    auto a = vocab_.find(left), b = vocab_.find(right), m = vocab_.find(left + right.substr(prefix.size()));
     auto missing = [&](const std::string& what) {
       fail(where, ".merges[", rank, "] (\"", left, " ", right, "\"): ", what, " is not in the vocab");
     };
     if (a == vocab_.end()) missing("'" + left + "'");
     if (b == vocab_.end()) missing("'" + right + "'");
-    if (m == vocab_.end()) missing("the merged token '" + left + right + "'");
+    if (m == vocab_.end()) missing("the merged token '" + left + right.substr(prefix.size()) + "'");
     // A repeated pair keeps its later rank, as a map filled in file order would.
     merges_[pair_key(a->second, b->second)] = Merge{static_cast<int32_t>(rank), m->second};
+    // The two characters that meet when this merge joins its parts.
+    if (!left.empty() && right.size() > prefix.size()) {
+      size_t l = prev_code_point_start(left, left.size()), r = prefix.size();
+      joinable_.insert(char_pair_key(next_code_point(left, l), next_code_point(right, r)));
+    }
   }
   small_char_ids_.assign(0x400, -1);
+  markers_ = !options_.continuing_subword_prefix.empty() || !options_.end_of_word_suffix.empty();
   for (const auto& [token, id] : vocab_) {
     size_t i = 0;
     if (token.empty() || first_invalid_utf8(token) != token.size()) continue;
@@ -65,9 +76,12 @@ void BpeModel::initial_symbols(std::string_view word, std::vector<int32_t>& symb
   while (i < word.size()) {
     size_t start = i;
     char32_t cp = next_code_point(word, i);
-    int32_t id = cp < small_char_ids_.size() ? small_char_ids_[cp] : -1;
+    int32_t id = !markers_ && cp < small_char_ids_.size() ? small_char_ids_[cp] : -1;
     if (id < 0) {
-      ch.assign(word.substr(start, i - start));
+      ch.clear();
+      if (start > 0) ch += options_.continuing_subword_prefix;
+      ch.append(word.substr(start, i - start));
+      if (i == word.size()) ch += options_.end_of_word_suffix;
       auto it = vocab_.find(ch);
       if (it != vocab_.end()) id = it->second;
     }
@@ -152,6 +166,43 @@ void BpeModel::tokenize(std::string_view word, std::vector<int32_t>& out) const 
       return;
     }
   }
+  if (word.size() > kMaxCachedWordBytes && tokenize_in_pieces(word, out)) return;
+  tokenize_word(word, out);
+}
+
+// Between two adjacent characters a and b that are both vocabulary tokens, the symbol on the left always ends
+// with a and the one on the right starts with b, so only a merge whose parts meet as (a, b) could ever join them.
+// Where no merge does, the word can be cut: the merges on either side never interact, and the ids are the same
+// as for the whole word. Characters without a token of their own are never cut at, so that unk fusion and byte
+// fallback see the same runs. Markers (prefix/suffix) depend on the word's ends, so such models are not cut.
+bool BpeModel::tokenize_in_pieces(std::string_view word, std::vector<int32_t>& out) const {
+  if (markers_) return false;
+  auto known = [&](std::string_view ch, char32_t cp) {
+    if (cp < small_char_ids_.size() && small_char_ids_[cp] >= 0) return true;
+    return vocab_.find(std::string(ch)) != vocab_.end();
+  };
+  size_t piece_start = 0, i = 0;
+  char32_t prev = 0;
+  bool prev_known = false;
+  bool cut_any = false;
+  while (i < word.size()) {
+    size_t start = i;
+    char32_t cp = next_code_point(word, i);
+    bool is_known = known(word.substr(start, i - start), cp);
+    if (start > 0 && prev_known && is_known && !joinable_.count(char_pair_key(prev, cp))) {
+      tokenize_word(word.substr(piece_start, start - piece_start), out);
+      piece_start = start;
+      cut_any = true;
+    }
+    prev = cp;
+    prev_known = is_known;
+  }
+  if (!cut_any) return false;
+  tokenize_word(word.substr(piece_start), out);
+  return true;
+}
+
+void BpeModel::tokenize_word(std::string_view word, std::vector<int32_t>& out) const {
   const bool cacheable = word.size() <= kMaxCachedWordBytes;
   std::string key;
   if (cacheable) {

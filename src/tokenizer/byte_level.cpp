@@ -25,13 +25,9 @@ std::array<int16_t, 0x144> make_char_to_byte() {
   return inv;
 }
 
-// The GPT-2 pattern with \s spelled out as the Unicode White_Space set. The HF library matches it with Oniguruma,
-// whose \s is White_Space; PCRE2's UCP \s leaves out U+0085, so the class is written explicitly.
-constexpr const char* kWs = "\\t\\n\\x{0B}\\f\\r \\x{85}\\x{A0}\\x{1680}\\x{2000}-\\x{200A}\\x{2028}\\x{2029}\\x{202F}"
-                            "\\x{205F}\\x{3000}";
-
+// The GPT-2 pattern with \s spelled out as the Unicode White_Space set (see kWhiteSpaceClass).
 std::string gpt2_pattern() {
-  std::string ws = kWs;
+  std::string ws = kWhiteSpaceClass;
   return "'s|'t|'re|'ve|'m|'ll|'d| ?\\p{L}+| ?\\p{N}+| ?[^" + ws + "\\p{L}\\p{N}]+|[" + ws + "]+(?![^" + ws +
          "])|[" + ws + "]+";
 }

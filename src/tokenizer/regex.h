@@ -9,6 +9,14 @@
 
 namespace mambacpp::tok {
 
+// The Unicode White_Space set as the inside of a character class. HF's regexes run on Oniguruma, whose \s is
+// White_Space; PCRE2's UCP \s differs at the edges (U+180E), so patterns spell the set out.
+extern const char* const kWhiteSpaceClass;
+
+// Rewrites an Oniguruma pattern (the dialect of tokenizer.json) into PCRE2 with the same meaning for what HF's
+// patterns use: \s \w \d \h (and their negations) become explicit Unicode sets; everything else is shared syntax.
+std::string pcre2_from_oniguruma(std::string_view pattern);
+
 class Regex {
  public:
   explicit Regex(const std::string& pattern);

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "backend/backend.h"
-#include "engine/generator.h"
+#include "support/engine_support.h"
 #include "gpu/gpu_test_util.h"
 #include "mambacpp/error.h"
 #include "mambacpp/model.h"
 #include "mambacpp/tokenizer.h"
-#include "model/shapes.h"
+#include "mambacpp/shapes.h"
 #include "support/sampling_support.h"
 #include "support/top_k_reference.h"
 
@@ -193,10 +193,9 @@ TEST(GpuGenerate, DeviceSamplingGivesTheSameTokens) {
   assign_batch_seeds(reqs, 11);
   std::vector<std::vector<int32_t>> got[2];
   for (int device = 0; device < 2; ++device) {
-    GenerateOptions opt;
+    EngineOptions opt;
     opt.device_sampling = device == 1;
-    auto state = model->create_state(static_cast<int64_t>(reqs.size()));
-    for (const GenerateResult& r : generate(*model, *state, reqs, &tok, opt)) got[device].push_back(r.tokens);
+    for (const GenerateResult& r : test::run_batch(*model, reqs, &tok, opt)) got[device].push_back(r.tokens);
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
     EXPECT_EQ(got[1][i], got[0][i]) << "request " << i;
@@ -226,12 +225,14 @@ TEST(GpuGenerate, DISABLED_PerfDecodeStepOnBothPaths) {
       double ms[2];
       std::vector<int32_t> first[2];
       for (int device = 0; device < 2; ++device) {
-        GenerateOptions opt;
+        EngineOptions opt;
         opt.device_sampling = device == 1;
-        auto state = model->create_state(batch);
-        generate(*model, *state, reqs, nullptr, opt);  // warm-up: graphs captured
-        const std::vector<GenerateResult> res = generate(*model, *state, reqs, nullptr, opt);
-        ms[device] = res[0].generate_ms / static_cast<double>(res[0].tokens.size() - 1);
+        opt.max_seqs = batch;
+        opt.state_cache_mb = 0;
+        Engine engine(*model, nullptr, opt);
+        engine.run(reqs);  // warm-up: graphs captured
+        const std::vector<GenerateResult> res = engine.run(reqs);
+        ms[device] = res[0].timings.generate_ms / static_cast<double>(res[0].tokens.size() - 1);
         first[device] = res[0].tokens;
       }
       EXPECT_EQ(first[1], first[0]);

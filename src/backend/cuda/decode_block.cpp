@@ -30,6 +30,8 @@ bool run_decode_block(const DecodeBlockArgs& a, const SeqSpan* device_seqs, int6
   if (B < 1 || B > kFusedMaxRows || c.d_model < 1 || c.d_inner < 1) return false;
   if (!is_f32_vector(w.norm) || (mamba2 && !is_f32_vector(w.gated_norm))) return false;
   if (c.d_conv < 1 || c.d_conv > kFusedMaxConvTaps) return false;
+  // FalconMamba normalises dt, B and C inside the mixer; these kernels do not, so the plain ops run it.
+  if (c.mixer_rms_eps > 0) return false;
   const int64_t di = c.d_inner, conv_ch = c.conv_channels();
   const bool state_bf16 = a.ssm_state.dtype == DType::BF16;
 
