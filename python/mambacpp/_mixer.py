@@ -79,7 +79,8 @@ class _Mixer:
 
     @classmethod
     def from_model(cls, model, layer, **kwargs):
-        """The mixer of ``model``'s layer ``layer`` (its weights read again from the checkpoint files)."""
+        """The mixer of ``model``'s layer ``layer``, its weights read again from the checkpoint's safetensors files
+        (the C++ API does not expose a loaded model's weights; pytorch_model.bin checkpoints are not read here)."""
         if not isinstance(model, Model):
             raise InvalidArgumentError(f"model: expected a mambacpp.Model, found {type(model).__name__}")
         if model.config["arch"] != cls._arch:
@@ -146,19 +147,24 @@ class Mamba2Mixer(_Mixer):
 class MambaMixer(_Mixer):
     """mamba_ssm's ``Mamba`` (Mamba-1) mixer (in_proj, conv1d, selective scan, out_proj), without block norm or
     residual. ``weights``: ``in_proj.weight``, ``conv1d.weight``, ``x_proj.weight``, ``dt_proj.weight``,
-    ``dt_proj.bias``, ``A_log``, ``D``, ``out_proj.weight`` (and the optional biases); sizes follow from the shapes."""
+    ``dt_proj.bias``, ``A_log``, ``D``, ``out_proj.weight`` (and the optional biases); sizes follow from the shapes.
+    ``mixer_rms_eps > 0``: FalconMamba's mixer (unweighted RMS norms on dt, B and C, with this eps)."""
 
     _arch = "mamba"
     _keys = _MAMBA1_KEYS
 
-    def __init__(self, weights, *, norm_eps=1e-5, device="cpu", threads=0):
-        super().__init__(weights, norm_eps=norm_eps, device=device, threads=threads)
+    def __init__(self, weights, *, mixer_rms_eps=0.0, norm_eps=1e-5, device="cpu", threads=0):
+        super().__init__(weights, norm_eps=norm_eps, device=device, threads=threads, mixer_rms_eps=mixer_rms_eps)
 
-    def _config(self, w):
+    def _config(self, w, mixer_rms_eps):
         d_inner, d_state = (int(s) for s in w["A_log"].shape)
+        rest = {}
+        mixer_rms_eps = _checks.number(mixer_rms_eps, "mixer_rms_eps")
+        if mixer_rms_eps:  # FalconMamba: unweighted RMS norms on dt, B and C
+            rest["mixer_rms_eps"] = mixer_rms_eps
         return self._common(w, d_inner, d_state, dt_rank=int(w["dt_proj.weight"].shape[1]), n_heads=0, head_dim=0,
-                            n_groups=1, chunk_size=256, dt_min=0.0, dt_max={"__float__": "Infinity"})
+                            n_groups=1, chunk_size=256, dt_min=0.0, dt_max={"__float__": "Infinity"}, **rest)
 
     @staticmethod
     def _hyper_of(c):
-        return {}
+        return {"mixer_rms_eps": c.get("mixer_rms_eps", 0.0)}

@@ -22,11 +22,12 @@ class Tokenizer:
         """Highest id + 1, added tokens included."""
         return self._native.vocab_size
 
-    def encode(self, text):
-        """Text -> token ids (special tokens written in the text are matched as such)."""
+    def encode(self, text, add_special_tokens=False):
+        """Text -> token ids (special tokens written in the text are matched as such). ``add_special_tokens``: also
+        the post-processor's tokens around them (e.g. Llama's BOS), as HF's ``tokenizer(text)`` returns."""
         if not isinstance(text, str):
             raise InvalidArgumentError(f"text: expected a str, found {type(text).__name__}")
-        return self._native.encode(text)
+        return self._native.encode(text, bool(add_special_tokens))
 
     def decode(self, ids, skip_special=False):
         """Token ids -> text; bytes that are not valid UTF-8 (a cut character) become U+FFFD."""

@@ -33,7 +33,11 @@ void bind_tokenizer(py::module_& m) {
              return std::shared_ptr<Tokenizer>(file_errors([&] { return Tokenizer::load(path); }));
            }),
            py::arg("path"))
-      .def("encode", [](const Tokenizer& t, const std::string& text) { return t.encode(text); }, py::arg("text"))
+      .def("encode",
+           [](const Tokenizer& t, const std::string& text, bool add_special_tokens) {
+             return t.encode(text, add_special_tokens);
+           },
+           py::arg("text"), py::arg("add_special_tokens"))
       .def("decode",
            [](const Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special) {
              check_ids(t, ids);

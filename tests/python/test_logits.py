@@ -27,6 +27,21 @@ def test_logits_match_transformers(fixture_models, name):
     assert max_rel_diff(got, expected) <= TOL
 
 
+CHECKPOINTS = sorted(p for p in (FIXTURES / "checkpoints").glob("*") if (p / "logits.npy").exists())
+
+
+@pytest.mark.parametrize("path", CHECKPOINTS, ids=[p.name for p in CHECKPOINTS])
+def test_checkpoint_formats_match_transformers(path):
+    # mamba_ssm directories with pytorch_model.bin (sharded, deflated) and FalconMamba: the same 1e-5 as
+    # tests/checkpoint_formats_test.cpp.
+    model = mambacpp.Model(path, device="cpu", threads=1)
+    assert max_rel_diff(model.logits(read_tokens(path / "tokens.txt")), np.load(path / "logits.npy")) <= TOL
+
+
+def test_checkpoint_fixtures_exist():
+    assert len(CHECKPOINTS) >= 5
+
+
 @pytest.mark.parametrize("name", [p.name for p in fixture_model_dirs() if (p / "inputs_embeds.npy").exists()])
 def test_embeddings_match_transformers(fixture_models, name):
     model = fixture_models[name]

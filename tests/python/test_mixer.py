@@ -103,3 +103,24 @@ def test_mixer_errors(fixture_models):
         mixer(np.full((2, 40), 1e5, np.float32))
     with pytest.raises(mambacpp.InvalidArgumentError, match=r"x: expected shape \[L >= 1, 40\]"):
         mixer(np.zeros((2, 41), np.float32))
+
+
+def test_falcon_mamba_mixers_rebuild_the_transformers_logits():
+    # FalconMamba: Mamba-1 with unweighted RMS norms on dt, B and C inside the mixer (mixer_rms_eps).
+    d = FIXTURES / "checkpoints" / "falcon_mamba_bf16_tied"
+    model = mambacpp.Model(d, device="cpu", threads=1)
+    assert model.config["mixer_rms_eps"] > 0
+    w = read_safetensors(d / "model.safetensors")
+    eps = model.config["norm_eps"]
+    x = w["backbone.embeddings.weight"][read_tokens(d / "tokens.txt")].astype(np.float64)
+    for layer in range(model.n_layer):
+        y, _ = model.mixer(layer, threads=1)(rmsnorm(x, w[f"backbone.layers.{layer}.norm.weight"], eps).astype(np.float32))
+        x = x + y
+    h = rmsnorm(x, w["backbone.norm_f.weight"], eps)
+    assert max_rel_diff(h @ w["backbone.embeddings.weight"].astype(np.float64).T, np.load(d / "logits.npy")) <= TOL
+
+
+def test_from_model_needs_safetensors():
+    model = mambacpp.Model(FIXTURES / "checkpoints" / "mamba2_ssm_bf16_tied", device="cpu", threads=1)
+    with pytest.raises(FileNotFoundError, match="no model.safetensors"):
+        model.mixer(0)

@@ -30,3 +30,24 @@ def test_token_bytes_concatenate_to_the_text(model):
 def test_standalone_tokenizer_file(model):
     tok = mambacpp.Tokenizer(FIXTURES / "tokenizer" / "tokenizer.json")
     assert tok.vocab_size >= 4096 and tok.encode("def") == model.tokenizer.encode("def")
+
+
+FAMILIES = sorted(p for p in (FIXTURES / "tokenizers").iterdir() if (p / "cases.json").exists()) \
+    if (FIXTURES / "tokenizers").exists() else []
+
+
+def test_tokenizer_families_exist():
+    assert len(FAMILIES) >= 5, "expected the HF tokenizers fixtures under fixtures/tokenizers"
+
+
+@pytest.mark.parametrize("family", FAMILIES, ids=[p.name for p in FAMILIES])
+def test_other_tokenizer_families_match_hf(family):
+    tok = mambacpp.Tokenizer(family / "tokenizer.json")
+    cases = load_json(family / "cases.json")
+    assert cases["encode"] and cases["decode"]
+    for c in cases["encode"]:
+        assert tok.encode(c["text"]) == c["ids"], c["text"]
+        assert tok.encode(c["text"], add_special_tokens=True) == c["ids_special"], c["text"]
+    for c in cases["decode"]:
+        assert tok.decode(c["ids"]) == c["decoded"]
+        assert tok.decode(c["ids"], skip_special=True) == c["decoded_skip_special"]
