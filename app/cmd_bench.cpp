@@ -135,8 +135,11 @@ void serve_bench(const Model& model, const BenchOptions& o, double load_ms) {
   eo.state_checkpoint_interval = o.checkpoint_interval;
   std::vector<double> wall_ms, ttft, itl;
   int64_t generated = 0;
+  // One engine for every round (its graphs captured once, as a server's are), its cache emptied between rounds:
+  // the rounds repeat the same prompts.
+  Engine engine(model, nullptr, eo);
   for (int rep = 0; rep < o.repeat + 1; ++rep) {
-    Engine engine(model, nullptr, eo);  // a fresh cache each round: random prompts share no prefix anyway
+    engine.clear_cache();
     std::vector<Clock::time_point> last(prompts.size());
     std::vector<double> run_ttft, run_itl;
     int64_t run_generated = 0;

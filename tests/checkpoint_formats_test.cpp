@@ -18,7 +18,7 @@
 #include "io/zip_archive.h"
 #include "mambacpp/model.h"
 #include "support/test_support.h"
-#include "util/npy.h"
+#include "mambacpp/npy.h"
 
 namespace mambacpp {
 namespace {

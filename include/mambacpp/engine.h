@@ -107,7 +107,9 @@ struct EngineOptions {
   int64_t max_prompt = 65536;  // longer prompts are refused
   int64_t max_new_tokens = 1 << 20;  // larger requests are refused
   int64_t state_cache_mb = 1024;     // prefix cache budget, MiB, in the backend's memory (device memory on a GPU); 0: off
-  int64_t state_checkpoint_interval = 512;  // prompt positions (multiples of this) whose state is cached; 0: none
+  // Prompt positions (multiples of this) whose state is cached; 0: none. A multiple of batch_tokens keeps the
+  // prefill's chunk boundaries where they are (docs/engine.md).
+  int64_t state_checkpoint_interval = 2048;
   DType state_dtype = DType::F32;
   bool device_sampling = true;  // sample from top candidates selected next to the logits when the chain allows
 };
