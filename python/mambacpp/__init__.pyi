@@ -112,9 +112,11 @@ class RequestEvent:
 
 class Engine:
     model: Model
-    def __init__(self, model: Model, *, max_seqs: int = 32, max_queue: int = 1024, batch_tokens: int = 0,
-                 max_prompt: int = 65536, max_new_tokens: int = 1 << 20, state_cache_mb: int = 1024,
-                 state_checkpoint_interval: int = 512, state_dtype: str = "f32", device_sampling: bool = True) -> None: ...
+    options: dict[str, Any]  # the EngineOptions in use (None arguments: the C++ defaults)
+    def __init__(self, model: Model, *, max_seqs: int | None = None, max_queue: int | None = None,
+                 batch_tokens: int | None = None, max_prompt: int | None = None, max_new_tokens: int | None = None,
+                 state_cache_mb: int | None = None, state_checkpoint_interval: int | None = None,
+                 state_dtype: str | None = None, device_sampling: bool | None = None) -> None: ...
     def submit(self, prompt: _Prompt, max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
                top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
                stop: str | Sequence[str] | None = None, *, repeat_last_n: int = 64, presence_penalty: float = 0.0,

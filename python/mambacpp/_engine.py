@@ -6,7 +6,7 @@ import threading
 
 from . import _checks
 from ._errors import Error, InvalidArgumentError
-from ._mambacpp import _Engine, _SamplingParams
+from ._mambacpp import _Engine, _SamplingParams, _engine_defaults
 
 
 class Engine:
@@ -15,22 +15,32 @@ class Engine:
     Each request gets the tokens it would get alone. The prefix cache (``state_cache_mb``; 0: off) keeps exact
     states of earlier requests, so a prompt that continues one (a chat turn) prefills only its new tokens."""
 
-    def __init__(self, model, *, max_seqs=32, max_queue=1024, batch_tokens=0, max_prompt=65536,
-                 max_new_tokens=1 << 20, state_cache_mb=1024, state_checkpoint_interval=512, state_dtype="f32",
-                 device_sampling=True):
+    def __init__(self, model, *, max_seqs=None, max_queue=None, batch_tokens=None, max_prompt=None,
+                 max_new_tokens=None, state_cache_mb=None, state_checkpoint_interval=None, state_dtype=None,
+                 device_sampling=None):
+        """Options left at None take the C++ defaults (mambacpp/engine.h: EngineOptions): max_seqs 32 requests at
+        once, max_queue 1024 waiting, batch_tokens per step (0: the model's batch_tokens), max_prompt 65536,
+        state_cache_mb 1024 (0: no prefix cache), state_checkpoint_interval (prompt positions whose state is
+        cached), state_dtype "f32", device_sampling True."""
         from ._model import Model
         if not isinstance(model, Model):
             raise InvalidArgumentError(f"model: expected a mambacpp.Model, found {type(model).__name__}")
         self.model = model
+        o = _engine_defaults()
+        given = dict(max_seqs=max_seqs, max_queue=max_queue, batch_tokens=batch_tokens, max_prompt=max_prompt,
+                     max_new_tokens=max_new_tokens, state_cache_mb=state_cache_mb,
+                     state_checkpoint_interval=state_checkpoint_interval, state_dtype=state_dtype,
+                     device_sampling=device_sampling)
+        o.update({k: v for k, v in given.items() if v is not None})
+        low = {"max_seqs": 1, "max_prompt": 1}
+        for k in ("max_seqs", "max_queue", "batch_tokens", "max_prompt", "max_new_tokens", "state_cache_mb",
+                  "state_checkpoint_interval"):
+            o[k] = _checks.integer(o[k], k, low.get(k, 0))
         tok = model.tokenizer._native if model.tokenizer is not None else None
-        self._native = _Engine(model._native, tok,
-                               _checks.integer(max_seqs, "max_seqs", 1), _checks.integer(max_queue, "max_queue", 0),
-                               _checks.integer(batch_tokens, "batch_tokens", 0),
-                               _checks.integer(max_prompt, "max_prompt", 1),
-                               _checks.integer(max_new_tokens, "max_new_tokens", 0),
-                               _checks.integer(state_cache_mb, "state_cache_mb", 0),
-                               _checks.integer(state_checkpoint_interval, "state_checkpoint_interval", 0),
-                               str(state_dtype), bool(device_sampling))
+        self._native = _Engine(model._native, tok, o["max_seqs"], o["max_queue"], o["batch_tokens"], o["max_prompt"],
+                               o["max_new_tokens"], o["state_cache_mb"], o["state_checkpoint_interval"],
+                               str(o["state_dtype"]), bool(o["device_sampling"]))
+        self.options = o
         self._step_lock = threading.Lock()
         self._handlers_lock = threading.Lock()
         self._handlers = {}  # id -> on_event

@@ -85,6 +85,17 @@ void bind_engine(py::module_& m) {
       .def_readonly("finished", &Event::finished)
       .def_readonly("result", &Event::result);
 
+  // EngineOptions' defaults, so that the Python Engine follows the C++ ones.
+  m.def("_engine_defaults", [] {
+    const EngineOptions o;
+    py::dict d;
+    d["max_seqs"] = o.max_seqs, d["max_queue"] = o.max_queue, d["batch_tokens"] = o.batch_tokens;
+    d["max_prompt"] = o.max_prompt, d["max_new_tokens"] = o.max_new_tokens, d["state_cache_mb"] = o.state_cache_mb;
+    d["state_checkpoint_interval"] = o.state_checkpoint_interval;
+    d["state_dtype"] = std::string(dtype_name(o.state_dtype)), d["device_sampling"] = o.device_sampling;
+    return d;
+  });
+
   py::class_<PyEngine>(m, "_Engine")
       .def(py::init([](const std::shared_ptr<Model>& model, const std::shared_ptr<Tokenizer>& tokenizer,
                        int64_t max_seqs, int64_t max_queue, int64_t batch_tokens, int64_t max_prompt,

@@ -1,5 +1,6 @@
 // _Tokenizer: tokenizer.json encode/decode. Decoded bytes that are not valid UTF-8 (a cut multi-byte character)
-// become U+FFFD in str results, as HF's decode does; the *_bytes methods give the exact bytes.
+// become U+FFFD in str results, as HF's decode does; the *_bytes methods give the exact bytes. Decoding skips ids
+// outside the vocabulary, as HF does (the library checks them).
 #include <pybind11/stl.h>
 
 #include "errors.h"
@@ -40,20 +41,17 @@ void bind_tokenizer(py::module_& m) {
            py::arg("text"), py::arg("add_special_tokens"))
       .def("decode",
            [](const Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special) {
-             check_ids(t, ids);
-             return utf8_replace(t.decode(ids, skip_special));
+             return utf8_replace(t.decode(ids, skip_special));  // unknown ids vanish, as in HF
            },
            py::arg("ids"), py::arg("skip_special"))
       .def("decode_bytes",
            [](const Tokenizer& t, const std::vector<int32_t>& ids, bool skip_special) {
-             check_ids(t, ids);
              return py::bytes(t.decode(ids, skip_special));
            },
            py::arg("ids"), py::arg("skip_special"))
       .def("token_bytes",
            [](const Tokenizer& t, int32_t id) {
-             check_ids(t, {id});
-             return py::bytes(t.token_bytes(id));
+             return py::bytes(t.token_bytes(id));  // empty for an unknown id
            },
            py::arg("id"))
       .def_property_readonly("vocab_size", &Tokenizer::vocab_size)
