@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
 
 #include <nlohmann/json.hpp>
 
@@ -96,11 +97,22 @@ void run_generate(const GenerateCliOptions& o) {
   if (o.seed >= 0) assign_batch_seeds(requests, static_cast<uint64_t>(o.seed));
 
   const bool stream = !o.json && prompts.size() == 1 && tokenizer;
-  if (stream)
-    requests[0].on_event = [](const RequestEvent& e) {
+  // Progress of long prompts on a terminal (one line, overwritten), for the first request.
+  const bool progress = stderr_is_terminal() && static_cast<int64_t>(prompts[0].size()) > 4 * o.model.max_batch_tokens;
+  const int64_t first_len = static_cast<int64_t>(prompts[0].size());
+  auto shown = std::make_shared<bool>(false);
+  requests[0].on_event = [stream, progress, first_len, shown](const RequestEvent& e) {
+    if (progress && !e.token && !e.finished && e.prompt_done > 0) {
+      std::fprintf(stderr, "\rprompt: %lld / %lld tokens", static_cast<long long>(e.prompt_done),
+                   static_cast<long long>(first_len));
+      *shown = true;
+    }
+    if (*shown && (e.token || e.finished)) std::fprintf(stderr, "\r\033[K"), *shown = false;
+    if (stream) {
       std::fwrite(e.text.data(), 1, e.text.size(), stdout);
       std::fflush(stdout);
-    };
+    }
+  };
   EngineOptions eo;
   eo.max_seqs = o.max_seqs > 0 ? o.max_seqs : static_cast<int64_t>(prompts.size());
   eo.max_queue = static_cast<int64_t>(prompts.size());

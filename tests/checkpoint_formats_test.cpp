@@ -1,21 +1,21 @@
 // The checkpoints users have, end to end: mamba_ssm directories with pytorch_model.bin (single bf16 tied, three
 // shards with an index, every entry deflated) and FalconMamba (transformers' own pytorch_model.bin, and safetensors),
 // against float64 logits and greedy generations from transformers (scripts/make_checkpoint_fixtures.py).
-// Tolerance: 1e-5 of the largest logit, as in fixtures_test.cpp: mambacpp computes in fp32 from the same stored weights,
-// so the expected difference is fp32 rounding through a few layers (measured below 5e-7); a modelling error (a missed
-// norm, a wrong eps, a shifted storage offset) moves logits by 1e-3 or more. The issue asks for 1e-4 at most.
+// Tolerance: 1e-5 of the largest logit, as in fixtures_test.cpp: mambacpp computes in fp32 from the same stored
+// weights, so the expected difference is fp32 rounding through a few layers (measured below 5e-7); a modelling error (a
+// missed norm, a wrong eps, a shifted storage offset) moves logits by 1e-3 or more. The issue asks for 1e-4 at most.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
 #include <fstream>
-#include <random>
-
 #include <nlohmann/json.hpp>
+#include <random>
 
 #include "io/checkpoint.h"
 #include "io/mapped_file.h"
 #include "io/zip_archive.h"
+#include "mambacpp/config.h"
 #include "mambacpp/model.h"
 #include "support/test_support.h"
 #include "mambacpp/npy.h"
@@ -60,8 +60,8 @@ nlohmann::json read_json(const std::string& path) {
 }
 
 TEST(CheckpointFormats, FixturesArePresent) {
-  EXPECT_EQ(checkpoint_dirs().size(), 5u) << "expected the fixtures of scripts/make_checkpoint_fixtures.py under "
-                                          << test::fixture_dir() << "/checkpoints";
+  EXPECT_EQ(checkpoint_dirs().size(), 5u)
+      << "expected the fixtures of scripts/make_checkpoint_fixtures.py under " << test::fixture_dir() << "/checkpoints";
 }
 
 TEST(CheckpointFormats, LogitsMatchTransformers) {
@@ -159,6 +159,30 @@ TEST(CheckpointFormats, FalconMambaNormsAndTheirEpsMatter) {
   EXPECT_GT(default_eps, 10 * kTol);
 }
 
+TEST(CheckpointFormats, FalconMambaConfigKeys) {
+  const std::string base = R"({"model_type": "falcon_mamba", "architectures": ["FalconMambaForCausalLM"],
+      "hidden_size": 32, "num_hidden_layers": 2, "vocab_size": 10)";
+  const ModelConfig d = parse_model_config(base + "}");
+  EXPECT_EQ(d.arch, Arch::Mamba1);
+  EXPECT_EQ(d.d_inner, 64);                 // expand defaults to 2
+  EXPECT_DOUBLE_EQ(d.mixer_rms_eps, 1e-6);  // FalconMambaConfig's default
+  const ModelConfig q = parse_model_config(base + R"(, "expand": 16, "intermediate_size": 48, "mixer_rms_eps": 0.5})");
+  EXPECT_EQ(q.d_inner, 48);  // intermediate_size wins, as in FalconMambaConfig
+  EXPECT_DOUBLE_EQ(q.mixer_rms_eps, 0.5);
+  // The canonical form carries the eps (and omits it for plain Mamba-1, whose output is unchanged).
+  EXPECT_DOUBLE_EQ(parse_model_config(q.to_json()).mixer_rms_eps, 0.5);
+  ModelConfig plain = q;
+  plain.mixer_rms_eps = 0;
+  EXPECT_EQ(plain.to_json().find("mixer_rms_eps"), std::string::npos);
+  EXPECT_THAT(test::error_of([&] { parse_model_config(base + R"(, "mixer_rms_eps": -1})"); }),
+              ::testing::HasSubstr("mixer_rms_eps"));
+  EXPECT_THAT(test::error_of([&] {
+                parse_model_config(R"({"model_type": "falcon_mamba", "architectures": ["MambaForCausalLM"],
+                                       "hidden_size": 8, "num_hidden_layers": 1, "vocab_size": 4})");
+              }),
+              ::testing::HasSubstr("FalconMambaForCausalLM"));
+}
+
 TEST(CheckpointFormats, GenerateCommandMatchesTransformersGreedy) {
   for (const std::string& dir : checkpoint_dirs()) {
     SCOPED_TRACE(dir);
@@ -169,9 +193,9 @@ TEST(CheckpointFormats, GenerateCommandMatchesTransformersGreedy) {
       for (int id : ref["prompt_ids"]) f << id << " ";
     }
     const int n = ref["max_new_tokens"].get<int>();
-    test::CliResult r = test::run_cli("generate --device cpu --model " + dir + " --tokens-file " +
-                                      tmp.file("prompt.txt") + " -n " + std::to_string(n) +
-                                      " --temp 0 --ignore-eos --json");
+    test::CliResult r =
+        test::run_cli("generate --device cpu --model " + dir + " --tokens-file " + tmp.file("prompt.txt") + " -n " +
+                      std::to_string(n) + " --temp 0 --ignore-eos --json");
     ASSERT_EQ(r.exit_code, 0) << r.output();
     const auto got = nlohmann::json::parse(r.out)["tokens"].get<std::vector<int32_t>>();
     const auto want = ref["full_pass_ids"].get<std::vector<int32_t>>();

@@ -279,9 +279,9 @@ TEST(ConfigMambaSsm, Mamba2ExplicitCfg) {
 }
 
 TEST(ConfigRejects, UnknownFormatsAndArchitectures) {
-  EXPECT_THAT(parse_error(R"({"model_type": "falcon_mamba", "hidden_size": 8})"),
-              AllOf(HasSubstr("/models/m/config.json"), HasSubstr("model_type"), HasSubstr("falcon_mamba"),
-                    HasSubstr("\"mamba\""), HasSubstr("\"mamba2\"")));
+  EXPECT_THAT(parse_error(R"({"model_type": "jamba", "hidden_size": 8})"),
+              AllOf(HasSubstr("/models/m/config.json"), HasSubstr("model_type"), HasSubstr("jamba"),
+                    HasSubstr("\"mamba\""), HasSubstr("\"mamba2\""), HasSubstr("\"falcon_mamba\"")));
   EXPECT_THAT(parse_error(R"({"model_type": "mamba", "architectures": ["FalconMambaForCausalLM"],
                               "hidden_size": 8, "num_hidden_layers": 1, "vocab_size": 4})"),
               AllOf(HasSubstr("architectures"), HasSubstr("FalconMambaForCausalLM"), HasSubstr("MambaForCausalLM")));

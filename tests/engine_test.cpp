@@ -175,14 +175,16 @@ TEST_F(EngineTest, FullQueueIsAClearError) {
 TEST_F(EngineTest, SubmitAndCancelFromAnotherThread) {
   Engine engine(*model, nullptr, {.max_seqs = 3, .batch_tokens = 8});
   std::vector<GenerateRequest> reqs;
-  for (int i = 0; i < 12; ++i) reqs.push_back(request(test::random_tokens(2 + i, 47, static_cast<uint64_t>(i)), 6, 0.0f));
+  for (int i = 0; i < 12; ++i) reqs.push_back(request(test::random_tokens(2 + i, 47, static_cast<uint64_t>(i)), 40, 0.0f));
   std::vector<Recorder> rec(reqs.size());
   std::atomic<bool> done{false};
+  constexpr size_t kCancelled = 4;
   std::thread producer([&] {
     for (size_t i = 0; i < reqs.size(); ++i) {
       GenerateRequest r = reqs[i];
       rec[i].attach(r);
-      engine.submit(std::move(r));
+      const RequestId id = engine.submit(std::move(r));
+      if (i == kCancelled) engine.cancel(id);  // while the other thread steps
       std::this_thread::sleep_for(std::chrono::microseconds(300));
     }
     done = true;
@@ -194,7 +196,14 @@ TEST_F(EngineTest, SubmitAndCancelFromAnotherThread) {
   }
   for (size_t i = 0; i < reqs.size(); ++i) {
     ASSERT_EQ(rec[i].finished, 1) << "request " << i;
-    EXPECT_EQ(rec[i].tokens, test::run_alone(*model, reqs[i]).tokens) << "request " << i;
+    EXPECT_FALSE(rec[i].after_finish);
+    const std::vector<int32_t> alone = test::run_alone(*model, reqs[i]).tokens;
+    if (i == kCancelled) {  // cancelled before it could finish its 40 tokens; what it emitted is a prefix
+      EXPECT_EQ(rec[i].result.finish_reason, FinishReason::Cancelled);
+      EXPECT_EQ(rec[i].tokens, std::vector<int32_t>(alone.begin(), alone.begin() + static_cast<std::ptrdiff_t>(rec[i].tokens.size())));
+    } else {
+      EXPECT_EQ(rec[i].tokens, alone) << "request " << i;
+    }
   }
 }
 

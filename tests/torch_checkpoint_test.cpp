@@ -2,6 +2,8 @@
 // torch.save (fuzz/corpus/torch_checkpoint, scripts/make_checkpoint_fixtures.py) and on hostile inputs built here by
 // hand. Each hostile input must be refused with its own message, and nothing in it may run. The model-level checks
 // (logits of the fixture checkpoints against transformers) are in checkpoint_formats_test.cpp.
+#include "io/torch_checkpoint.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <zlib.h>
@@ -11,7 +13,6 @@
 #include <fstream>
 
 #include "io/checkpoint.h"
-#include "io/torch_checkpoint.h"
 #include "io/torch_pickle.h"
 #include "io/zip_archive.h"
 #include "mambacpp/error.h"
@@ -21,8 +22,8 @@ namespace mambacpp {
 namespace {
 
 namespace fs = std::filesystem;
-using ::testing::HasSubstr;
 using test::error_of;
+using ::testing::HasSubstr;
 
 std::vector<uint8_t> read_file(const std::string& path) {
   std::ifstream f(path, std::ios::binary);
@@ -66,7 +67,8 @@ std::vector<uint8_t> make_zip(const std::vector<ZipSpec>& entries, bool zip64 = 
         crc32(0, reinterpret_cast<const Bytef*>(e.data.data()), static_cast<uInt>(e.data.size())));
     const uint64_t offset = file.size();
     put32(file, 0x04034b50), put16(file, 20), put16(file, 0), put16(file, e.deflate ? 8 : 0), put32(file, 0);
-    put32(file, crc), put32(file, static_cast<uint32_t>(body.size())), put32(file, static_cast<uint32_t>(e.data.size()));
+    put32(file, crc), put32(file, static_cast<uint32_t>(body.size())),
+        put32(file, static_cast<uint32_t>(e.data.size()));
     put16(file, static_cast<uint32_t>(e.name.size())), put16(file, 0);
     file += e.name + body;
     put32(dir, 0x02014b50), put16(dir, 45), put16(dir, 20), put16(dir, 0), put16(dir, e.deflate ? 8 : 0);
@@ -245,7 +247,8 @@ TEST(TorchCheckpointHostile, DeepNestingIsRefused) {
 
 TEST(TorchCheckpointHostile, ATruncatedPickleOrArchiveIsRefused) {
   const std::string cut = kOneTensor.substr(0, kOneTensor.find("storage") + 3);  // inside a string
-  EXPECT_THAT(load_error(archive(cut, kSix)), HasSubstr("string of 7 bytes runs past the end of the pickle (3 bytes left)"));
+  EXPECT_THAT(load_error(archive(cut, kSix)),
+              HasSubstr("string of 7 bytes runs past the end of the pickle (3 bytes left)"));
   const std::string cut_global = kOneTensor.substr(0, kOneTensor.find("_rebuild"));
   EXPECT_THAT(load_error(archive(cut_global, kSix)), HasSubstr("GLOBAL's name has no terminating newline"));
   const std::string no_stop = kOneTensor.substr(0, kOneTensor.size() - 1);
@@ -275,8 +278,8 @@ TEST(TorchCheckpointHostile, CorruptZipStructuresAreRefused) {
   // A deflated entry whose compressed bytes are garbage.
   std::vector<uint8_t> def = archive(kOneTensor, kSix, true);
   def[30 + std::strlen("archive/data.pkl") + 3] ^= 0xff;
-  EXPECT_THAT(load_error(def), ::testing::AnyOf(HasSubstr("is corrupt (zlib"), HasSubstr("CRC-32"),
-                                                 HasSubstr("inflates to")));
+  EXPECT_THAT(load_error(def),
+              ::testing::AnyOf(HasSubstr("is corrupt (zlib"), HasSubstr("CRC-32"), HasSubstr("inflates to")));
   // A central directory that points outside the file.
   std::vector<uint8_t> far = archive(kOneTensor, kSix);
   const size_t eocd = far.size() - 22;
@@ -400,11 +403,12 @@ TEST(TorchCheckpointCorpus, PickleSeedsAndTheirTruncationsParseOrFailCleanly) {
   EXPECT_EQ(ok, files - 2) << "every whole pickle seed except int64 and noncontiguous should parse";
 }
 
-// ---- Directory layouts -----------------------------------------------------------------------------------------------
+// ---- Directory layouts
+// -----------------------------------------------------------------------------------------------
 
 void write_bytes(const std::string& path, const std::vector<uint8_t>& bytes) {
-  std::ofstream(path, std::ios::binary).write(reinterpret_cast<const char*>(bytes.data()),
-                                              static_cast<std::streamsize>(bytes.size()));
+  std::ofstream(path, std::ios::binary)
+      .write(reinterpret_cast<const char*>(bytes.data()), static_cast<std::streamsize>(bytes.size()));
 }
 
 TEST(TorchCheckpointDirectory, LayoutErrorsNameTheFile) {

@@ -86,6 +86,7 @@ struct RequestEvent {
   std::string_view text;                  // new text: complete UTF-8 characters, never the start of a stop string
   bool finished = false;
   const GenerateResult* result = nullptr;  // when finished
+  int64_t prompt_done = 0;  // prompt tokens in the state so far (cached ones included); progress of a long prefill
 };
 
 struct GenerateRequest {
@@ -143,7 +144,8 @@ class Engine {
   bool step();
   // Blocks until a request is queued or `timeout_ms` passes; true when there is work. Thread-safe.
   bool wait_for_work(int64_t timeout_ms);
-  // Runs `requests` to completion (with whatever else is queued) and returns their results in order.
+  // Runs `requests` to completion (with whatever else is queued) and returns their results in order. They are
+  // validated first (one bad request: Error, nothing queued) and queued whole, whatever max_queue says.
   std::vector<GenerateResult> run(std::vector<GenerateRequest> requests);
 
   // Reads a state file (mambacpp/state.h) into the prefix cache; returns the tokens it stands for. A request whose

@@ -251,6 +251,7 @@ struct Engine::Impl {
     e.text = piece;
     e.finished = final;
     e.result = final ? &r.result : nullptr;
+    e.prompt_done = static_cast<int64_t>(std::min(r.fed.size(), r.req.prompt.size()));
     r.req.on_event(e);
   }
 
@@ -505,7 +506,7 @@ struct Engine::Impl {
           out = model.forward(*state, seqs, Output::LastLogits);
         }
       }
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
       // The call failed as a whole (nothing in it is trustworthy): its requests end with the error.
       now = Clock::now();
       for (Run* r : all) fail_run(*r, e.what(), now);
@@ -520,6 +521,12 @@ struct Engine::Impl {
       const int64_t interval = options.state_checkpoint_interval;
       if (pos == r.prompt_len() - 1 || (interval > 0 && pos % interval == 0)) remember(r);
       enter_decode_if_ready(r);
+      if (r.req.on_event) {  // progress of the prefill
+        RequestEvent e;
+        e.id = r.id;
+        e.prompt_done = pos;
+        r.req.on_event(e);
+      }
     }
     for (size_t i = 0; i < decode.size(); ++i) {
       Run& r = *decode[i];
@@ -530,7 +537,7 @@ struct Engine::Impl {
       }
       try {
         accept_token(r, sample(r, out, prefill.size() + i), now);
-      } catch (const Error& e) {  // e.g. a NaN logit in this row: only this request ends
+      } catch (const std::exception& e) {  // e.g. a NaN logit in this row: only this request ends
         fail_run(r, e.what(), now);
       }
     }
@@ -585,35 +592,22 @@ bool Engine::wait_for_work(int64_t timeout_ms) {
 std::vector<GenerateResult> Engine::run(std::vector<GenerateRequest> requests) {
   for (const GenerateRequest& r : requests) impl_->validate(r);  // all or nothing
   std::vector<GenerateResult> results(requests.size());
-  std::vector<bool> finished(requests.size(), false);
-  size_t next = 0, n_finished = 0;
-  while (n_finished < requests.size()) {
-    // Submit as the queue has room, so that any number of requests can run.
-    while (next < requests.size()) {
-      {
-        std::lock_guard<std::mutex> lock(impl_->mutex);
-        if (static_cast<int64_t>(impl_->queue.size()) >= std::max<int64_t>(impl_->options.max_queue, 1)) break;
-      }
-      GenerateRequest& r = requests[next];
-      auto user = std::move(r.on_event);
-      const size_t i = next;
-      r.on_event = [&, i, user](const RequestEvent& e) {
+  size_t n_finished = 0;
+  {
+    // The caller's own batch: queued whole, past max_queue (that bound is for other threads' submissions).
+    std::lock_guard<std::mutex> lock(impl_->mutex);
+    for (size_t i = 0; i < requests.size(); ++i) {
+      GenerateRequest& r = requests[i];
+      r.on_event = [&results, &n_finished, i, user = std::move(r.on_event)](const RequestEvent& e) {
         if (user) user(e);
-        if (e.finished) results[i] = *e.result, finished[i] = true, ++n_finished;
+        if (e.finished) results[i] = *e.result, ++n_finished;
       };
-      if (impl_->options.max_queue == 0) {  // no queue: run() still admits its own requests one at a time
-        std::lock_guard<std::mutex> lock(impl_->mutex);
-        const RequestId id = impl_->next_id++;
-        impl_->queue.push_back({id, std::move(r), Clock::now()});
-        impl_->unfinished.insert(id);
-      } else {
-        submit(std::move(r));
-      }
-      ++next;
+      const RequestId id = impl_->next_id++;
+      impl_->queue.push_back({id, std::move(r), Clock::now()});
+      impl_->unfinished.insert(id);
     }
-    if (!step() && next == requests.size() && n_finished < requests.size())
-      MAMBACPP_ASSERT(false && "engine idle with requests unfinished");
   }
+  while (n_finished < requests.size()) MAMBACPP_ASSERT(step());
   return results;
 }
 

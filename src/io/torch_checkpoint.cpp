@@ -60,9 +60,9 @@ void TorchCheckpointFile::parse(const uint8_t* data, uint64_t size) {
     pkl = &e;
   }
   if (!pkl)
-    fail(path_, ": zip archive without an <archive>/data.pkl entry: not a torch.save checkpoint (", zip.entries().size(),
-         " entries", zip.entries().empty() ? "" : ", the first '" + zip.entries().front().name.substr(0, 100) + "'",
-         ")");
+    fail(path_, ": zip archive without an <archive>/data.pkl entry: not a torch.save checkpoint (",
+         zip.entries().size(), " entries",
+         zip.entries().empty() ? "" : ", the first '" + zip.entries().front().name.substr(0, 100) + "'", ")");
   const std::string prefix = pkl->name.substr(0, pkl->name.size() - std::strlen("data.pkl"));
   if (const ZipEntry* bo = zip.find(prefix + "byteorder")) {
     const std::vector<uint8_t> b = zip.extract(*bo);

@@ -17,18 +17,30 @@ enum class Kind : uint8_t { None, Bool, Int, Float, Str, Bytes, Tuple, List, Dic
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::None: return "None";
-    case Kind::Bool: return "bool";
-    case Kind::Int: return "int";
-    case Kind::Float: return "float";
-    case Kind::Str: return "str";
-    case Kind::Bytes: return "bytes";
-    case Kind::Tuple: return "tuple";
-    case Kind::List: return "list";
-    case Kind::Dict: return "dict";
-    case Kind::Global: return "global";
-    case Kind::Storage: return "storage";
-    case Kind::Tensor: return "tensor";
+    case Kind::None:
+      return "None";
+    case Kind::Bool:
+      return "bool";
+    case Kind::Int:
+      return "int";
+    case Kind::Float:
+      return "float";
+    case Kind::Str:
+      return "str";
+    case Kind::Bytes:
+      return "bytes";
+    case Kind::Tuple:
+      return "tuple";
+    case Kind::List:
+      return "list";
+    case Kind::Dict:
+      return "dict";
+    case Kind::Global:
+      return "global";
+    case Kind::Storage:
+      return "storage";
+    case Kind::Tensor:
+      return "tensor";
   }
   return "?";
 }
@@ -48,29 +60,90 @@ struct Value {
 
 // Opcodes (pickletools' names).
 enum : uint8_t {
-  MARK = '(', STOP = '.', POP = '0', POP_MARK = '1', DUP = '2', BINFLOAT = 'G', BININT = 'J', BININT1 = 'K',
-  BININT2 = 'M', NONE = 'N', BINPERSID = 'Q', REDUCE = 'R', BINUNICODE = 'X', EMPTY_LIST = ']', APPEND = 'a',
-  BUILD = 'b', DICT = 'd', APPENDS = 'e', BINGET = 'h', LONG_BINGET = 'j', LIST = 'l', BINPUT = 'q', LONG_BINPUT = 'r',
-  SETITEM = 's', TUPLE = 't', SETITEMS = 'u', EMPTY_DICT = '}', EMPTY_TUPLE = ')', GLOBAL = 'c', BINBYTES = 'B',
-  SHORT_BINBYTES = 'C', PROTO = 0x80, TUPLE1 = 0x85, TUPLE2 = 0x86, TUPLE3 = 0x87, NEWTRUE = 0x88, NEWFALSE = 0x89,
-  LONG1 = 0x8a, LONG4 = 0x8b, SHORT_BINUNICODE = 0x8c, BINUNICODE8 = 0x8d, BINBYTES8 = 0x8e, STACK_GLOBAL = 0x93,
-  MEMOIZE = 0x94, FRAME = 0x95,
+  MARK = '(',
+  STOP = '.',
+  POP = '0',
+  POP_MARK = '1',
+  DUP = '2',
+  BINFLOAT = 'G',
+  BININT = 'J',
+  BININT1 = 'K',
+  BININT2 = 'M',
+  NONE = 'N',
+  BINPERSID = 'Q',
+  REDUCE = 'R',
+  BINUNICODE = 'X',
+  EMPTY_LIST = ']',
+  APPEND = 'a',
+  BUILD = 'b',
+  DICT = 'd',
+  APPENDS = 'e',
+  BINGET = 'h',
+  LONG_BINGET = 'j',
+  LIST = 'l',
+  BINPUT = 'q',
+  LONG_BINPUT = 'r',
+  SETITEM = 's',
+  TUPLE = 't',
+  SETITEMS = 'u',
+  EMPTY_DICT = '}',
+  EMPTY_TUPLE = ')',
+  GLOBAL = 'c',
+  BINBYTES = 'B',
+  SHORT_BINBYTES = 'C',
+  PROTO = 0x80,
+  TUPLE1 = 0x85,
+  TUPLE2 = 0x86,
+  TUPLE3 = 0x87,
+  NEWTRUE = 0x88,
+  NEWFALSE = 0x89,
+  LONG1 = 0x8a,
+  LONG4 = 0x8b,
+  SHORT_BINUNICODE = 0x8c,
+  BINUNICODE8 = 0x8d,
+  BINBYTES8 = 0x8e,
+  STACK_GLOBAL = 0x93,
+  MEMOIZE = 0x94,
+  FRAME = 0x95,
 };
 
 // Names of opcodes that exist but are refused, for the message.
 const char* refused_opcode_name(uint8_t op) {
   switch (op) {
-    case 'i': return "INST (object construction)";
-    case 'o': return "OBJ (object construction)";
-    case 0x81: return "NEWOBJ (object construction)";
-    case 0x92: return "NEWOBJ_EX (object construction)";
-    case 0x82: case 0x83: case 0x84: return "EXT (extension registry)";
-    case 'P': return "PERSID (text persistent id)";
-    case 'I': case 'L': case 'S': case 'T': case 'U': case 'V': case 'F': case 'p': case 'g':
+    case 'i':
+      return "INST (object construction)";
+    case 'o':
+      return "OBJ (object construction)";
+    case 0x81:
+      return "NEWOBJ (object construction)";
+    case 0x92:
+      return "NEWOBJ_EX (object construction)";
+    case 0x82:
+    case 0x83:
+    case 0x84:
+      return "EXT (extension registry)";
+    case 'P':
+      return "PERSID (text persistent id)";
+    case 'I':
+    case 'L':
+    case 'S':
+    case 'T':
+    case 'U':
+    case 'V':
+    case 'F':
+    case 'p':
+    case 'g':
       return "a protocol 0/1 text opcode";
-    case 0x8f: case 0x90: case 0x91: return "a set opcode";
-    case 0x96: case 0x97: case 0x98: return "an out-of-band buffer opcode";
-    default: return nullptr;
+    case 0x8f:
+    case 0x90:
+    case 0x91:
+      return "a set opcode";
+    case 0x96:
+    case 0x97:
+    case 0x98:
+      return "an out-of-band buffer opcode";
+    default:
+      return nullptr;
   }
 }
 
@@ -81,10 +154,14 @@ std::string printable(const std::string& s) {
 }
 
 bool storage_dtype(const std::string& name, DType& out) {
-  if (name == "FloatStorage") out = DType::F32;
-  else if (name == "HalfStorage") out = DType::F16;
-  else if (name == "BFloat16Storage") out = DType::BF16;
-  else return false;
+  if (name == "FloatStorage")
+    out = DType::F32;
+  else if (name == "HalfStorage")
+    out = DType::F16;
+  else if (name == "BFloat16Storage")
+    out = DType::BF16;
+  else
+    return false;
   return true;
 }
 
@@ -115,7 +192,8 @@ class Unpickler {
   }
 
   const uint8_t* take(uint64_t n, const char* what) {
-    if (n > size_ - pos_) error(what, " of ", n, " bytes runs past the end of the pickle (", size_ - pos_, " bytes left)");
+    if (n > size_ - pos_)
+      error(what, " of ", n, " bytes runs past the end of the pickle (", size_ - pos_, " bytes left)");
     const uint8_t* at = p_ + pos_;
     pos_ += static_cast<size_t>(n);
     return at;
@@ -212,10 +290,14 @@ class Unpickler {
     v.kind = Kind::Global;
     v.s = module + "." + name;
     DType dt;
-    if (module == "collections" && name == "OrderedDict") v.global = Global::OrderedDict;
-    else if (module == "torch._utils" && name == "_rebuild_tensor_v2") v.global = Global::RebuildTensorV2;
-    else if (module == "torch._utils" && name == "_rebuild_parameter") v.global = Global::RebuildParameter;
-    else if (module == "torch" && storage_dtype(name, dt)) v.global = Global::Storage, v.dtype = dt;
+    if (module == "collections" && name == "OrderedDict")
+      v.global = Global::OrderedDict;
+    else if (module == "torch._utils" && name == "_rebuild_tensor_v2")
+      v.global = Global::RebuildTensorV2;
+    else if (module == "torch._utils" && name == "_rebuild_parameter")
+      v.global = Global::RebuildParameter;
+    else if (module == "torch" && storage_dtype(name, dt))
+      v.global = Global::Storage, v.dtype = dt;
     else if (module == "torch" && name.size() > 7 && name.compare(name.size() - 7, 7, "Storage") == 0)
       error("storage type torch.", printable(name), " is not supported: mambacpp reads torch.FloatStorage (f32), ",
             "torch.HalfStorage (f16) and torch.BFloat16Storage (bf16)");
@@ -243,20 +325,38 @@ class Unpickler {
           error("more than ", kMaxPickleNesting, " MARKs open at once (nesting too deep)");
         marks_.push_back(stack_.size());
         return;
-      case POP: pop(); return;
-      case POP_MARK: pop_to_mark(); return;
-      case DUP: push(top()); return;
-      case EMPTY_TUPLE: push_new(container(Kind::Tuple, {})); return;
-      case EMPTY_LIST: push_new(container(Kind::List, {})); return;
-      case EMPTY_DICT: push_new(container(Kind::Dict, {})); return;
-      case TUPLE: push_new(container(Kind::Tuple, pop_to_mark())); return;
-      case TUPLE1: case TUPLE2: case TUPLE3: {
+      case POP:
+        pop();
+        return;
+      case POP_MARK:
+        pop_to_mark();
+        return;
+      case DUP:
+        push(top());
+        return;
+      case EMPTY_TUPLE:
+        push_new(container(Kind::Tuple, {}));
+        return;
+      case EMPTY_LIST:
+        push_new(container(Kind::List, {}));
+        return;
+      case EMPTY_DICT:
+        push_new(container(Kind::Dict, {}));
+        return;
+      case TUPLE:
+        push_new(container(Kind::Tuple, pop_to_mark()));
+        return;
+      case TUPLE1:
+      case TUPLE2:
+      case TUPLE3: {
         std::vector<uint32_t> items(static_cast<size_t>(op_ - TUPLE1 + 1));
         for (size_t k = items.size(); k-- > 0;) items[k] = pop();
         push_new(container(Kind::Tuple, std::move(items)));
         return;
       }
-      case LIST: push_new(container(Kind::List, pop_to_mark())); return;
+      case LIST:
+        push_new(container(Kind::List, pop_to_mark()));
+        return;
       case DICT: {
         std::vector<uint32_t> items = pop_to_mark();
         if (items.size() % 2) error("DICT with an odd number of keys and values");
@@ -283,18 +383,28 @@ class Unpickler {
         extend(top(), Kind::Dict, items);
         return;
       }
-      case NONE: push_new(Value{}); return;
-      case NEWTRUE: case NEWFALSE: {
+      case NONE:
+        push_new(Value{});
+        return;
+      case NEWTRUE:
+      case NEWFALSE: {
         Value v;
         v.kind = Kind::Bool;
         v.i = op_ == NEWTRUE;
         push_new(std::move(v));
         return;
       }
-      case BININT: push_int(static_cast<int32_t>(static_cast<uint32_t>(le(4, "int")))); return;
-      case BININT1: push_int(static_cast<int64_t>(le(1, "int"))); return;
-      case BININT2: push_int(static_cast<int64_t>(le(2, "int"))); return;
-      case LONG1: case LONG4: {
+      case BININT:
+        push_int(static_cast<int32_t>(static_cast<uint32_t>(le(4, "int"))));
+        return;
+      case BININT1:
+        push_int(static_cast<int64_t>(le(1, "int")));
+        return;
+      case BININT2:
+        push_int(static_cast<int64_t>(le(2, "int")));
+        return;
+      case LONG1:
+      case LONG4: {
         const uint64_t n = le(op_ == LONG1 ? 1 : 4, "long length");
         if (n > 8) error("an integer of ", n, " bytes (at most 8 are supported)");
         uint64_t v = n ? le(static_cast<int>(n), "long") : 0;
@@ -312,12 +422,24 @@ class Unpickler {
         push_new(std::move(v));
         return;
       }
-      case BINUNICODE: push_string(Kind::Str, le(4, "string length")); return;
-      case SHORT_BINUNICODE: push_string(Kind::Str, le(1, "string length")); return;
-      case BINUNICODE8: push_string(Kind::Str, le(8, "string length")); return;
-      case BINBYTES: push_string(Kind::Bytes, le(4, "bytes length")); return;
-      case SHORT_BINBYTES: push_string(Kind::Bytes, le(1, "bytes length")); return;
-      case BINBYTES8: push_string(Kind::Bytes, le(8, "bytes length")); return;
+      case BINUNICODE:
+        push_string(Kind::Str, le(4, "string length"));
+        return;
+      case SHORT_BINUNICODE:
+        push_string(Kind::Str, le(1, "string length"));
+        return;
+      case BINUNICODE8:
+        push_string(Kind::Str, le(8, "string length"));
+        return;
+      case BINBYTES:
+        push_string(Kind::Bytes, le(4, "bytes length"));
+        return;
+      case SHORT_BINBYTES:
+        push_string(Kind::Bytes, le(1, "bytes length"));
+        return;
+      case BINBYTES8:
+        push_string(Kind::Bytes, le(8, "bytes length"));
+        return;
       case GLOBAL: {
         const std::string module = line("module");
         const std::string name = line("name");
@@ -332,12 +454,24 @@ class Unpickler {
         push_global(val(module).s, val(name).s);
         return;
       }
-      case BINPUT: memo_put(le(1, "memo index")); return;
-      case LONG_BINPUT: memo_put(le(4, "memo index")); return;
-      case MEMOIZE: memo_put(memo_.size()); return;
-      case BINGET: memo_get(le(1, "memo index")); return;
-      case LONG_BINGET: memo_get(le(4, "memo index")); return;
-      case BINPERSID: persistent_id(pop()); return;
+      case BINPUT:
+        memo_put(le(1, "memo index"));
+        return;
+      case LONG_BINPUT:
+        memo_put(le(4, "memo index"));
+        return;
+      case MEMOIZE:
+        memo_put(memo_.size());
+        return;
+      case BINGET:
+        memo_get(le(1, "memo index"));
+        return;
+      case LONG_BINGET:
+        memo_get(le(4, "memo index"));
+        return;
+      case BINPERSID:
+        persistent_id(pop());
+        return;
       case REDUCE: {
         const uint32_t args = pop(), callable = pop();
         reduce(callable, args);
@@ -370,9 +504,8 @@ class Unpickler {
             t.kind == Kind::Tuple ? " of " + std::to_string(t.items.size()) : std::string());
     const Value &tag = val(t.items[0]), &type = val(t.items[1]), &key = val(t.items[2]), &loc = val(t.items[3]),
                 &numel = val(t.items[4]);
-    if (tag.kind != Kind::Str || tag.s != "storage")
-      error("persistent id tag must be 'storage', found ", tag.kind == Kind::Str ? "'" + printable(tag.s) + "'"
-                                                                                 : std::string(kind_name(tag.kind)));
+    if (tag.kind != Kind::Str) error("persistent id tag must be 'storage', found a ", kind_name(tag.kind));
+    if (tag.s != "storage") error("persistent id tag must be 'storage', found '", printable(tag.s), "'");
     if (type.kind != Kind::Global || type.global != Global::Storage)
       error("persistent id names ", type.kind == Kind::Global ? printable(type.s) : kind_name(type.kind),
             " where a storage type was expected");
@@ -433,7 +566,8 @@ class Unpickler {
         if (a.size() != 6 && a.size() != 7)
           error("torch._utils._rebuild_tensor_v2 expects 6 or 7 arguments, found ", a.size());
         if (val(a[0]).kind != Kind::Storage)
-          error("torch._utils._rebuild_tensor_v2: first argument must be a storage, found a ", kind_name(val(a[0]).kind));
+          error("torch._utils._rebuild_tensor_v2: first argument must be a storage, found a ",
+                kind_name(val(a[0]).kind));
         if (val(a[1]).kind != Kind::Int || val(a[1]).i < 0)
           error("torch._utils._rebuild_tensor_v2: storage offset must be a non-negative integer");
         PickledTensor t;

@@ -19,8 +19,8 @@ namespace mambacpp {
 constexpr int kMaxPickleNesting = 100;
 
 struct PickledStorage {
-  std::string key;       // the zip entry is <archive>/data/<key>
-  std::string type;      // e.g. "torch.FloatStorage" (for messages)
+  std::string key;   // the zip entry is <archive>/data/<key>
+  std::string type;  // e.g. "torch.FloatStorage" (for messages)
   DType dtype = DType::F32;
   uint64_t numel = 0;    // elements of the storage
   std::string location;  // e.g. "cpu", "cuda:0": ignored, the bytes are the same
@@ -28,7 +28,7 @@ struct PickledStorage {
 
 struct PickledTensor {
   std::string name;
-  size_t storage = 0;  // index into TorchPickle::storages
+  size_t storage = 0;   // index into TorchPickle::storages
   uint64_t offset = 0;  // storage_offset, in elements
   std::vector<int64_t> shape, stride;
 };

@@ -104,7 +104,8 @@ void ZipArchive::read_directory() {
   }
   b.need(dir_offset, dir_size, "central directory");
   if (count > dir_size / 46)
-    fail(source_, ": central directory of ", dir_size, " bytes cannot hold ", count, " entries (46 bytes each at least)");
+    fail(source_, ": central directory of ", dir_size, " bytes cannot hold ", count,
+         " entries (46 bytes each at least)");
 
   uint64_t p = dir_offset;
   const uint64_t dir_end = dir_offset + dir_size;
@@ -223,8 +224,9 @@ std::vector<uint8_t> ZipArchive::extract(const ZipEntry& e) const {
     }
     inflateEnd(&z);
     if (rc != Z_STREAM_END)
-      fail(source_, ": deflated entry '", shown, "' is corrupt (zlib: ",
-           rc == Z_BUF_ERROR ? "the compressed data ends early" : "invalid compressed data", ")");
+      fail(source_, ": deflated entry '", shown,
+           "' is corrupt (zlib: ", rc == Z_BUF_ERROR ? "the compressed data ends early" : "invalid compressed data",
+           ")");
     if (out_done != e.size)
       fail(source_, ": deflated entry '", shown, "' inflates to ", out_done, " bytes, but declares ", e.size);
   }
