@@ -109,6 +109,7 @@ class RequestEvent:
     text: str
     finished: bool
     result: GenerateResult | None
+    prompt_done: int  # prompt tokens in the state so far (progress of a long prefill)
 
 class Engine:
     model: Model

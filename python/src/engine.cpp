@@ -21,6 +21,7 @@ struct Event {
   std::string text;
   bool finished = false;
   std::optional<GenerateResult> result;
+  int64_t prompt_done = 0;
 };
 
 struct PyEngine {
@@ -83,7 +84,8 @@ void bind_engine(py::module_& m) {
       .def_readonly("token", &Event::token)
       .def_property_readonly("text", [](const Event& e) { return utf8_replace(e.text); })
       .def_readonly("finished", &Event::finished)
-      .def_readonly("result", &Event::result);
+      .def_readonly("result", &Event::result)
+      .def_readonly("prompt_done", &Event::prompt_done);
 
   // EngineOptions' defaults, so that the Python Engine follows the C++ ones.
   m.def("_engine_defaults", [] {
@@ -144,6 +146,7 @@ void bind_engine(py::module_& m) {
                if (ev.token) out.token = *ev.token;
                out.text = std::string(ev.text);
                out.finished = ev.finished;
+               out.prompt_done = ev.prompt_done;
                if (ev.result) out.result = *ev.result;
                self->push(std::move(out));
              };
