@@ -1,0 +1,260 @@
+"""Engine: the serving engine (continuous batching over one model, exact state prefix cache) from Python."""
+
+import collections
+import os
+import threading
+
+from . import _checks
+from ._errors import Error, InvalidArgumentError
+from ._mambacpp import _Engine, _SamplingParams, _engine_defaults
+
+
+class Engine:
+    """Continuous batching over one ``Model``: ``submit`` requests (from any thread), and ``step`` (one thread at a
+    time; the GIL is released while it runs) feeds one token to every decoding request plus the next prompt chunks.
+    Each request gets the tokens it would get alone. The prefix cache (``state_cache_mb``; 0: off) keeps exact
+    states of earlier requests, so a prompt that continues one (a chat turn) prefills only its new tokens."""
+
+    def __init__(self, model, *, max_seqs=None, max_queue=None, batch_tokens=None, max_prompt=None,
+                 max_new_tokens=None, state_cache_mb=None, state_checkpoint_interval=None, state_dtype=None,
+                 device_sampling=None):
+        """Options left at None take the C++ defaults (mambacpp/engine.h: EngineOptions): max_seqs 32 requests at
+        once, max_queue 1024 waiting, batch_tokens per step (0: the model's batch_tokens), max_prompt 65536,
+        state_cache_mb 1024 (0: no prefix cache), state_checkpoint_interval (prompt positions whose state is
+        cached), state_dtype "f32", device_sampling True."""
+        from ._model import Model
+        if not isinstance(model, Model):
+            raise InvalidArgumentError(f"model: expected a mambacpp.Model, found {type(model).__name__}")
+        self.model = model
+        o = _engine_defaults()
+        given = dict(max_seqs=max_seqs, max_queue=max_queue, batch_tokens=batch_tokens, max_prompt=max_prompt,
+                     max_new_tokens=max_new_tokens, state_cache_mb=state_cache_mb,
+                     state_checkpoint_interval=state_checkpoint_interval, state_dtype=state_dtype,
+                     device_sampling=device_sampling)
+        o.update({k: v for k, v in given.items() if v is not None})
+        low = {"max_seqs": 1, "max_prompt": 1}
+        for k in ("max_seqs", "max_queue", "batch_tokens", "max_prompt", "max_new_tokens", "state_cache_mb",
+                  "state_checkpoint_interval"):
+            o[k] = _checks.integer(o[k], k, low.get(k, 0))
+        tok = model.tokenizer._native if model.tokenizer is not None else None
+        self._native = _Engine(model._native, tok, o["max_seqs"], o["max_queue"], o["batch_tokens"], o["max_prompt"],
+                               o["max_new_tokens"], o["state_cache_mb"], o["state_checkpoint_interval"],
+                               str(o["state_dtype"]), bool(o["device_sampling"]))
+        self.options = o
+        self._step_lock = threading.Lock()
+        self._handlers_lock = threading.Lock()
+        self._handlers = {}  # id -> on_event
+        self._results = {}   # id -> GenerateResult, until pop_result
+
+    # ---- requests --------------------------------------------------------------------------------------------
+    def submit(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
+               seed=None, stop=None, *, repeat_last_n=64, presence_penalty=0.0, frequency_penalty=0.0,
+               stop_tokens=None, ignore_eos=False, logprobs=None, save_state=None, on_event=None):
+        """Queues a request and returns its id. ``prompt``: a str (needs the model's tokenizer) or token ids.
+        ``on_event(event)`` (optional) is called after the step that produced each ``RequestEvent`` (new text, a
+        token, and a last one with ``finished`` and ``result``); without it only the result is kept, for
+        ``pop_result``. ``logprobs``: None, or 0..20 alternatives per token. ``save_state``: a path the state at the
+        request's end is written to. Raises InvalidArgumentError (and queues nothing) on a bad request."""
+        ids = self._prompt_ids(prompt)
+        sampling = _SamplingParams()
+        sampling.temperature = _checks.number(temperature, "temperature")
+        sampling.top_k = _checks.integer(top_k, "top_k", -2**31, 2**31 - 1)
+        sampling.top_p = _checks.number(top_p, "top_p")
+        sampling.min_p = _checks.number(min_p, "min_p")
+        sampling.repeat_penalty = _checks.number(repeat_penalty, "repeat_penalty")
+        sampling.repeat_last_n = _checks.integer(repeat_last_n, "repeat_last_n", 0, 2**31 - 1)
+        sampling.presence_penalty = _checks.number(presence_penalty, "presence_penalty")
+        sampling.frequency_penalty = _checks.number(frequency_penalty, "frequency_penalty")
+        if seed is not None:
+            sampling.seed = _checks.integer(seed, "seed", 0, 2**64 - 1)
+            sampling.seed_given = True
+        sampling.validate()
+        stops = _checks.strings(stop, "stop")
+        stop_ids = [] if not stop_tokens else _checks.token_ids(stop_tokens, "stop_tokens", self.model.vocab_size,
+                                                                  allow_batch=False)[0][0].tolist()
+        logprobs = -1 if logprobs is None else _checks.integer(logprobs, "logprobs", 0, 20)
+        max_tokens = _checks.integer(max_tokens, "max_tokens", 0, 2**31 - 1)
+        if on_event is not None and not callable(on_event):
+            raise InvalidArgumentError(f"on_event: expected a callable, found {type(on_event).__name__}")
+        with self._handlers_lock:  # held across submit: the request's first event finds its handler
+            rid = self._native.submit(ids, max_tokens, sampling, stop_ids, stops, bool(ignore_eos), logprobs,
+                                      "" if save_state is None else os.fspath(save_state), on_event is not None)
+            if on_event is not None:
+                self._handlers[rid] = on_event
+        return rid
+
+    def cancel(self, request_id):
+        """Cancels a queued or running request: its last event (reason "cancelled") comes at the next step.
+        False when it has already finished."""
+        return self._native.cancel(_checks.integer(request_id, "request_id", 0))
+
+    def step(self):
+        """One forward over every active row, then the events it produced go to their requests' ``on_event``.
+        False when there was nothing to do."""
+        with self._step_lock:
+            worked = self._native.step()
+            events = self._native.take_events()
+        self._dispatch(events)
+        return worked
+
+    def pop_result(self, request_id):
+        """The finished request's GenerateResult (once), or None while it runs."""
+        with self._handlers_lock:
+            return self._results.pop(request_id, None)
+
+    def run(self, prompts, **request):
+        """Submits every prompt with the same options, steps until all have finished and returns their results in
+        order. A ``seed`` gives request i the seed ``seed + i`` (as ``mambacpp generate`` does), so request i reruns
+        alone with ``seed + i``. Ctrl-C cancels them and re-raises."""
+        if isinstance(prompts, str) or not hasattr(prompts, "__len__"):
+            raise InvalidArgumentError("prompts: expected a list of prompts (str or token ids)")
+        seed = request.pop("seed", None)
+        ids = []
+        try:
+            for i, p in enumerate(prompts):
+                ids.append(self.submit(p, seed=None if seed is None else _checks.integer(seed, "seed", 0) + i,
+                                       **request))
+            results = {}
+            while len(results) < len(ids):
+                if not self.step() and len(results) < len(ids):
+                    self._collect(ids, results)
+                    if len(results) < len(ids):
+                        raise Error("engine: no work left but requests have not finished")
+                self._collect(ids, results)
+            return [results[i] for i in ids]
+        except BaseException:
+            self._abandon(ids)
+            raise
+
+    def stream(self, prompt, **request):
+        """Submits one request and returns a ``TextStream``: iterating it steps the engine and yields the text as it
+        comes (whole UTF-8 characters; the pieces concatenate to the result's text); ``.result`` is the
+        GenerateResult once it has finished. Closing it early (or Ctrl-C) cancels the request."""
+        return TextStream(self, prompt, request)
+
+    # ---- the prefix cache ------------------------------------------------------------------------------------
+    def load_state(self, path):
+        """Reads a state file into the prefix cache; returns the tokens it stands for (a prompt that continues
+        them prefills only the rest)."""
+        with self._step_lock:
+            return self._native.load_state(os.fspath(path))
+
+    def clear_cache(self):
+        with self._step_lock:
+            self._native.clear_cache()
+
+    @property
+    def stats(self):
+        """Running/queued requests, cache entries/bytes/hits/misses, steps (as of the last step)."""
+        return self._native.stats()
+
+    # ---- internals -------------------------------------------------------------------------------------------
+    def _prompt_ids(self, prompt):
+        if isinstance(prompt, str):
+            if self.model.tokenizer is None:
+                raise InvalidArgumentError("prompt: the model has no tokenizer.json, so text cannot be encoded; "
+                                           "give token ids")
+            ids = self.model.tokenizer.encode(prompt)
+            if not ids:
+                raise InvalidArgumentError("prompt: expected at least one token, found an empty text")
+            return ids
+        return _checks.token_ids(prompt, "prompt", self.model.vocab_size, allow_batch=False)[0][0].tolist()
+
+    def _dispatch(self, events):
+        # Every event is delivered even when a handler raises (the first exception is re-raised afterwards):
+        # otherwise the other requests' events of this step, their last ones included, would be lost.
+        error = None
+        for ev in events:
+            with self._handlers_lock:
+                handler = self._handlers.get(ev.id)
+                if ev.finished:
+                    self._handlers.pop(ev.id, None)
+                    if handler is None:
+                        self._results[ev.id] = ev.result
+            if handler is not None:
+                try:
+                    handler(ev)
+                except BaseException as e:  # noqa: B036 - re-raised below, after the other events
+                    error = error or e
+        if error is not None:
+            raise error
+
+    def _collect(self, ids, results):
+        for i in ids:
+            if i not in results:
+                r = self.pop_result(i)
+                if r is not None:
+                    results[i] = r
+
+    def _abandon(self, ids):
+        """Cancels `ids` and steps until each has sent its last event, so that their slots are free again."""
+        with self._handlers_lock:
+            for i in ids:
+                self._handlers.pop(i, None)
+        pending = set()
+        for i in ids:
+            if self._native.cancel(i):
+                pending.add(i)
+        for _ in range(1000):
+            pending = {i for i in pending if self.pop_result(i) is None}
+            if not pending or not self.step():
+                break
+        for i in ids:
+            self.pop_result(i)
+
+
+class TextStream:
+    """The text of one request as it is generated (``Engine.stream``, ``Model.generate(stream=True)``)."""
+
+    def __init__(self, engine, prompt, request):
+        self._engine = engine
+        self._events = collections.deque()
+        self.id = engine.submit(prompt, on_event=self._events.append, **request)
+        self.result = None  # the GenerateResult, once finished
+        self._done = False
+
+    def __iter__(self):
+        return self
+
+    def __next__(self):
+        try:
+            while True:
+                while self._events:
+                    ev = self._events.popleft()
+                    if ev.finished:
+                        self._done, self.result = True, ev.result
+                        if ev.result is not None and ev.result.error:
+                            raise Error(ev.result.error)
+                    if ev.text:
+                        return ev.text
+                if self._done:
+                    raise StopIteration
+                if not self._engine.step() and not self._events:
+                    self._done = True
+                    raise Error("engine: no work left but the request has not finished")
+        except (StopIteration, Error):
+            raise
+        except BaseException:  # Ctrl-C, or an error in another request's handler: free the slot, then re-raise
+            self.close()
+            raise
+
+    def close(self):
+        """Cancels the request if it is still running (and waits for its slot to be free)."""
+        if not self._done:
+            self._done = True
+            self._engine._abandon([self.id])
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    def __del__(self):
+        # Only cancel: a finalizer may run inside step() on this thread, where stepping again would deadlock. The
+        # request sends its last event at the next step, whoever runs it.
+        if not self._done:
+            try:
+                self._engine._native.cancel(self.id)
+            except Exception:
+                pass

@@ -1,0 +1,189 @@
+"""Model: a loaded checkpoint: logits over numpy input, states, text generation."""
+
+import json
+import os
+import threading
+import types
+
+from . import _checks
+from ._errors import Error, InvalidArgumentError, MissingFileError
+from ._mambacpp import _Model, default_model_dir as _native_default_model_dir
+from ._state import State
+from ._tokenizer import Tokenizer
+
+
+def default_model_dir():
+    """The shipped model: the package's copy when installed, else where the C++ library finds it
+    ($MAMBACPP_MODEL, the source tree, the installed data dir)."""
+    env = os.environ.get("MAMBACPP_MODEL")
+    packaged = os.path.join(os.path.dirname(__file__), "models", "default")
+    if not env and os.path.isfile(os.path.join(packaged, "config.json")):
+        return packaged
+    return _native_default_model_dir()
+
+
+def _config_dict(text):
+    """The C++ canonical config JSON as a dict: {"__float__": "Infinity"} becomes float("inf")."""
+    def value(v):
+        return float(v["__float__"]) if isinstance(v, dict) and set(v) == {"__float__"} else v
+    config = {k: value(v) for k, v in json.loads(text).items()}
+    config.pop("mambacpp_config", None)  # the format version of the canonical JSON
+    return config
+
+
+class Model:
+    """A Mamba-1 or Mamba-2 checkpoint directory (config.json + safetensors, and tokenizer.json when present).
+
+    ``path=None`` loads the shipped model. ``device``: "auto" (the GPU when usable), "cpu" or "cuda". ``dtype``:
+    the weights' dtype on the GPU ("bf16", "fp16", "fp32"; None: bf16); the CPU keeps the stored dtype.
+    ``threads``: CPU threads (0: all). ``batch_tokens``: prefill runs in pieces of at most this many tokens.
+    """
+
+    def __init__(self, path=None, device="auto", dtype=None, threads=0, *, batch_tokens=2048, cuda_graphs=True):
+        path = default_model_dir() if path is None else os.fspath(path)
+        if not os.path.isdir(path):
+            raise MissingFileError(f"path: model directory '{path}' does not exist")
+        if not isinstance(device, str):
+            raise InvalidArgumentError(f"device: expected 'auto', 'cpu' or 'cuda', found {device!r}")
+        if dtype is not None and not isinstance(dtype, str):
+            raise InvalidArgumentError(f"dtype: expected None, 'bf16', 'fp16' or 'fp32', found {dtype!r}")
+        threads = _checks.integer(threads, "threads", 0)
+        batch_tokens = _checks.integer(batch_tokens, "batch_tokens", 1)
+        self._native = _Model(path, device, dtype or "", threads, batch_tokens, bool(cuda_graphs))
+        self._config = types.MappingProxyType(_config_dict(self._native.config_json))
+        tok = os.path.join(path, "tokenizer.json")
+        self.tokenizer = Tokenizer(tok) if os.path.isfile(tok) else None
+        self._engine = None
+        self._engine_lock = threading.Lock()
+
+    # ---- what it is ----------------------------------------------------------------------------------------------
+    @property
+    def config(self):
+        """The hyper-parameters (read-only dict: arch, d_model, n_layer, vocab_size, d_state, ...)."""
+        return self._config
+
+    @property
+    def path(self):
+        return self._native.directory
+
+    @property
+    def device(self):
+        """"cpu" or "cuda"."""
+        return self._native.device
+
+    @property
+    def device_description(self):
+        return self._native.device_description
+
+    @property
+    def vocab_size(self):
+        """Logit rows per position (the embedding matrix's rows)."""
+        return self._config["vocab_size"]
+
+    @property
+    def d_model(self):
+        return self._config["d_model"]
+
+    @property
+    def n_layer(self):
+        return self._config["n_layer"]
+
+    @property
+    def weights_hash(self):
+        """A 64-bit hash of every weight byte and the config (state files carry it)."""
+        return self._native.weights_hash
+
+    def __repr__(self):
+        return f"Model('{self.path}', arch='{self._config['arch']}', device='{self.device}')"
+
+    # ---- forward ---------------------------------------------------------------------------------------------
+    def logits(self, ids=None, *, embeddings=None, state=None, all_positions=True):
+        """Logits as float32 numpy: ids ``[L]`` (a list or 1-D array) -> ``[L, V]``, ids ``[B, L]`` -> ``[B, L, V]``;
+        or ``embeddings`` ``[L, d_model]`` / ``[B, L, d_model]`` (float32, float16, or uint16 holding bfloat16).
+        ``all_positions=False``: only the last position, ``[V]`` or ``[B, V]``. With ``state`` (``B`` rows) the
+        call continues it and updates it; without, every row starts fresh. The GIL is released while it runs."""
+        if (ids is None) == (embeddings is None):
+            raise InvalidArgumentError("logits: give exactly one of ids or embeddings")
+        if ids is not None:
+            x, batched = _checks.token_ids(ids, "ids", self.vocab_size)
+        else:
+            x, batched = _checks.embeddings(embeddings, "embeddings", self.d_model)
+        b, length = x.shape[0], x.shape[1]
+        if state is None:
+            native_state = self._native.new_state(b, "f32")
+        else:
+            self._check_state(state)
+            if state.batch != b:
+                raise InvalidArgumentError(f"state: holds {state.batch} sequences, expected {b} (the input's B)")
+        if state is None:
+            out = self._native.forward(native_state, x, bool(all_positions))
+        else:
+            with state._lock:
+                out = self._native.forward(state._native, x, bool(all_positions))
+                state._consumed(x[0].tolist() if ids is not None and b == 1 else None)
+        v = out.shape[1]
+        if all_positions:
+            return out.reshape((b, length, v) if batched else (length, v))
+        return out if batched else out.reshape(v)
+
+    # ---- states ----------------------------------------------------------------------------------------------
+    def new_state(self, batch=1, dtype="f32"):
+        """A fresh (zero) state for ``batch`` sequences. ``dtype``: "f32", or "bf16" on the GPU."""
+        batch = _checks.integer(batch, "batch", 1)
+        return State(self._native.new_state(batch, str(dtype)), self)
+
+    create_state = new_state
+
+    def load_state(self, path):
+        """A one-sequence state from a file written by ``State.save``; it must be this model's (same config and
+        weights), else FileError. Its ``tokens`` are the tokens it stands for."""
+        path = os.fspath(path)
+        if not os.path.isfile(path):
+            raise MissingFileError(f"path: state file '{path}' does not exist")
+        native, tokens = self._native.load_state(path)
+        return State(native, self, tokens)
+
+    def _check_state(self, state):
+        if not isinstance(state, State):
+            raise InvalidArgumentError(f"state: expected a mambacpp.State, found {type(state).__name__}")
+        if state._model is not self:
+            raise InvalidArgumentError("state: it belongs to another model (make it with this model's new_state)")
+
+    # ---- layers ----------------------------------------------------------------------------------------------
+    def block(self, layer):
+        """Block ``layer`` as a layer of its own (``MambaBlock``)."""
+        from ._block import MambaBlock
+        return MambaBlock(self, layer)
+
+    def mixer(self, layer, **kwargs):
+        """Layer ``layer``'s mixer alone (``Mamba2Mixer`` or ``MambaMixer``: no block norm, no residual)."""
+        from ._mixer import Mamba2Mixer, MambaMixer
+        cls = Mamba2Mixer if self._config["arch"] == "mamba2" else MambaMixer
+        return cls.from_model(self, layer, **kwargs)
+
+    # ---- generation ------------------------------------------------------------------------------------------
+    def generate(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05,
+                 repeat_penalty=1.0, seed=None, stop=None, stream=False, **options):
+        """Generates text after ``prompt`` (a str, or token ids). Sampling defaults follow llama.cpp;
+        ``temperature=0`` is greedy, and gives what ``mambacpp generate --temp 0`` gives. ``stop``: a str or list
+        of str that ends the text (not included). ``seed``: None draws one. Returns the text, or with
+        ``stream=True`` an iterator of text pieces (whole UTF-8 characters) that concatenate to it.
+        More keyword options as ``Engine.submit`` takes them (``repeat_last_n``, ``presence_penalty``,
+        ``frequency_penalty``, ``stop_tokens``, ``ignore_eos``). Ctrl-C cancels the request cleanly.
+        Each call starts from a fresh state (no prefix cache: use an ``Engine`` for that)."""
+        engine = self._default_engine()
+        request = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+                       repeat_penalty=repeat_penalty, seed=seed, stop=stop, **options)
+        if stream:
+            return engine.stream(prompt, **request)
+        result = engine.run([prompt], **request)[0]
+        if result.error:
+            raise Error(result.error)
+        return result.text
+
+    def _default_engine(self):
+        with self._engine_lock:
+            if self._engine is None:
+                from ._engine import Engine
+                self._engine = Engine(self, max_seqs=8, state_cache_mb=0)
+            return self._engine
