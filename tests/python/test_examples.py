@@ -1,4 +1,4 @@
-"""The examples in python/examples run, and what they show holds."""
+"""The examples in examples/python run, and what they show holds."""
 
 import importlib.util
 
@@ -6,7 +6,7 @@ from conftest import ROOT
 
 
 def load(name):
-    spec = importlib.util.spec_from_file_location(name, ROOT / "python" / "examples" / f"{name}.py")
+    spec = importlib.util.spec_from_file_location(name, ROOT / "examples" / "python" / f"{name}.py")
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module

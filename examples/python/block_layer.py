@@ -2,7 +2,7 @@
 numpy readout. The blocks keep their own state, so the sequence can arrive in chunks of any length and give what one
 call over all of it gives.
 
-    python3 python/examples/block_layer.py
+    python3 examples/python/block_layer.py
 """
 
 import numpy as np

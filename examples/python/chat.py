@@ -4,8 +4,8 @@ Each turn sends the whole conversation as the prompt; the engine's exact prefix 
 the previous turn, so only the new text is prefilled (`cached` in the status line), and the result is what a fresh
 run over the whole conversation would give.
 
-    python3 python/examples/chat.py                       # type lines; an empty line ends
-    python3 python/examples/chat.py "def add(a, b):" "def sub(a, b):"
+    python3 examples/python/chat.py                       # type lines; an empty line ends
+    python3 examples/python/chat.py "def add(a, b):" "def sub(a, b):"
 """
 
 import sys
