@@ -1,16 +1,9 @@
-// safetensors reading: POSIX mmap of the file, then a strict check of the header against the file: every tensor's
-// dtype, shape and offsets are validated (byte size = dtype size * prod(shape), computed without overflow; ranges
+// safetensors reading: the file mapped (io/mapped_file.h), then a strict check of the header against the file: every
+// tensor's dtype, shape and offsets are validated (byte size = dtype size * prod(shape), computed without overflow; ranges
 // inside the data section; no two tensors sharing bytes) before a view of any tensor can be taken.
 #include "io/safetensors.h"
 
-#include <fcntl.h>
-#include <sys/mman.h>
-#include <sys/stat.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <cstring>
 
 #include <nlohmann/json.hpp>
 
@@ -45,37 +38,9 @@ bool as_u63(const nlohmann::json& v, uint64_t& out) {
 
 }  // namespace
 
-SafetensorsFile::SafetensorsFile(const std::string& path) : path_(path) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
-  if (fd < 0) fail(path, ": cannot open: ", std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0) {
-    const int err = errno;
-    ::close(fd);
-    fail(path, ": cannot stat: ", std::strerror(err));
-  }
-  if (!S_ISREG(st.st_mode)) {
-    ::close(fd);
-    fail(path, ": not a regular file");
-  }
-  size_ = static_cast<uint64_t>(st.st_size);
-  if (size_ > 0) {  // mmap of length 0 is an error; the header check below reports the short file
-    void* p = ::mmap(nullptr, size_, PROT_READ, MAP_PRIVATE, fd, 0);
-    if (p == MAP_FAILED) {
-      const int err = errno;
-      ::close(fd);
-      fail(path, ": cannot mmap ", size_, " bytes: ", std::strerror(err));
-    }
-    base_ = static_cast<const uint8_t*>(p);
-    mapped_ = true;
-  }
-  ::close(fd);  // the mapping keeps the file alive
-  try {
-    parse_header();
-  } catch (...) {
-    release();
-    throw;
-  }
+SafetensorsFile::SafetensorsFile(const std::string& path)
+    : path_(path), map_(std::make_unique<MappedFile>(path)), base_(map_->data()), size_(map_->size()) {
+  parse_header();  // an empty file maps to no memory: the length check reports it
 }
 
 SafetensorsFile SafetensorsFile::from_bytes(std::vector<uint8_t> bytes, const std::string& source) {
@@ -86,33 +51,6 @@ SafetensorsFile SafetensorsFile::from_bytes(std::vector<uint8_t> bytes, const st
   f.size_ = f.owned_.size();
   f.parse_header();
   return f;
-}
-
-SafetensorsFile::SafetensorsFile(SafetensorsFile&& other) noexcept { *this = std::move(other); }
-
-SafetensorsFile& SafetensorsFile::operator=(SafetensorsFile&& other) noexcept {
-  if (this == &other) return *this;
-  release();
-  path_ = std::move(other.path_);
-  base_ = other.base_;
-  size_ = other.size_;
-  mapped_ = other.mapped_;
-  owned_ = std::move(other.owned_);  // moving a vector keeps its buffer, so base_ stays valid
-  data_start_ = other.data_start_;
-  tensors_ = std::move(other.tensors_);
-  metadata_ = std::move(other.metadata_);
-  other.base_ = nullptr;
-  other.size_ = 0;
-  other.mapped_ = false;
-  return *this;
-}
-
-SafetensorsFile::~SafetensorsFile() { release(); }
-
-void SafetensorsFile::release() {
-  if (mapped_ && base_) ::munmap(const_cast<uint8_t*>(base_), size_);
-  base_ = nullptr;
-  mapped_ = false;
 }
 
 void SafetensorsFile::parse_header() {

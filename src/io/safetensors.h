@@ -5,9 +5,11 @@
 
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "io/mapped_file.h"
 #include "mambacpp/dtype.h"
 #include "mambacpp/tensor.h"
 
@@ -32,11 +34,12 @@ class SafetensorsFile {
   // Validates a copy held in memory (tests, fuzzing); `source` names it in messages.
   static SafetensorsFile from_bytes(std::vector<uint8_t> bytes, const std::string& source = "<memory>");
 
-  SafetensorsFile(SafetensorsFile&& other) noexcept;
-  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept;
+  // Moving keeps base_ valid: the mapping and a moved vector's buffer stay where they are.
+  SafetensorsFile(SafetensorsFile&& other) noexcept = default;
+  SafetensorsFile& operator=(SafetensorsFile&& other) noexcept = default;
   SafetensorsFile(const SafetensorsFile&) = delete;
   SafetensorsFile& operator=(const SafetensorsFile&) = delete;
-  ~SafetensorsFile();
+  ~SafetensorsFile() = default;
 
   const std::string& path() const { return path_; }
   uint64_t file_size() const { return size_; }
@@ -53,14 +56,13 @@ class SafetensorsFile {
 
  private:
   SafetensorsFile() = default;
-  void release();
   void parse_header();
 
   std::string path_;
-  const uint8_t* base_ = nullptr;  // the whole file
+  std::unique_ptr<MappedFile> map_;  // the file, or
+  std::vector<uint8_t> owned_;       // its bytes in memory (from_bytes)
+  const uint8_t* base_ = nullptr;    // the whole file: into map_ or owned_
   uint64_t size_ = 0;
-  bool mapped_ = false;        // base_ is an mmap to unmap, else it points into owned_
-  std::vector<uint8_t> owned_;
   uint64_t data_start_ = 0;    // 8 + header length
   std::vector<SafetensorInfo> tensors_;
   std::map<std::string, std::string> metadata_;
