@@ -178,15 +178,27 @@ TEST(CpuKernels, Conv1dOddShapes) {
 
 // ---- Mamba-1 selective scan ---------------------------------------------------------------------------------------
 
+// dt_rank > 0: the backend call also folds dt_proj in (Mamba1ScanArgs::dt_proj): it gets the low-rank dt and the
+// weight, the references the product formed in fp64.
 void mamba1_case(int64_t DI, int64_t N, const std::vector<int64_t>& lens, const std::vector<int64_t>& slots,
-                 DType wdtype, uint64_t seed) {
+                 DType wdtype, uint64_t seed, int64_t dt_rank = 0) {
   SCOPED_TRACE("mamba1 d_inner=" + std::to_string(DI) + " d_state=" + std::to_string(N) + " seed=" +
                std::to_string(seed));
   std::mt19937_64 rng(seed);
   Batch b = make_batch(lens, slots);
   const int64_t T = b.layout.total_tokens;
-  const Vec x = uniform(T * DI, -2, 2, rng), dt = uniform(T * DI, -2, 2, rng), B = uniform(T * N, -1.5, 1.5, rng),
-            C = uniform(T * N, -1.5, 1.5, rng), z = uniform(T * DI, -3, 3, rng);
+  const Vec x = uniform(T * DI, -2, 2, rng), B = uniform(T * N, -1.5, 1.5, rng), C = uniform(T * N, -1.5, 1.5, rng),
+            z = uniform(T * DI, -3, 3, rng);
+  Vec dt = uniform(T * DI, -2, 2, rng);
+  const Vec dt_low = uniform(T * dt_rank, -1, 1, rng);
+  StoredWeight dt_proj_w = store(uniform(DI * dt_rank, -1, 1, rng), wdtype);
+  if (dt_rank > 0)
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t c = 0; c < DI; ++c) {
+        double acc = 0;
+        for (int64_t r = 0; r < dt_rank; ++r) acc += dt_low[t * dt_rank + r] * dt_proj_w.values[c * dt_rank + r];
+        dt[t * DI + c] = acc;
+      }
   Vec A_log = uniform(DI * N, -0.2, 0.2, rng);
   for (int64_t c = 0; c < DI; ++c)
     for (int64_t n = 0; n < N; ++n) A_log[c * N + n] += std::log(static_cast<double>(n + 1));  // A = -(1..N), as S4D
@@ -222,11 +234,13 @@ void mamba1_case(int64_t DI, int64_t N, const std::vector<int64_t>& lens, const 
   {
     auto be = make_cpu_backend(2);
     Strided<float> xs(x, T, DI), dts(dt, T, DI, 1, 0), Bs(B, T, N, 2 * N + 4, 4), Cs(C, T, N, 1, 1), zs(z, T, DI);
+    Strided<float> lows(dt_low, T, dt_rank, 2, 1);
     Strided<float> y(Vec(static_cast<size_t>(T * DI), kNaN), T, DI);
     std::vector<float> state = cast<float>(state0);
     Mamba1ScanArgs a;
     a.x = xs.view();
-    a.dt = dts.view();
+    a.dt = dt_rank > 0 ? lows.view() : dts.view();
+    if (dt_rank > 0) a.dt_proj = view_of(dt_proj_w, {DI, dt_rank});
     a.B = Bs.view();
     a.C = Cs.view();
     a.z = zs.view();
@@ -246,6 +260,11 @@ TEST(CpuKernels, Mamba1ScanOddShapes) {
   mamba1_case(19, 3, {5, 1}, {1, 0}, DType::BF16, 102);
 }
 
+TEST(CpuKernels, Mamba1ScanFoldsDtProj) {
+  mamba1_case(37, 5, {1, 2, 11, 3}, {3, 0, 2, 1}, DType::F32, 104, /*dt_rank=*/3);
+  mamba1_case(24, 16, {1, 1, 1}, {2, 0, 1}, DType::BF16, 105, /*dt_rank=*/7);  // a decode batch
+}
+
 TEST(CpuKernels, Mamba1ScanRealShapes) {
   // mamba-130m's d_state; a slice of its channels; a prompt of a few hundred tokens next to decode steps.
   mamba1_case(96, 16, {300, 1, 2, 40}, {2, 0, 3, 1}, DType::F32, 103);
@@ -258,6 +277,7 @@ struct M2Shape {
   float dt_min = 0.0f, dt_max = std::numeric_limits<float>::infinity();  // f32, as Mamba2ScanArgs holds them
   double a_lo = 0.02, a_hi = 8.0;        // -A spread geometrically over the heads from a_lo to a_hi
   double bias_lo = -3.0, bias_hi = 0.5;  // dt_bias range (dt_raw is in [-1, 1])
+  bool gate = false;  // the backend call also applies Mamba2ScanArgs::z (y *= silu(z)); the reference gates in fp64
 };
 
 void mamba2_case(const M2Shape& s, const std::vector<int64_t>& lens, const std::vector<int64_t>& slots, DType wdtype,
@@ -283,6 +303,9 @@ void mamba2_case(const M2Shape& s, const std::vector<int64_t>& lens, const std::
   Vec ref_state = state0, ref_y(static_cast<size_t>(T * NH * P));
   ref::mamba2_scan(x, dt, B, C, A_w.values, D_w.values, bias_w.values, s.dt_min,
                    s.dt_max, NH, P, G, N, ref_state, b.layout.seqs, ref_y);
+  const Vec z = s.gate ? uniform(T * NH * P, -3, 3, rng) : Vec{};
+  Vec ref_gated = ref_y;
+  for (size_t i = 0; i < z.size(); ++i) ref_gated[i] *= z[i] / (1 + std::exp(-z[i]));
 
   {
     Strided<double> xs(x, T, NH * P), dts(dt, T, NH, 5, 1), Bs(B, T, G * N, G * N + 1, 1), Cs(C, T, G * N);
@@ -332,8 +355,10 @@ void mamba2_case(const M2Shape& s, const std::vector<int64_t>& lens, const std::
     a.chunk_size = s.chunk;
     a.state = TensorView(state.data(), DType::F32, {b.n_slots, NH, P, N});
     a.y = y.view();
+    Strided<float> zs(z, T, s.gate ? NH * P : 0, 3, 2);
+    if (s.gate) a.z = zs.view();
     be->mamba2_ssd(a, b.layout);
-    expect_close(y.dense(), ref_y, tol_f32, "mamba2 f32 y");
+    expect_close(y.dense(), ref_gated, tol_f32, "mamba2 f32 y");
     expect_close(widen(state), ref_state, tol_f32, "mamba2 f32 state");
   }
 }
@@ -348,6 +373,13 @@ TEST(CpuKernels, Mamba2SsdOddShapes) {
     mamba2_case({4, 3, 1, 5, Q, 0.05f, 0.6f}, lens, slots, DType::BF16, 220 + Q);  // dt clamped on both sides
   }
   mamba2_case({2, 4, 2, 7, 3}, {2}, {0}, DType::F16, 230);  // a single two-token sequence, one head per group
+}
+
+TEST(CpuKernels, Mamba2SsdGate) {
+  M2Shape s{6, 3, 2, 5, 4};
+  s.gate = true;
+  mamba2_case(s, {1, 2, 3, 4, 5, 14}, {3, 0, 2, 6, 1, 4}, DType::F32, 240);
+  mamba2_case(s, {1, 1, 1}, {2, 0, 1}, DType::BF16, 241);  // a decode batch: the recurrent step
 }
 
 TEST(CpuKernels, Mamba2SsdRealShapes) {

@@ -1,7 +1,9 @@
 // The backend seam. The model (src/model/) is written once against this table of operations; each backend
-// (src/backend/cpu/, src/backend/cuda/) fills it. A backend may also offer fused operations (a whole decode block in
-// a few kernels): the model asks for them through decode_block / rmsnorm_linear and falls back to the plain ops
-// when they return false.
+// (src/backend/cpu/, src/backend/cuda/) fills it. A backend may also offer fused operations for decode steps (a
+// linear with the norm before it and the conv or residual add after it folded in): the model's layer recipes ask
+// supports_fused_linear for every piece of a block before running any, and run the plain ops otherwise. Backends
+// know tensors and plain parameters only, never a model's layer structure (the build enforces it: this layer cannot
+// include src/model/).
 //
 // Conventions for every op:
 // - Activations are f32, laid out as packed tokens: dim 0 is the token index t in [0, T) of a BatchLayout, with
@@ -50,6 +52,9 @@ struct Mamba1ScanArgs {
   TensorView z;        // [T, d_inner] gate (strided slice of in_proj output)
   TensorView state;    // [n_slots, d_inner, d_state]
   TensorView y;        // [T, d_inner] output
+  // Optional: dt_proj folded into the scan (decode steps skip a GEMV launch). When set, `dt` is the low-rank
+  // [T, dt_rank] input of dt_proj and the op computes dt[t, c] = dt[t, :] . dt_proj[c, :] itself.
+  TensorView dt_proj;  // [d_inner, dt_rank] weight, or empty
 };
 
 // Mamba-2 state-space dual: chunked SSD for multi-token sequences, the recurrent step for single tokens.
@@ -69,6 +74,9 @@ struct Mamba2ScanArgs {
   int64_t chunk_size = 256;
   TensorView state;    // [n_slots, n_heads, head_dim, d_state]
   TensorView y;        // [T, n_heads * head_dim] output
+  // Optional gate: y *= silu(z). Decode steps take the gate out of the gated RMSNorm (whose norm then folds into
+  // out_proj's fused_linear); the norm of silu-gated rows is the same either way.
+  TensorView z;        // [T, n_heads * head_dim] (strided slice of in_proj output), or empty
 };
 
 // One sequence's cached keys and values for Backend::attention. The cache grows by fixed-size pages of
@@ -92,20 +100,29 @@ struct AttentionArgs {
   TensorView out;   // [T, n_heads * head_dim]
 };
 
-struct LayerWeights;  // src/model/weights.h
-struct ModelConfig;
-
-// One block of a decode step, for Backend::decode_block: the layer's weights and state, the residual stream and
-// scratch rows from the model's workspace (stable across steps, so a captured graph may hold them).
-struct DecodeBlockArgs {
-  const ModelConfig* config = nullptr;
-  const LayerWeights* weights = nullptr;
-  TensorView conv_state, ssm_state;  // the layer's state, as for conv1d_silu and the scans
-  TensorView residual;               // [B, d_model], updated in place
-  TensorView proj;                   // [B, in_proj_size] scratch
-  TensorView conv_out;               // [B, conv_channels] scratch
-  TensorView xdbc;                   // [B, dt_rank + 2 d_state] scratch (Mamba-1)
-  TensorView y;                      // [B, d_inner] scratch
+// A linear over the rows of a decode batch with pieces of a block folded in (Backend::fused_linear):
+//   y = prologue(x) . w^T (+ bias)
+// - prologue (norm_w set): RMSNorm of x over each run of `norm_group` consecutive input features (0: all of them),
+//   times norm_w;
+// - epilogue (conv_w set): outputs [conv_begin, conv_begin + conv_channels) go through a one-token causal conv1d +
+//   SiLU from the row's slot of conv_state (which shifts by one) into conv_out, and are not written to y; every
+//   other output is written to y, or added to it when `accumulate` (the residual add).
+// Rounding differs from the unfused ops by f32 reassociation only (a one-group norm scale may be applied after the
+// dot product).
+struct FusedLinearArgs {
+  TensorView x;           // [B, in] f32
+  TensorView w;           // [out, in]
+  TensorView bias;        // [out] or empty
+  TensorView norm_w;      // [in] f32, or empty: no norm
+  int64_t norm_group = 0;
+  float eps = 0.0f;
+  TensorView y;           // [B, out] f32
+  bool accumulate = false;
+  int64_t conv_begin = 0;
+  TensorView conv_w;      // [conv_channels, 1, K] or empty: no conv epilogue
+  TensorView conv_bias;   // [conv_channels] or empty
+  TensorView conv_state;  // [n_slots, conv_channels, K - 1], as for conv1d_silu
+  TensorView conv_out;    // [B, conv_channels] f32
 };
 
 class Backend {
@@ -182,15 +199,11 @@ class Backend {
   virtual void scale(TensorView x, float alpha);
 
   // ---- Fused decode (optional) ---------------------------------------------------------------------------------
-  // A whole block, residual += mixer(rmsnorm(residual)), for a batch in which sequence i is row i and has one
-  // token, in as few kernels as the backend can. Returns false, having done nothing, when it has no fused path for
-  // these shapes and dtypes (the same answer for every layer of a model); the model then runs the plain ops.
-  virtual bool decode_block(const DecodeBlockArgs&, const BatchLayout&) { return false; }
-  // y = rmsnorm(x, norm_w, eps) . w^T in one pass (the final norm folded into the LM head). False when not offered.
-  virtual bool rmsnorm_linear(const TensorView& /*x*/, const TensorView& /*norm_w*/, float /*eps*/,
-                              const TensorView& /*w*/, TensorView /*y*/) {
-    return false;
-  }
+  // For decode batches: sequence i is row i of the batch and has one token. supports_fused_linear answers, without
+  // running anything, whether fused_linear takes these arguments (shapes, dtypes, alignment, batch size); the
+  // answer depends only on them, so a recipe asks for every piece of a block first and never stops halfway.
+  virtual bool supports_fused_linear(const FusedLinearArgs&, const BatchLayout&) const { return false; }
+  virtual void fused_linear(const FusedLinearArgs&, const BatchLayout&) { unsupported("fused_linear"); }
 
   // ---- Graphs (optional; CUDA graphs) ------------------------------------------------------------------------
   // Ops issued between begin_capture() and end_capture() are recorded instead of run; replay() runs them again with

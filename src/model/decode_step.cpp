@@ -1,5 +1,6 @@
 #include "model/decode_step.h"
 
+#include "model/mixers.h"
 #include "model/model_impl.h"
 
 namespace mambacpp {
@@ -12,8 +13,8 @@ constexpr size_t kMaxGraphs = 1024;
 // [B, vocab] logits buffer stays as bounded as prefill's.
 constexpr int64_t kMaxDecodeBatch = 256;
 
-// Embedding, blocks and LM head of one step (the work a graph captures). Blocks go through the backend's fused
-// decode_block where it has one, else through the plain ops; one token per sequence, so the hidden rows are
+// Embedding, blocks and LM head of one step (the work a graph captures). Blocks go through the fused decode recipe
+// where the backend has the fused ops, else through the plain ops; one token per sequence, so the hidden rows are
 // already the last rows.
 void run_step(const Model::Impl& m, StateCache& state, const BatchLayout& batch, Output output, TensorView logits) {
   const ModelConfig& c = m.config;
@@ -24,22 +25,23 @@ void run_step(const Model::Impl& m, StateCache& state, const BatchLayout& batch,
   const float eps = static_cast<float>(c.norm_eps);
   TensorView residual = Workspace::f32(ws.residual, dev, B, c.d_model);
   be.embed(m.weights.embeddings, TensorView(ws.ids.data(), DType::I32, {B}, dev), residual);
-  DecodeBlockArgs a;
-  a.config = &c;
-  a.residual = residual;
-  a.proj = Workspace::f32(ws.proj, dev, B, c.in_proj_size());
-  a.conv_out = Workspace::f32(ws.conv, dev, B, c.conv_channels());
-  a.y = Workspace::f32(ws.y, dev, B, c.d_inner);
-  if (c.arch == Arch::Mamba1) a.xdbc = Workspace::f32(ws.xdbc, dev, B, c.dt_rank + 2 * c.d_state);
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerCache& cache = state.layers()[static_cast<size_t>(l)];
-    a.weights = &m.weights.layers[static_cast<size_t>(l)];
-    a.conv_state = cache.conv;
-    a.ssm_state = cache.ssm;
-    if (!m.options.fused_decode || !be.decode_block(a, batch)) run_block(m, l, cache, batch, residual);
+    const LayerWeights& w = m.weights.layers[static_cast<size_t>(l)];
+    if (!m.options.fused_decode || !mamba_block_decode_fused(be, c, w, cache, batch, ws, residual))
+      run_block(m, l, cache, batch, residual);
   }
   if (output != Output::LastLogits) return;
-  if (m.options.fused_decode && be.rmsnorm_linear(residual, m.weights.norm_f, eps, m.weights.lm_head, logits)) return;
+  FusedLinearArgs head;  // the final norm folded into the LM head
+  head.x = residual;
+  head.w = m.weights.lm_head;
+  head.norm_w = m.weights.norm_f;
+  head.eps = eps;
+  head.y = logits;
+  if (m.options.fused_decode && be.supports_fused_linear(head, batch)) {
+    be.fused_linear(head, batch);
+    return;
+  }
   TensorView normed = Workspace::f32(ws.normed, dev, B, c.d_model);
   be.rmsnorm(residual, m.weights.norm_f, eps, normed);
   be.linear(normed, m.weights.lm_head, {}, logits);

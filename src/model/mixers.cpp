@@ -76,4 +76,94 @@ void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, cons
   be.linear(yn, w.out_proj, w.out_proj_bias, out);
 }
 
+bool mamba_block_decode_fused(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                              const BatchLayout& batch, Workspace& ws, TensorView residual) {
+  // FalconMamba normalises dt, B and C inside the mixer, between pieces these calls fuse: plain ops.
+  if (c.mixer_rms_eps > 0) return false;
+  const Device dev = be.device();
+  const int64_t B = batch.total_tokens, di = c.d_inner, conv_ch = c.conv_channels();
+  const bool mamba2 = c.arch == Arch::Mamba2;
+  const float eps = static_cast<float>(c.norm_eps);
+  TensorView proj = Workspace::f32(ws.proj, dev, B, c.in_proj_size());
+  TensorView conv_out = Workspace::f32(ws.conv, dev, B, conv_ch);
+  TensorView y = Workspace::f32(ws.y, dev, B, di);
+
+  FusedLinearArgs in;  // Mamba-2: [z | xBC | dt], conv on xBC; Mamba-1: [x | z], conv on x
+  in.x = residual;
+  in.w = w.in_proj;
+  in.bias = w.in_proj_bias;
+  in.norm_w = w.norm;
+  in.eps = eps;
+  in.y = proj;
+  in.conv_begin = mamba2 ? di : 0;
+  in.conv_w = w.conv;
+  in.conv_bias = w.conv_bias;
+  in.conv_state = cache.conv;
+  in.conv_out = conv_out;
+
+  FusedLinearArgs out;
+  out.x = y;
+  out.w = w.out_proj;
+  out.bias = w.out_proj_bias;
+  if (mamba2) {  // the gated norm: the step applies silu(z), this prologue the group-wise RMSNorm
+    out.norm_w = w.gated_norm;
+    out.norm_group = di / c.norm_groups();
+    out.eps = eps;
+  }
+  out.y = residual;
+  out.accumulate = true;
+
+  FusedLinearArgs xp;  // Mamba-1's x_proj -> [dt_low | B | C]
+  const int64_t r = c.dt_rank, n = c.d_state;
+  if (!mamba2) {
+    xp.x = conv_out;
+    xp.w = w.x_proj;
+    xp.y = Workspace::f32(ws.xdbc, dev, B, r + 2 * n);
+  }
+  if (!be.supports_fused_linear(in, batch) || !be.supports_fused_linear(out, batch) ||
+      (!mamba2 && !be.supports_fused_linear(xp, batch)))
+    return false;
+
+  be.fused_linear(in, batch);
+  if (mamba2) {
+    const int64_t gn = c.n_groups * c.d_state;
+    Mamba2ScanArgs s;
+    s.x = conv_out.cols(0, di);
+    s.B = conv_out.cols(di, gn);
+    s.C = conv_out.cols(di + gn, gn);
+    s.dt = proj.cols(di + conv_ch, c.n_heads);
+    s.z = proj.cols(0, di);
+    s.A_log = w.A_log;
+    s.D = w.D;
+    s.dt_bias = w.dt_bias;
+    s.dt_min = static_cast<float>(c.dt_min);
+    s.dt_max = static_cast<float>(c.dt_max);
+    s.n_heads = c.n_heads;
+    s.head_dim = c.head_dim;
+    s.n_groups = c.n_groups;
+    s.d_state = c.d_state;
+    s.chunk_size = c.chunk_size;
+    s.state = cache.ssm;
+    s.y = y;
+    be.mamba2_ssd(s, batch);
+  } else {
+    be.fused_linear(xp, batch);
+    Mamba1ScanArgs s;
+    s.x = conv_out;
+    s.dt = xp.y.cols(0, r);
+    s.dt_proj = w.dt_proj;
+    s.A_log = w.A_log;
+    s.B = xp.y.cols(r, n);
+    s.C = xp.y.cols(r + n, n);
+    s.D = w.D;
+    s.dt_bias = w.dt_bias;
+    s.z = proj.cols(di, di);
+    s.state = cache.ssm;
+    s.y = y;
+    be.mamba1_scan(s, batch);
+  }
+  be.fused_linear(out, batch);
+  return true;
+}
+
 }  // namespace mambacpp

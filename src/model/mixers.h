@@ -17,4 +17,13 @@ void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, cons
 void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                   const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out);
 
+// A whole Mamba block of a decode step (sequence i in row i, one token each) on the backend's fused ops:
+// residual += mixer(rmsnorm(residual)). Mamba-2 in three calls: in_proj with the block norm before it and the conv1d +
+// SiLU of the xBC outputs after it; the SSD step with the silu(z) gate; out_proj with the gated norm's group-wise
+// RMSNorm before it and the residual add after it. Mamba-1 in four: in_proj + norm + conv (of the x half); x_proj;
+// the scan with dt_proj folded in; out_proj + residual. Returns false, having run nothing, when the backend has no
+// fused op for one of the pieces; the caller then runs the plain ops. Same values as the plain ops to f32 rounding.
+bool mamba_block_decode_fused(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                              const BatchLayout& batch, Workspace& ws, TensorView residual);
+
 }  // namespace mambacpp

@@ -276,14 +276,25 @@ void CpuBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch) 
   const int64_t T = a.x.dim(0), DI = a.x.dim(1), N = a.A_log.dim(1);
   if (a.A_log.dim(0) != DI) fail(op, ": A_log must be [", DI, ", d_state], found ", a.A_log.shape_string());
   check_act(op, "x", a.x, T, DI);
-  check_act(op, "dt", a.dt, T, DI);
+  std::vector<float> dt_full;  // dt_proj folded in: dt = low-rank dt . dt_proj^T first, as the unfused path does
+  if (!a.dt_proj.empty()) {
+    if (a.dt_proj.ndim != 2 || a.dt_proj.dim(0) != DI)
+      fail(op, ": dt_proj must be [", DI, ", dt_rank], found ", a.dt_proj.shape_string());
+    const int64_t R = a.dt_proj.dim(1);
+    check_act(op, "dt (low rank)", a.dt, T, R);
+    dt_full.resize(static_cast<size_t>(T * DI));
+    cpu::linear_f32(crows<float>(a.dt), weight(op, "dt_proj", a.dt_proj, DI * R), WeightRef{},
+                    cpu::Rows<float>{dt_full.data(), DI}, T, R, DI, threads_);
+  } else {
+    check_act(op, "dt", a.dt, T, DI);
+  }
   check_act(op, "B", a.B, T, N);
   check_act(op, "C", a.C, T, N);
   check_act(op, "z", a.z, T, DI);
   check_act(op, "y", a.y, T, DI);
   cpu::Mamba1Params<float> p;
   p.x = crows<float>(a.x);
-  p.dt = crows<float>(a.dt);
+  p.dt = dt_full.empty() ? crows<float>(a.dt) : cpu::Rows<const float>{dt_full.data(), DI};
   p.B = crows<float>(a.B);
   p.C = crows<float>(a.C);
   p.z = crows<float>(a.z);
@@ -313,8 +324,9 @@ void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {
   check_act(op, "B", a.B, T, G * N);
   check_act(op, "C", a.C, T, G * N);
   check_act(op, "y", a.y, T, NH * P);
-  for (const TensorView* in : {&a.x, &a.dt, &a.B, &a.C})
-    if (overlaps(a.y, *in)) fail(op, ": y must not overlap its inputs x, dt, B, C");
+  if (!a.z.empty()) check_act(op, "z", a.z, T, NH * P);
+  for (const TensorView* in : {&a.x, &a.dt, &a.B, &a.C, &a.z})
+    if (!in->empty() && overlaps(a.y, *in)) fail(op, ": y must not overlap its inputs x, dt, B, C, z");
   cpu::Mamba2Params<float> p;
   p.x = crows<float>(a.x);
   p.dt = crows<float>(a.dt);
@@ -335,6 +347,8 @@ void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {
   p.threads = threads_;
   check_batch(op, batch, T, a.state.dim(0));
   cpu::mamba2_ssd(p, std::span<const SeqSpan>(batch.seqs));
+  if (!a.z.empty())  // y *= silu(z), in place
+    cpu::silu_mul_f32(crows<float>(a.z), crows<float>(a.y), rows<float>(a.y), T, NH * P, threads_);
 }
 
 // ---- Hybrid-model ops -------------------------------------------------------------------------------------------

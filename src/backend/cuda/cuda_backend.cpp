@@ -20,7 +20,6 @@
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/fused_ops.h"
 #include "backend/cuda/gemm_lt.h"
-#include "mambacpp/config.h"
 #include "mambacpp/error.h"
 
 namespace mambacpp {
@@ -345,8 +344,16 @@ class CudaBackend final : public Backend {
     need(a.A_log.ndim == 2 && a.A_log.dim(0) == DI, "mamba1_scan: A_log ", a.A_log.shape_string(), " for d_inner ",
          DI);
     const int64_t N = a.A_log.dim(1);
+    const bool low_rank = !a.dt_proj.empty();
+    if (low_rank)
+      need(a.dt_proj.ndim == 2 && a.dt_proj.dim(0) == DI && a.dt_proj.contiguous() && a.dt.dim(0) == T &&
+               a.dt.dim(1) == a.dt_proj.dim(1),
+           "mamba1_scan: dt_proj ", a.dt_proj.shape_string(), " and low-rank dt ", a.dt.shape_string(),
+           " must be [", DI, ", r] and [", T, ", r]");
     for (const TensorView* v : {&a.dt, &a.z, &a.y})
-      need(v->dim(0) == T && v->dim(1) == DI, "mamba1_scan: expected [", T, ", ", DI, "], found ", v->shape_string());
+      if (v != &a.dt || !low_rank)
+        need(v->dim(0) == T && v->dim(1) == DI, "mamba1_scan: expected [", T, ", ", DI, "], found ",
+             v->shape_string());
     for (const TensorView* v : {&a.B, &a.C})
       need(v->dim(0) == T && v->dim(1) == N, "mamba1_scan: B/C expected [", T, ", ", N, "], found ",
            v->shape_string());
@@ -354,7 +361,13 @@ class CudaBackend final : public Backend {
     check_state(a.state, "mamba1_scan: state", {DI, N});
     Mamba1Launch p;
     p.x = crows(a.x);
-    p.dt = crows(a.dt);
+    if (low_rank) {
+      p.dt_low = crows(a.dt);
+      p.dt_proj = weight(a.dt_proj);
+      p.dt_rank = a.dt_proj.dim(1);
+    } else {
+      p.dt = crows(a.dt);
+    }
     p.B = crows(a.B);
     p.C = crows(a.C);
     p.z = crows(a.z);
@@ -387,6 +400,11 @@ class CudaBackend final : public Backend {
            v->shape_string());
     need(a.A_log.numel() == H && a.D.numel() == H && a.dt_bias.numel() == H,
          "mamba2_ssd: A_log/D/dt_bias must have ", H, " elements");
+    if (!a.z.empty()) {
+      check_f32_2d(a.z, "mamba2_ssd: z");
+      need(a.z.dim(0) == T && a.z.dim(1) == H * P, "mamba2_ssd: z must be [", T, ", ", H * P, "], found ",
+           a.z.shape_string());
+    }
     check_state(a.state, "mamba2_ssd: state", {H, P, N});
     Mamba2Launch p;
     p.x = crows(a.x);
@@ -406,6 +424,7 @@ class CudaBackend final : public Backend {
     p.state = a.state.data;
     p.state_bf16 = a.state.dtype == DType::BF16;
     p.y = rows(a.y);
+    if (!a.z.empty()) p.z = crows(a.z);
     p.T = T;
     p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba2_ssd");
     p.n_seqs = n_prepared_seqs_;
@@ -429,6 +448,7 @@ class CudaBackend final : public Backend {
     const auto* seq_chunks = reinterpret_cast<const SsdSeqChunks*>(static_cast<const char*>(chunk_table_.ptr) +
                                                                    chunk_seq_offset_);
     launch_mamba2_chunked(p, chunks, n_chunks, seq_chunks, sc, stream());
+    if (p.z.data) launch_silu_gate(p.y, p.z, T, H * P, stream());  // the step kernel gates inside, this path after
   }
 
   void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size, float eps,
@@ -444,40 +464,19 @@ class CudaBackend final : public Backend {
     launch_gated_rmsnorm(crows(y), crows(z), weight(w), group_size, eps, rows(out), y.dim(0), D, stream());
   }
 
-  // Fused decode (decode_block.cpp): batches of up to kFusedMaxRows sequences, sequence i in row i.
-  bool decode_block(const DecodeBlockArgs& a, const BatchLayout& batch) override {
-    const int64_t B = batch.total_tokens;
-    if (B < 1 || B > kFusedMaxRows || static_cast<int64_t>(batch.seqs.size()) != B) return false;
-    for (int64_t i = 0; i < B; ++i) {
-      const SeqSpan& s = batch.seqs[static_cast<size_t>(i)];
-      if (s.start != i || s.len != 1) return false;
-    }
-    const ModelConfig& c = *a.config;
-    check_f32_2d(a.residual, "decode_block: residual");
-    need(a.residual.dim(0) >= B && a.residual.dim(1) == c.d_model, "decode_block: residual ",
-         a.residual.shape_string(), " for ", B, " rows of d_model ", c.d_model);
-    for (const TensorView* v : {&a.proj, &a.conv_out, &a.y}) check_f32_2d(*v, "decode_block: scratch");
-    need(a.proj.dim(1) >= c.in_proj_size() && a.conv_out.dim(1) >= c.conv_channels() && a.y.dim(1) >= c.d_inner,
-         "decode_block: scratch rows too narrow");
-    check_state(a.conv_state, "decode_block: conv state", {c.conv_channels(), c.d_conv - 1});
-    if (c.arch == Arch::Mamba2) {
-      check_state(a.ssm_state, "decode_block: ssm state", {c.n_heads, c.head_dim, c.d_state});
-    } else {
-      check_f32_2d(a.xdbc, "decode_block: xdbc");
-      check_state(a.ssm_state, "decode_block: ssm state", {c.d_inner, c.d_state});
-    }
-    const SeqSpan* seqs = device_seqs(batch, std::min(a.conv_state.dim(0), a.ssm_state.dim(0)), B, "decode_block");
-    return run_decode_block(a, seqs, B, sm_count_, stream());
+  // Fused decode (fused_linear.cpp): batches of up to kFusedMaxRows sequences, sequence i in row i.
+  bool supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const override {
+    return decode_rows(batch) && fused_gemv_launch(a, batch.total_tokens).has_value();
   }
 
-  bool rmsnorm_linear(const TensorView& x, const TensorView& norm_w, float eps, const TensorView& w,
-                      TensorView y) override {
-    check_f32_2d(x, "rmsnorm_linear: x");
-    check_f32_2d(y, "rmsnorm_linear: y");
-    need(w.ndim == 2 && w.dim(1) == x.dim(1) && y.dim(0) == x.dim(0) && y.dim(1) == w.dim(0) &&
-             norm_w.numel() == x.dim(1) && w.contiguous(),
-         "rmsnorm_linear: x ", x.shape_string(), ", w ", w.shape_string(), ", y ", y.shape_string());
-    return run_rmsnorm_linear(x, norm_w, eps, w, y, sm_count_, stream());
+  void fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) override {
+    const int64_t B = batch.total_tokens;
+    need(decode_rows(batch), "fused_linear: needs a decode batch of 1..", kFusedMaxRows,
+         " one-token sequences in row order");
+    std::optional<FusedGemvLaunch> p = fused_gemv_launch(a, B);
+    need(p.has_value(), "fused_linear: these arguments have no fused kernel (ask supports_fused_linear first)");
+    if (p->conv_channels > 0) p->seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
+    launch_fused_gemv(*p, sm_count_, stream());
   }
 
   void gather_rows(const TensorView& x, const int64_t* host_rows, int64_t n, TensorView out) override {
@@ -607,6 +606,15 @@ class CudaBackend final : public Backend {
 
   // The device copy of the batch's spans, after checking that it is the one prepare_batch made for this batch and
   // that every span fits the activations (T rows) and the state (n_slots).
+  // A decode batch the fused kernels take: 1..kFusedMaxRows sequences, sequence i in row i with one token.
+  static bool decode_rows(const BatchLayout& b) {
+    const int64_t B = b.total_tokens;
+    if (B < 1 || B > kFusedMaxRows || static_cast<int64_t>(b.seqs.size()) != B) return false;
+    for (int64_t i = 0; i < B; ++i)
+      if (b.seqs[static_cast<size_t>(i)].start != i || b.seqs[static_cast<size_t>(i)].len != 1) return false;
+    return true;
+  }
+
   const SeqSpan* device_seqs(const BatchLayout& b, int64_t n_slots, int64_t T, const char* op) const {
     need(b.device_seqs != nullptr && b.device_seqs == batch_.ptr &&
              static_cast<int64_t>(b.seqs.size()) == n_prepared_seqs_,

@@ -38,6 +38,8 @@ void launch_to_f32(const void* src, DType from, int64_t src_stride, int64_t rows
                    cudaStream_t stream);
 // acc[t, :] += x[t, :]. [T, D].
 void launch_add_inplace(F32Rows acc, ConstF32Rows x, int64_t T, int64_t D, cudaStream_t stream);
+// y[t, :] *= silu(z[t, :]). [T, D].
+void launch_silu_gate(F32Rows y, ConstF32Rows z, int64_t T, int64_t D, cudaStream_t stream);
 // out[i, :] = x[rows[i], :] for element size 2, 4 or 8 bytes. rows: device array of n indices.
 void launch_gather_rows(const void* x, int64_t x_stride, const int64_t* rows, int64_t n, int64_t cols,
                         size_t elem_size, void* out, int64_t out_stride, cudaStream_t stream);
@@ -114,7 +116,8 @@ struct Mamba2Launch {
   void* state = nullptr;  // [n_slots, n_heads, head_dim, d_state]
   bool state_bf16 = false;
   F32Rows y;              // [T, n_heads * head_dim]
-  ConstF32Rows z;         // decode step only, optional: y *= silu(z) ([T, n_heads * head_dim]; data null: no gate)
+  ConstF32Rows z;         // optional: y *= silu(z) ([T, n_heads * head_dim]; data null: no gate). The step kernel
+                          // applies it; after the chunked kernels the backend runs launch_silu_gate
   int64_t T = 0;
   const SeqSpan* seqs = nullptr;  // device
   int64_t n_seqs = 0;

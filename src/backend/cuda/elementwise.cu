@@ -57,6 +57,15 @@ __global__ void add_kernel(F32Rows acc, ConstF32Rows x, int64_t T, int64_t D) {
   }
 }
 
+__global__ void silu_gate_kernel(F32Rows y, ConstF32Rows z, int64_t T, int64_t D) {
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    float* a = y.data + t * y.stride;
+    const float* g = z.data + t * z.stride;
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < D; c += int64_t(gridDim.x) * blockDim.x)
+      a[c] *= silu_f(g[c]);
+  }
+}
+
 template <class E>
 __global__ void gather_kernel(const E* x, int64_t x_stride, const int64_t* rows, int64_t n, int64_t cols, E* out,
                               int64_t out_stride) {
@@ -101,6 +110,12 @@ void launch_to_f32(const void* src, DType from, int64_t src_stride, int64_t rows
 void launch_add_inplace(F32Rows acc, ConstF32Rows x, int64_t T, int64_t D, cudaStream_t stream) {
   if (T <= 0 || D <= 0) return;
   add_kernel<<<dim3(grid_for(D), rows_grid(T)), kThreads, 0, stream>>>(acc, x, T, D);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_silu_gate(F32Rows y, ConstF32Rows z, int64_t T, int64_t D, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  silu_gate_kernel<<<dim3(grid_for(D), rows_grid(T)), kThreads, 0, stream>>>(y, z, T, D);
   MAMBACPP_CUDA_LAUNCHED();
 }
 

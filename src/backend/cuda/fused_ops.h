@@ -1,17 +1,15 @@
-// Launchers of the fused decode kernels (fused_gemv.cu) and the decode-block driver (decode_block.cpp), callable
-// from plain C++. Decode batches put sequence t in row t with exactly one token, so a row's slot is seqs[t].slot.
+// Launchers of the fused decode kernels (fused_gemv.cu), callable from plain C++, and the translation of
+// Backend::fused_linear's arguments into them (fused_linear.cpp). Decode batches put sequence t in row t with exactly
+// one token, so a row's slot is seqs[t].slot.
 #pragma once
 
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <optional>
 
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
-
-namespace mambacpp {
-struct LayerWeights;
-}
 
 namespace mambacpp::cuda {
 
@@ -57,12 +55,8 @@ void launch_fused_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stre
 // The tensor-core kernel behind launch_fused_gemv when uses_tensor_cores(p) (fused_gemv_mma.cu).
 void launch_fused_gemv_mma(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream);
 
-// One whole block of a decode step (see Backend::decode_block), after the caller has checked the batch shape.
-// Returns false, launching nothing, when the weights or state are of a kind these kernels do not take.
-bool run_decode_block(const DecodeBlockArgs& a, const SeqSpan* device_seqs, int64_t B, int sm_count,
-                      cudaStream_t stream);
-// y = rmsnorm(x) . w^T as one fused GEMV; false when not applicable.
-bool run_rmsnorm_linear(const TensorView& x, const TensorView& norm_w, float eps, const TensorView& w, TensorView y,
-                        int sm_count, cudaStream_t stream);
+// The launch for fused_linear over B rows; nullopt when these kernels do not take the arguments (see
+// fused_gemv_supported). Throws Error for shapes that do not chain. `seqs` is left for the caller to fill.
+std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64_t B);
 
 }  // namespace mambacpp::cuda

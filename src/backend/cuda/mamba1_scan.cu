@@ -1,6 +1,6 @@
 // Mamba-1 selective scan, sequential in time, parallel over (sequence, channel, state):
 //   dt = softplus(dt_raw[t, c] + dt_bias[c]);  A[c, n] = -exp(A_log[c, n])
-// (dt_raw read from `dt`, or, in the fused decode block, computed here from the low-rank dt and dt_proj)
+// (dt_raw read from `dt`, or computed here from the low-rank dt and dt_proj: Mamba1ScanArgs::dt_proj)
 //   h[c, n] = exp(dt * A[c, n]) * h[c, n] + dt * B[t, n] * x[t, c]
 //   y[t, c] = (sum_n C[t, n] * h[c, n] + D[c] * x[t, c]) * silu(z[t, c])
 // A group of G lanes (a power of two up to 32) owns one channel; each lane keeps NPER states in registers and the

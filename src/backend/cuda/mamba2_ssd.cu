@@ -105,7 +105,7 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
   acc = warp_sum(acc);
   if (lane == 0) {
     float out = acc + Dh * xv;
-    if (p.z.data) out *= silu_f(p.z.data[t * p.z.stride + h * P + row]);  // the fused decode block's gate
+    if (p.z.data) out *= silu_f(p.z.data[t * p.z.stride + h * P + row]);  // the decode recipe's gate (Mamba2ScanArgs::z)
     p.y.data[t * p.y.stride + h * P + row] = out;
   }
 }

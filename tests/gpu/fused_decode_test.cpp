@@ -1,4 +1,5 @@
-// The fused decode blocks (src/backend/cuda/decode_block.cpp, fused_gemv.cu) against the plain per-op kernels:
+// The fused decode recipe (src/model/mixers.cpp's mamba_block_decode_fused over the CUDA backend's fused_linear,
+// fused_gemv.cu) against the plain per-op kernels:
 // two models with the same random weights, one with LoadOptions::fused_decode off, prefill the same prompts and
 // then decode the same tokens; logits of every step and the final states must agree.
 //
@@ -21,7 +22,9 @@
 
 #include "gpu/gpu_test_util.h"
 #include "mambacpp/model.h"
+#include "model/mixers.h"
 #include "model/weights.h"
+#include "model/workspace.h"
 #include "support/test_support.h"
 
 namespace mambacpp {
@@ -158,7 +161,7 @@ TEST(FusedDecode, LargerBatchesTakeThePlainPath) {
 }
 
 // The fused path must actually run for the shapes above (else the comparisons would compare the plain path with
-// itself): the backend accepts every layer of a one-token batch.
+// itself): the backend takes every piece of every layer of a one-token batch.
 TEST(FusedDecode, BackendAcceptsDecodeBatches) {
   MAMBACPP_REQUIRE_GPU();
   for (const Case& k : cases())
@@ -171,23 +174,13 @@ TEST(FusedDecode, BackendAcceptsDecodeBatches) {
       for (int64_t i = 0; i < B; ++i) batch.seqs.push_back({i, 1, B - 1 - i});
       batch.total_tokens = B;
       be.prepare_batch(batch);
-      auto buf = [&](int64_t cols) { return DeviceBuffer(be, static_cast<size_t>(B * cols) * 4); };
-      DeviceBuffer residual = buf(c.d_model), proj = buf(c.in_proj_size()), conv = buf(c.conv_channels()),
-                   xdbc = buf(c.dt_rank + 2 * c.d_state), y = buf(c.d_inner);
-      be.fill_zero(residual.data(), residual.size());
-      DecodeBlockArgs a;
-      a.config = &c;
-      a.residual = TensorView(residual.data(), DType::F32, {B, c.d_model}, Device::CUDA);
-      a.proj = TensorView(proj.data(), DType::F32, {B, c.in_proj_size()}, Device::CUDA);
-      a.conv_out = TensorView(conv.data(), DType::F32, {B, c.conv_channels()}, Device::CUDA);
-      a.xdbc = TensorView(xdbc.data(), DType::F32, {B, c.dt_rank + 2 * c.d_state}, Device::CUDA);
-      a.y = TensorView(y.data(), DType::F32, {B, c.d_inner}, Device::CUDA);
-      for (size_t l = 0; l < m->weights().layers.size(); ++l) {
-        a.weights = &m->weights().layers[l];
-        a.conv_state = st->layers()[l].conv;
-        a.ssm_state = st->layers()[l].ssm;
-        EXPECT_TRUE(be.decode_block(a, batch)) << k.name << " B " << B << " layer " << l;
-      }
+      Workspace ws;
+      ws.reserve(be, c, B, B);
+      TensorView residual = Workspace::f32(ws.residual, Device::CUDA, B, c.d_model);
+      be.fill_zero(residual.data, static_cast<size_t>(B * c.d_model) * 4);
+      for (size_t l = 0; l < m->weights().layers.size(); ++l)
+        EXPECT_TRUE(mamba_block_decode_fused(be, c, m->weights().layers[l], st->layers()[l], batch, ws, residual))
+            << k.name << " B " << B << " layer " << l;
       be.synchronize();
     }
 }

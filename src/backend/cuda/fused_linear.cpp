@@ -1,0 +1,86 @@
+// Backend::fused_linear's arguments (tensors and plain parameters, backend.h) as the launch parameters of the fused
+// GEMV kernels (fused_gemv.cu, fused_gemv_mma.cu). Shapes that disagree are the caller's bug and throw; arguments
+// the kernels do not take (dtypes, too many rows or norm groups, a long conv) give nullopt, and the model's layer
+// recipe then runs the plain ops.
+#include <optional>
+
+#include "backend/cuda/fused_ops.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp::cuda {
+
+namespace {
+
+template <class... Parts>
+void need(bool ok, const Parts&... parts) {
+  if (!ok) fail(parts...);
+}
+bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+ConstF32Rows crows(const TensorView& v) { return {v.ptr<const float>(), v.stride0()}; }
+F32Rows rows(const TensorView& v) { return {v.ptr<float>(), v.stride0()}; }
+DevWeight weight(const TensorView& v) { return v.empty() ? DevWeight{} : DevWeight{v.data, v.dtype}; }
+bool f32_rows(const TensorView& v, int64_t B) { return v.dtype == DType::F32 && v.ndim == 2 && v.dim(0) >= B; }
+bool f32_vector(const TensorView& v) { return v.dtype == DType::F32 && v.contiguous(); }
+
+}  // namespace
+
+std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64_t B) {
+  const char* op = "fused_linear";
+  need(a.x.ndim == 2 && a.w.ndim == 2 && a.y.ndim == 2, op, ": x, w and y must be 2-D, found ", a.x.shape_string(),
+       ", ", a.w.shape_string(), ", ", a.y.shape_string());
+  const int64_t in = a.x.dim(1), out = a.w.dim(0);
+  need(a.w.dim(1) == in && a.y.dim(1) == out, op, ": x ", a.x.shape_string(), ", w ", a.w.shape_string(), ", y ",
+       a.y.shape_string(), " do not chain");
+  need(a.bias.empty() || a.bias.numel() == out, op, ": bias has ", a.bias.numel(), " elements, expected ", out);
+  need(a.norm_w.empty() || a.norm_w.numel() == in, op, ": norm_w has ", a.norm_w.numel(), " elements, expected ", in);
+  if (B < 1 || B > kFusedMaxRows || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous()) return std::nullopt;
+  if (!is_float_dtype(a.w.dtype) || (!a.bias.empty() && !is_float_dtype(a.bias.dtype))) return std::nullopt;
+  if (!a.norm_w.empty() && !f32_vector(a.norm_w)) return std::nullopt;
+
+  FusedGemvLaunch p;
+  p.x = crows(a.x);
+  p.w = weight(a.w);
+  p.bias = weight(a.bias);
+  p.T = B;
+  p.in = in;
+  p.out = out;
+  if (!a.norm_w.empty()) {
+    p.norm_w = weight(a.norm_w);
+    p.norm_group = a.norm_group > 0 ? a.norm_group : in;
+    p.eps = a.eps;
+  }
+  p.y = rows(a.y);
+  p.accumulate = a.accumulate;
+  if (!a.conv_w.empty()) {
+    need(a.conv_w.ndim == 3 && a.conv_w.dim(1) == 1, op, ": conv_w must be [channels, 1, K], found ",
+         a.conv_w.shape_string());
+    const int64_t ch = a.conv_w.dim(0), K = a.conv_w.dim(2);
+    need(a.conv_begin >= 0 && a.conv_begin + ch <= out, op, ": conv outputs [", a.conv_begin, ", ",
+         a.conv_begin + ch, ") outside the ", out, " outputs");
+    need(a.conv_bias.empty() || a.conv_bias.numel() == ch, op, ": conv_bias has ", a.conv_bias.numel(),
+         " elements, expected ", ch);
+    need(a.conv_state.ndim == 3 && a.conv_state.dim(1) == ch && a.conv_state.dim(2) == K - 1 &&
+             a.conv_state.contiguous(),
+         op, ": conv_state must be a contiguous [n_slots, ", ch, ", ", K - 1, "], found ",
+         a.conv_state.shape_string());
+    need(a.conv_out.ndim == 2 && a.conv_out.dim(1) == ch, op, ": conv_out must be [B, ", ch, "], found ",
+         a.conv_out.shape_string());
+    if (K < 1 || K > kFusedMaxConvTaps || !a.conv_w.contiguous() || !is_float_dtype(a.conv_w.dtype) ||
+        (!a.conv_bias.empty() && !is_float_dtype(a.conv_bias.dtype)))
+      return std::nullopt;
+    if ((a.conv_state.dtype != DType::F32 && a.conv_state.dtype != DType::BF16) || !f32_rows(a.conv_out, B))
+      return std::nullopt;
+    p.conv_begin = a.conv_begin;
+    p.conv_channels = ch;
+    p.conv_w = weight(a.conv_w);
+    p.conv_bias = weight(a.conv_bias);
+    p.K = K;
+    p.conv_state = a.conv_state.data;
+    p.state_bf16 = a.conv_state.dtype == DType::BF16;
+    p.conv_out = rows(a.conv_out);
+  }
+  if (!fused_gemv_supported(p)) return std::nullopt;
+  return p;
+}
+
+}  // namespace mambacpp::cuda
