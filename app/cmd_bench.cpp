@@ -283,9 +283,12 @@ void run_bench(const BenchOptions& o) {
   const DType state_dtype = o.model.state();
   const double bandwidth = model->measure_copy_bandwidth();
 
-  const int64_t state_bytes = o.batch * c.n_layer * (c.conv_state_size() + c.ssm_state_size()) *
-                              static_cast<int64_t>(dtype_size(state_dtype));
-  const int64_t step_bytes = model->weight_bytes() + 2 * state_bytes;
+  // A step reads every weight, reads and writes each sequence's recurrent state, and reads the KV rows its attention
+  // layers hold: on average over the run, prompt + gen / 2 of them (their one new row written is negligible).
+  const auto probe = model->create_state(1, state_dtype);
+  const int64_t state_bytes = o.batch * static_cast<int64_t>(probe->slot_bytes());
+  const int64_t kv_bytes = o.batch * static_cast<int64_t>(probe->kv_bytes_per_token()) * (o.prompt + o.gen / 2);
+  const int64_t step_bytes = model->weight_bytes() + 2 * state_bytes + kv_bytes;
   const double floor_ms = step_bytes / bandwidth * 1000.0;
   const ClosedBatch runs = closed_batch(*model, state_dtype, o.batch, o.prompt, o.gen, o.repeat, o.host_argmax);
   const std::vector<double>& prefill_ms = runs.prefill_ms;
@@ -308,6 +311,7 @@ void run_bench(const BenchOptions& o) {
       {"prefill_ms_runs", prefill_ms}, {"decode_ms_runs", decode_ms},
       {"copy_bandwidth_gb_s", bandwidth / 1e9},
       {"decode_step_bytes", step_bytes},
+      {"decode_kv_bytes", kv_bytes},
       {"decode_floor_ms_per_step", floor_ms},
       {"decode_floor_percent", step_ms > 0 ? 100.0 * floor_ms / step_ms : 0.0}};
   if (o.json) {

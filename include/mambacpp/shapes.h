@@ -9,7 +9,8 @@
 namespace mambacpp {
 
 // "mamba-130m", "mamba-370m", "mamba-1.4b", "mamba-2.8b", "mamba2-130m", "mamba2-370m", "mamba2-1.3b",
-// "mamba2-2.7b". Throws Error listing the known names otherwise.
+// "mamba2-2.7b", and the hybrids "granite-4.0-h-1b", "granite-4.0-h-350m". Throws Error listing the known names
+// otherwise.
 ModelConfig named_shape(const std::string& name);
 std::vector<std::string> named_shapes();
 
