@@ -278,6 +278,10 @@ class CudaBackend final : public Backend {
     need(bias.empty() || bias.numel() == out, "linear: bias has ", bias.numel(), " elements, expected ", out);
     if (T == 0 || out == 0) return;
     const DevWeight b = bias.empty() ? DevWeight{} : weight(bias);
+    if (fast_ && w.dtype != DType::F32 && in > 0) {
+      linear_fast(x, w, b, y);
+      return;
+    }
     if (in == 0 || T <= kGemvMaxRows) {
       launch_gemv(crows(x), weight(w), b, rows(y), T, in, out, stream());
       return;
@@ -309,6 +313,23 @@ class CudaBackend final : public Backend {
               y.stride0(), 1.0f);
   }
 
+  // Fast precision, 16-bit weights: x rounded once to the weight dtype (2^-9 relative for bf16, as mamba_ssm and
+  // vLLM feed their GEMMs), one tensor-core GEMM with f32 accumulation, at every T (decode's single rows too), on the
+  // pinned cuBLASLt plan (gemm_lt.h): a row's result is the same bits whatever the batch around it.
+  void linear_fast(const TensorView& x, const TensorView& w, const DevWeight& b, TensorView y) {
+    const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
+    need(T <= INT_MAX && in <= INT_MAX && out <= INT_MAX && y.stride0() <= INT_MAX,
+         "linear: dimensions beyond cuBLAS's 32-bit limits: x ", x.shape_string(), ", w ", w.shape_string());
+    const size_t half_bytes = static_cast<size_t>(T * in) * 2;
+    char* hi = static_cast<char*>(grow(split_, half_bytes));
+    launch_split_hi_lo(crows(x), T, in, w.dtype, hi, nullptr, stream());
+    if (b.data) launch_broadcast_bias(b, rows(y), T, out, stream());
+    cublas();  // the shared workspace exists
+    const cudaDataType_t ab = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, hi, y.ptr<float>(), static_cast<int>(out),
+            static_cast<int>(T), static_cast<int>(in), y.stride0(), b.data ? 1.0f : 0.0f, /*pinned=*/true);
+  }
+
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                    const BatchLayout& batch, TensorView out) override {
     check_f32_2d(x, "conv1d: x");
@@ -335,6 +356,8 @@ class CudaBackend final : public Backend {
     p.seqs = seqs;
     p.token_seq = token_seq_;
     p.n_seqs = n_prepared_seqs_;
+    p.all_single = !batch.seqs.empty() && std::all_of(batch.seqs.begin(), batch.seqs.end(),
+                                                      [](const SeqSpan& s) { return s.len == 1; });
     launch_conv1d_silu(p, stream());
   }
 
@@ -705,6 +728,7 @@ class CudaBackend final : public Backend {
   static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
   void* cublas_workspace_ = nullptr;  // shared by cuBLAS and cuBLASLt (one stream: never used at once)
   LtMatmul lt_;                        // prefill GEMMs with 16-bit weights
+  bool fast_ = false;                  // Precision::Fast: linear_fast for 16-bit weights
   std::vector<void*> owned_;  // adopted weights
 
   Scratch batch_;  // SeqSpan[n] then the token -> sequence map

@@ -57,7 +57,7 @@ inline constexpr int64_t kGemvMaxRows = 8;  // T up to this goes through the han
 void launch_gemv(ConstF32Rows x, DevWeight w, DevWeight bias, F32Rows y, int64_t T, int64_t in, int64_t out,
                  cudaStream_t stream);
 // Splits f32 activations into hi + lo parts of dtype `to` (bf16 or f16): hi = round(x), lo = round(x - hi).
-// hi, lo: [T, in] contiguous.
+// hi, lo: [T, in] contiguous; lo may be null (round only: the activations of the fast-precision GEMMs).
 void launch_split_hi_lo(ConstF32Rows x, int64_t T, int64_t in, DType to, void* hi, void* lo, cudaStream_t stream);
 
 // ---- conv1d.cu --------------------------------------------------------------------------------------------------
@@ -72,6 +72,7 @@ struct Conv1dLaunch {
   const SeqSpan* seqs = nullptr;      // device, n_seqs
   const int32_t* token_seq = nullptr; // device, [T]: sequence index of each token (-1: none)
   int64_t n_seqs = 0;
+  bool all_single = false;  // every sequence has one token (decode): one kernel reads and shifts the state
 };
 void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream);
 
