@@ -53,12 +53,16 @@ bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t ==
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType weight_dtype) : device_(device), weight_dtype_(weight_dtype) {
+  CudaBackend(int device, DType weight_dtype, Precision precision, bool batch_invariant)
+      : device_(device),
+        weight_dtype_(weight_dtype),
+        fast_(precision == Precision::Fast),
+        batch_invariant_(batch_invariant) {
     cudaDeviceProp prop{};
     MAMBACPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     sm_count_ = prop.multiProcessorCount;
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
-                   ", weights " + dtype_name(weight_dtype_) + ")";
+                   ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") + ")";
   }
 
   ~CudaBackend() override {
@@ -488,18 +492,68 @@ class CudaBackend final : public Backend {
   }
 
   // Fused decode (fused_linear.cpp): batches of up to kFusedMaxRows sequences, sequence i in row i.
+  // Fast precision with 16-bit weights: every decode batch size on the same kernels (fused_ops.h, kFastMaxRows);
+  // never the fused GEMVs, whose products differ from the GEMM's.
   bool supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const override {
-    return decode_rows(batch) && fused_gemv_launch(a, batch.total_tokens).has_value();
+    if (fast_fused(a, batch)) return decode_rows(batch, kFastMaxRows) && fast_fused_supported(a, batch.total_tokens);
+    return decode_rows(batch, kFusedMaxRows) && fused_gemv_launch(a, batch.total_tokens).has_value();
+  }
+  // Whether fused_linear takes the fast kernels: fast precision, 16-bit weights, and (unless batch invariance is
+  // required) more rows than the fused GEMVs take.
+  bool fast_fused(const FusedLinearArgs& a, const BatchLayout& batch) const {
+    if (!fast_ || a.w.dtype == DType::F32) return false;
+    return batch_invariant_ || !decode_rows(batch, kFusedMaxRows) || !fused_gemv_launch(a, batch.total_tokens);
   }
 
   void fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) override {
     const int64_t B = batch.total_tokens;
-    need(decode_rows(batch), "fused_linear: needs a decode batch of 1..", kFusedMaxRows,
+    if (fast_fused(a, batch)) {
+      need(decode_rows(batch, kFastMaxRows) && fast_fused_supported(a, B),
+           "fused_linear: these arguments have no fast kernels (ask supports_fused_linear first)");
+      fused_linear_fast(a, batch);
+      return;
+    }
+    need(decode_rows(batch, kFusedMaxRows), "fused_linear: needs a decode batch of 1..", kFusedMaxRows,
          " one-token sequences in row order");
     std::optional<FusedGemvLaunch> p = fused_gemv_launch(a, B);
     need(p.has_value(), "fused_linear: these arguments have no fused kernel (ask supports_fused_linear first)");
     if (p->conv_channels > 0) p->seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
     launch_fused_gemv(*p, sm_count_, stream());
+  }
+
+  // rows of x normed (norm_w set) and rounded to the weight dtype by one kernel, the pinned GEMM into y (added to it
+  // when accumulating: beta = 1), then the conv step over the conv columns of y.
+  void fused_linear_fast(const FusedLinearArgs& a, const BatchLayout& batch) {
+    const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.dim(0);
+    need(in <= INT_MAX && out <= INT_MAX && a.y.stride0() <= INT_MAX, "fused_linear: dimensions beyond cuBLAS's ",
+         "32-bit limits: x ", a.x.shape_string(), ", w ", a.w.shape_string());
+    char* x16 = static_cast<char*>(grow(split_, static_cast<size_t>(B * in) * 2));
+    launch_rmsnorm_round(crows(a.x), a.norm_w.empty() ? DevWeight{} : weight(a.norm_w),
+                         a.norm_group > 0 ? a.norm_group : in, a.eps, a.w.dtype, x16, B, in, stream());
+    if (!a.bias.empty()) launch_broadcast_bias(weight(a.bias), rows(a.y), B, out, stream());
+    cublas();  // the shared workspace exists
+    const cudaDataType_t ab = a.w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x16, a.y.ptr<float>(),
+            static_cast<int>(out), static_cast<int>(B), static_cast<int>(in), a.y.stride0(),
+            a.accumulate || !a.bias.empty() ? 1.0f : 0.0f, /*pinned=*/true);
+    if (a.conv_w.empty()) return;
+    // The GEMM wrote the conv columns of y too (y holds all `out` columns); the step reads them from there.
+    const int64_t ch = a.conv_w.dim(0);
+    Conv1dLaunch p;
+    p.x = crows(a.y.cols(a.conv_begin, ch));
+    p.w = weight(a.conv_w);
+    p.bias = a.conv_bias.empty() ? DevWeight{} : weight(a.conv_bias);
+    p.state = a.conv_state.data;
+    p.state_bf16 = a.conv_state.dtype == DType::BF16;
+    p.out = rows(a.conv_out);
+    p.T = B;
+    p.C = ch;
+    p.K = a.conv_w.dim(2);
+    p.seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
+    p.token_seq = token_seq_;
+    p.n_seqs = n_prepared_seqs_;
+    p.all_single = true;
+    launch_conv1d_silu(p, stream());
   }
 
   void gather_rows(const TensorView& x, const int64_t* host_rows, int64_t n, TensorView out) override {
@@ -630,9 +684,9 @@ class CudaBackend final : public Backend {
   // The device copy of the batch's spans, after checking that it is the one prepare_batch made for this batch and
   // that every span fits the activations (T rows) and the state (n_slots).
   // A decode batch the fused kernels take: 1..kFusedMaxRows sequences, sequence i in row i with one token.
-  static bool decode_rows(const BatchLayout& b) {
+  static bool decode_rows(const BatchLayout& b, int64_t max_rows) {
     const int64_t B = b.total_tokens;
-    if (B < 1 || B > kFusedMaxRows || static_cast<int64_t>(b.seqs.size()) != B) return false;
+    if (B < 1 || B > max_rows || static_cast<int64_t>(b.seqs.size()) != B) return false;
     for (int64_t i = 0; i < B; ++i)
       if (b.seqs[static_cast<size_t>(i)].start != i || b.seqs[static_cast<size_t>(i)].len != 1) return false;
     return true;
@@ -722,13 +776,14 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   int sm_count_ = 1;
   DType weight_dtype_ = DType::BF16;
+  bool fast_ = false;  // Precision::Fast: 16-bit weights take linear_fast / the fast fused_linear
+  bool batch_invariant_ = true;  // fast: the fast fused_linear at every batch size (false: fused GEMVs up to 8 rows)
   std::string description_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
   static constexpr size_t kCublasWorkspaceBytes = size_t(32) << 20;
   void* cublas_workspace_ = nullptr;  // shared by cuBLAS and cuBLASLt (one stream: never used at once)
   LtMatmul lt_;                        // prefill GEMMs with 16-bit weights
-  bool fast_ = false;                  // Precision::Fast: linear_fast for 16-bit weights
   std::vector<void*> owned_;  // adopted weights
 
   Scratch batch_;  // SeqSpan[n] then the token -> sequence map
@@ -769,7 +824,7 @@ bool cuda_available() {
   return true;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype) {
+std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype, Precision precision, bool batch_invariant) {
   if (!is_float_dtype(weight_dtype))
     fail("--device cuda: weight dtype must be fp32, fp16 or bf16, found ", dtype_name(weight_dtype));
   if (!cuda_available())
@@ -777,7 +832,7 @@ std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype) {
          ".", (CUDART_VERSION % 1000) / 10, ", or a GPU older than this build's sm_90 target)");
   int device = 0;
   MAMBACPP_CUDA_CHECK(cudaGetDevice(&device));
-  return std::make_unique<CudaBackend>(device, weight_dtype);
+  return std::make_unique<CudaBackend>(device, weight_dtype, precision, batch_invariant);
 }
 
 }  // namespace mambacpp

@@ -48,6 +48,10 @@ void launch_broadcast_bias(DevWeight bias, F32Rows y, int64_t T, int64_t out, cu
 
 // ---- norms.cu ---------------------------------------------------------------------------------------------------
 void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D, cudaStream_t stream);
+// out [T, D] contiguous, dtype `to` (bf16/f16) = rmsnorm over each run of group_size features times w (f32 [D]);
+// w absent: x rounded only. D % group_size == 0.
+void launch_rmsnorm_round(ConstF32Rows x, DevWeight w, int64_t group_size, float eps, DType to, void* out,
+                          int64_t T, int64_t D, cudaStream_t stream);
 void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps, F32Rows out,
                           int64_t T, int64_t D, cudaStream_t stream);
 
