@@ -11,10 +11,13 @@ timeout 240 "$B/tests/mambacpp_gpu_tests" --gtest_brief=1 > "$LOG/tests.log" 2>&
 echo "tests rc=$? $((SECONDS - t0)) s"
 grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|\[accuracy\]|\[invariance\]|\[fast\]" "$LOG/tests.log" | head -80
 cli=$B/mambacpp
-TWICE=1 ROWS="m2_130m m2_2p7_b1 m2_2p7_b32 m2_2p7_b128" bash scripts/gpu_decode_bench.sh "$cli" "$LOG" > "$LOG/bench_fast2.log" 2>&1
-ROWS="m2_2p7_b8 m2_2p7_b64 m2_2p7_b256 m1_2p8_b1 m1_2p8_b32 m1_2p8_b128" bash scripts/gpu_decode_bench.sh "$cli" "$LOG" > "$LOG/bench_fast1.log" 2>&1
+TWICE=1 ROWS="m2_130m m2_2p7_b1 m2_2p7_b32 m2_2p7_b128" bash scripts/gpu_decode_bench.sh "$cli" "$LOG" > "/tmp/bench_fast2.log" 2>&1
+ROWS="m2_2p7_b8 m2_2p7_b64 m2_2p7_b256 m1_2p8_b1 m1_2p8_b32 m1_2p8_b128" bash scripts/gpu_decode_bench.sh "$cli" "$LOG" > "/tmp/bench_fast1.log" 2>&1
 echo "fast bench $((SECONDS - t0)) s"
-EXTRA="--precision exact" ROWS="m2_2p7_b1 m2_2p7_b32 m2_2p7_b128 m1_2p8_b32" bash scripts/gpu_decode_bench.sh "$cli" "$LOG/exact" > "$LOG/bench_exact.log" 2>&1
+EXTRA="--precision exact" ROWS="m2_130m m2_2p7_b1 m2_2p7_b32 m2_2p7_b128 m1_2p8_b1 m1_2p8_b32" \
+  bash scripts/gpu_decode_bench.sh "$cli" "$LOG/exact" > "/tmp/bench_exact.log" 2>&1
+EXTRA="--no-batch-invariant" ROWS="m2_130m m2_2p7_b1 m1_2p8_b1" \
+  bash scripts/gpu_decode_bench.sh "$cli" "$LOG/noinv" > "/tmp/bench_noinv.log" 2>&1
 for p in fast exact; do
   timeout 120 "$cli" bench --device cuda --json -r 3 --shape mamba2-2.7b -b 1 -p 4096 -g 1 --precision $p | tee -a "$LOG/prefill.jsonl" | cut -c1-400
 done
@@ -24,4 +27,4 @@ timeout 150 "$ncu" --clock-control none --metrics gpu__time_duration.sum,dram__b
   "$cli" bench --device cuda --shape mamba2-2.7b -b 32 -p 1 -g 3 -r 1 --no-cuda-graph --state-dtype bf16 > "$LOG/ncu_fast_b32.txt" 2>&1
 echo "ncu rc=$? $((SECONDS - t0)) s"
 grep -E "^  [a-zA-Z_].*\(|gpu__time_duration|dram__bytes" "$LOG/ncu_fast_b32.txt" | sed 's/  */ /g' | cut -c1-150 | head -90
-echo "=== fast"; tail -12 "$LOG/bench_fast2.log"; tail -8 "$LOG/bench_fast1.log"; echo "=== exact"; tail -6 "$LOG/bench_exact.log"
+echo "=== fast"; tail -16 /tmp/bench_fast1.log; echo "=== exact"; tail -7 /tmp/bench_exact.log; echo "=== fast, not batch-invariant"; tail -4 /tmp/bench_noinv.log

@@ -86,7 +86,8 @@ TEST(GpuModel, FixturesMatchTransformers) {
         const size_t V = one.size() / static_cast<size_t>(L);
         int agree = 0;
         for (int64_t t = 0; t < L; ++t) {
-          auto a = one.begin() + t * V, b = expected.begin() + t * V;
+          const float* a = one.data() + t * V;
+          const float* b = expected.data() + t * V;
           agree += std::max_element(a, a + V) - a == std::max_element(b, b + V) - b;
         }
         std::printf("[accuracy] %-40s weights %-4s %-5s max rel logit err %.2e, argmax agrees %d/%lld\n",
