@@ -29,6 +29,14 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
                  "models with attention layers: positions a sequence may hold (0 = the config's limit, if any)")
       ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
+  cmd.add_option("--precision", opts.precision,
+                 "GPU, 16-bit weights: fast (activations rounded to the weight dtype, one tensor-core product; "
+                 "batch-invariant) or exact (f32-accurate products)")
+      ->check(CLI::IsMember({"fast", "exact"}))
+      ->capture_default_str();
+  cmd.add_flag("--no-batch-invariant", opts.no_batch_invariant,
+               "GPU, fast precision: decode batches of up to 8 rows take the fused GEMVs (f32 activations), so a "
+               "sequence's last bits may depend on its batch size");
   cmd.add_flag("--no-cuda-graph", opts.no_cuda_graph, "GPU: run decode steps eagerly instead of replaying a CUDA graph");
   cmd.add_flag("--no-fused-decode", opts.no_fused_decode,
                "GPU: run decode blocks with the plain per-op kernels instead of the fused ones");
@@ -43,6 +51,8 @@ LoadOptions load_options(const ModelOptions& opts) {
   lo.ctx_size = opts.ctx_size;
   lo.cuda_graphs = !opts.no_cuda_graph;
   lo.fused_decode = !opts.no_fused_decode;
+  lo.precision = parse_precision(opts.precision);
+  lo.batch_invariant = !opts.no_batch_invariant;
   lo.progress = stderr_is_terminal();
   return lo;
 }

@@ -20,6 +20,8 @@ struct ModelOptions {
   int64_t ctx_size = 0;  // attention layers' context limit; 0: the config's
   bool no_cuda_graph = false;
   bool no_fused_decode = false;
+  std::string precision = "fast";  // GPU, 16-bit weights (mambacpp/precision.h)
+  bool no_batch_invariant = false;
   std::string state_dtype = "fp32";  // conv/SSM state; bf16 on the GPU only
 
   DType state() const { return parse_dtype(state_dtype); }

@@ -303,6 +303,8 @@ void run_bench(const BenchOptions& o) {
       {"batch", o.batch}, {"prompt", o.prompt}, {"gen", o.gen}, {"repeat", o.repeat},
       {"cuda_graphs", lo.cuda_graphs},
       {"fused_decode", lo.fused_decode},
+      {"precision", precision_name(lo.precision)},
+      {"batch_invariant", lo.batch_invariant},
       {"host_argmax", o.host_argmax},
       {"load_ms", load_ms},
       {"prefill_ms", pre}, {"prefill_tokens_per_s", pre > 0 ? o.batch * o.prompt / (pre / 1000.0) : 0.0},

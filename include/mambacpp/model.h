@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "mambacpp/config.h"
+#include "mambacpp/precision.h"
 #include "mambacpp/state.h"
 #include "mambacpp/tensor.h"
 #include "mambacpp/top_k.h"
@@ -40,6 +41,10 @@ struct LoadOptions {
                                     // (max_position_embeddings where it binds) or none. A prompt past it is refused.
   bool fused_decode = true;          // decode steps run each block as a few fused kernels where the backend has them
                                      // (false: the plain per-op kernels of prefill; for comparisons and tests)
+  Precision precision = Precision::Fast;  // GPU, 16-bit weights: how activations enter the matrix products
+                                          // (mambacpp/precision.h); Exact for verification
+  bool batch_invariant = true;  // fast precision: one GEMM algorithm at every decode batch size (false: batches of
+                                // up to 8 rows take the fused GEMVs, f32 activations, whose sums differ in order)
 };
 
 // One sequence of a forward call: token ids or embeddings [L, d_model], continuing from state slot `slot`.

@@ -19,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "mambacpp/precision.h"
 #include "mambacpp/tensor.h"
 #include "mambacpp/top_k.h"
 
@@ -233,7 +234,11 @@ std::vector<int64_t> check_top_k_requests(const TensorView& logits, const std::v
 // usable GPU is present; cuda_available() treats any CUDA error as "no GPU".
 std::unique_ptr<Backend> make_cpu_backend(int threads = 0);  // 0: all hardware threads
 bool cuda_available();
-std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype = DType::BF16);
+// precision (mambacpp/precision.h) applies to 16-bit weights; the ops' own tests default to Exact, models take
+// LoadOptions::precision (Fast by default).
+// batch_invariant (fast precision): the same GEMM at every decode batch size, never the fused GEMVs.
+std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype = DType::BF16, Precision precision = Precision::Exact,
+                                           bool batch_invariant = true);
 
 // RAII owner of one backend allocation.
 class DeviceBuffer {

@@ -6,7 +6,7 @@ namespace mambacpp {
 
 bool cuda_available() { return false; }
 
-std::unique_ptr<Backend> make_cuda_backend(DType) {
+std::unique_ptr<Backend> make_cuda_backend(DType, Precision, bool) {
   fail("--device cuda: this mambacpp was built without CUDA (reconfigure with -DMAMBACPP_CUDA=ON and nvcc on PATH)");
 }
 

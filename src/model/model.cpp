@@ -25,7 +25,7 @@ DeviceChoice parse_device_choice(const std::string& s) {
 
 std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
   const bool use_cuda = options.device == DeviceChoice::CUDA || (options.device == DeviceChoice::Auto && cuda_available());
-  return use_cuda ? make_cuda_backend(options.weight_dtype) : make_cpu_backend(options.threads);
+  return use_cuda ? make_cuda_backend(options.weight_dtype, options.precision, options.batch_invariant) : make_cpu_backend(options.threads);
 }
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}

@@ -95,6 +95,18 @@ TEST(CudaConv1d, SequencesShorterThanTheWindowShiftTheState) {
   run_conv({8, 2, {1, 1, 3}, {0, 2, 1}, 3, true, DType::F32}, 24);
 }
 
+// Decode batches (every sequence one token) take the one-kernel step (conv1d.cu): K = 4, 3, 2 and 1 (no state),
+// f32 and bf16 state, slots out of order, an unused slot; K = 7 stays on the general kernels.
+TEST(CudaConv1d, SingleTokenBatchesTakeTheStepKernel) {
+  MAMBACPP_REQUIRE_GPU();
+  run_conv({5376, 4, {1, 1, 1, 1, 1}, {3, 0, 5, 1, 2}, 6, true, DType::BF16}, 26);
+  run_conv({300, 4, {1, 1, 1}, {2, 0, 1}, 4, false, DType::F32}, 27);
+  run_conv({33, 3, {1, 1}, {1, 0}, 2, true, DType::F32}, 28);
+  run_conv({33, 2, {1, 1}, {0, 1}, 2, true, DType::BF16}, 29);
+  run_conv({17, 1, {1}, {0}, 1, true, DType::F32}, 30);
+  run_conv({17, 7, {1, 1}, {1, 0}, 2, true, DType::F32}, 31);
+}
+
 TEST(CudaConv1d, RealMamba2WidthPrefill) {
   MAMBACPP_REQUIRE_GPU();
   run_conv({1536 + 2 * 128, 4, {600, 1, 33}, {1, 0, 2}, 3, true, DType::F32}, 25);

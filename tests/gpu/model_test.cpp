@@ -33,6 +33,7 @@ std::unique_ptr<Model> load(const std::string& dir, DeviceChoice device, DType w
   LoadOptions o;
   o.device = device;
   o.weight_dtype = weights;
+  o.precision = Precision::Exact;  // the tolerances above; fast mode: precision_test.cpp, model_gpu_test.cpp
   return Model::load(dir, o);
 }
 

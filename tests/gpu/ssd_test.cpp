@@ -191,6 +191,20 @@ TEST(CudaMamba2Ssd, DecodeStepForSingleTokenBatches) {
   run_ssd({3, 5, 33, 1, 256, {1, 1}, {1, 0}, 2}, 48);
 }
 
+// The vectorised step (16-byte state accesses, mamba2_ssd.cu): mamba2-2.7b's heads at batch 64 with bf16 and f32
+// state (slots in reverse order, one slot unused), and d_state 64 / 32 / 16 (8, 4 and 2 lanes per row of H).
+TEST(CudaMamba2Ssd, DecodeStepVectorisedAcrossStateWidths) {
+  MAMBACPP_REQUIRE_GPU();
+  std::vector<int64_t> ones(64, 1), slots(64);
+  for (int64_t i = 0; i < 64; ++i) slots[i] = 64 - i;
+  run_ssd({80, 64, 128, 1, 256, ones, slots, 65, DType::BF16}, 52);
+  run_ssd({80, 64, 128, 1, 256, ones, slots, 65}, 53);
+  run_ssd({4, 64, 64, 2, 256, {1, 1, 1}, {2, 0, 1}, 3, DType::BF16}, 54);
+  run_ssd({4, 32, 32, 1, 256, {1, 1}, {1, 0}, 2}, 55);
+  run_ssd({6, 24, 16, 3, 256, {1, 1}, {0, 1}, 2, DType::BF16}, 56);
+  run_ssd({6, 24, 16, 3, 256, {1, 1}, {0, 1}, 2}, 57);  // f32 at d_state 16: 4 lanes per row
+}
+
 // The same inputs through the CPU backend: both implement the same contract.
 TEST(CudaMamba2Ssd, MatchesCpuBackend) {
   MAMBACPP_REQUIRE_GPU();

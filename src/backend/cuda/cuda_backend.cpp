@@ -53,20 +53,24 @@ bool is_float_dtype(DType t) { return t == DType::F32 || t == DType::F16 || t ==
 
 class CudaBackend final : public Backend {
  public:
-  CudaBackend(int device, DType weight_dtype) : device_(device), weight_dtype_(weight_dtype) {
+  CudaBackend(int device, DType weight_dtype, Precision precision, bool batch_invariant)
+      : device_(device),
+        weight_dtype_(weight_dtype),
+        fast_(precision == Precision::Fast),
+        batch_invariant_(batch_invariant) {
     cudaDeviceProp prop{};
     MAMBACPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     sm_count_ = prop.multiProcessorCount;
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
-                   ", weights " + dtype_name(weight_dtype_) + ")";
+                   ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") + ")";
   }
 
   ~CudaBackend() override {
     // No throwing here: errors at teardown are ignored (the process may be exiting after a device fault).
     if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : owned_) cudaFree(p);
-    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &rows_, &select_in_,
-                       &select_out_})
+    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &m1_dt_, &fast_x16_,
+                       &rows_, &select_in_, &select_out_})
       if (s->ptr) cudaFree(s->ptr);
     if (pinned_) cudaFreeHost(pinned_);
     if (cublas_) cublasDestroy(cublas_);
@@ -278,6 +282,10 @@ class CudaBackend final : public Backend {
     need(bias.empty() || bias.numel() == out, "linear: bias has ", bias.numel(), " elements, expected ", out);
     if (T == 0 || out == 0) return;
     const DevWeight b = bias.empty() ? DevWeight{} : weight(bias);
+    if (fast_ && w.dtype != DType::F32 && in > 0) {
+      linear_fast(x, w, b, y);
+      return;
+    }
     if (in == 0 || T <= kGemvMaxRows) {
       launch_gemv(crows(x), weight(w), b, rows(y), T, in, out, stream());
       return;
@@ -309,6 +317,24 @@ class CudaBackend final : public Backend {
               y.stride0(), 1.0f);
   }
 
+  // Fast precision, 16-bit weights: x rounded once to the weight dtype (2^-9 relative for bf16, as mamba_ssm and
+  // vLLM feed their GEMMs), one tensor-core GEMM with f32 accumulation, at every T (decode's single rows too), on the
+  // pinned cuBLASLt plan (gemm_lt.h): a row's result is the same bits whatever the batch around it.
+  // x16: where the rounded rows go (null: the linear op's own scratch).
+  void linear_fast(const TensorView& x, const TensorView& w, const DevWeight& b, TensorView y, void* x16 = nullptr) {
+    const int64_t T = x.dim(0), in = x.dim(1), out = w.dim(0);
+    need(T <= INT_MAX && in <= INT_MAX && out <= INT_MAX && y.stride0() <= INT_MAX,
+         "linear: dimensions beyond cuBLAS's 32-bit limits: x ", x.shape_string(), ", w ", w.shape_string());
+    const size_t half_bytes = static_cast<size_t>(T * in) * 2;
+    char* hi = static_cast<char*>(x16 ? x16 : grow(split_, half_bytes));
+    launch_split_hi_lo(crows(x), T, in, w.dtype, hi, nullptr, stream());
+    if (b.data) launch_broadcast_bias(b, rows(y), T, out, stream());
+    cublas();  // the shared workspace exists
+    const cudaDataType_t ab = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, hi, y.ptr<float>(), static_cast<int>(out),
+            static_cast<int>(T), static_cast<int>(in), y.stride0(), b.data ? 1.0f : 0.0f, /*pinned=*/true);
+  }
+
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                    const BatchLayout& batch, TensorView out) override {
     check_f32_2d(x, "conv1d: x");
@@ -335,6 +361,8 @@ class CudaBackend final : public Backend {
     p.seqs = seqs;
     p.token_seq = token_seq_;
     p.n_seqs = n_prepared_seqs_;
+    p.all_single = !batch.seqs.empty() && std::all_of(batch.seqs.begin(), batch.seqs.end(),
+                                                      [](const SeqSpan& s) { return s.len == 1; });
     launch_conv1d_silu(p, stream());
   }
 
@@ -361,7 +389,13 @@ class CudaBackend final : public Backend {
     check_state(a.state, "mamba1_scan: state", {DI, N});
     Mamba1Launch p;
     p.x = crows(a.x);
-    if (low_rank) {
+    if (low_rank && fast_ && a.dt_proj.dtype != DType::F32 && (batch_invariant_ || T > kFusedMaxRows)) {
+      // Fast precision: dt_proj as the pinned GEMM (the same at every T), not folded into the scan, where every
+      // (sequence, channel) would re-read its dt_proj row: mamba-2.8b batch 128 took 25.4 ms/step folded.
+      TensorView dt(decode_scratch(m1_dt_, T, DI, sizeof(float)), DType::F32, {T, DI}, Device::CUDA);
+      linear_fast(a.dt, a.dt_proj, DevWeight{}, dt, decode_scratch(fast_x16_, T, a.dt.dim(1), 2));
+      p.dt = crows(dt);
+    } else if (low_rank) {
       p.dt_low = crows(a.dt);
       p.dt_proj = weight(a.dt_proj);
       p.dt_rank = a.dt_proj.dim(1);
@@ -465,18 +499,68 @@ class CudaBackend final : public Backend {
   }
 
   // Fused decode (fused_linear.cpp): batches of up to kFusedMaxRows sequences, sequence i in row i.
+  // Fast precision with 16-bit weights: every decode batch size on the same kernels (fused_ops.h, kFastMaxRows);
+  // never the fused GEMVs, whose products differ from the GEMM's.
   bool supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const override {
-    return decode_rows(batch) && fused_gemv_launch(a, batch.total_tokens).has_value();
+    if (fast_fused(a, batch)) return decode_rows(batch, kFastMaxRows) && fast_fused_supported(a, batch.total_tokens);
+    return decode_rows(batch, kFusedMaxRows) && fused_gemv_launch(a, batch.total_tokens).has_value();
+  }
+  // Whether fused_linear takes the fast kernels: fast precision, 16-bit weights, and (unless batch invariance is
+  // required) more rows than the fused GEMVs take.
+  bool fast_fused(const FusedLinearArgs& a, const BatchLayout& batch) const {
+    if (!fast_ || a.w.dtype == DType::F32) return false;
+    return batch_invariant_ || !decode_rows(batch, kFusedMaxRows) || !fused_gemv_launch(a, batch.total_tokens);
   }
 
   void fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) override {
     const int64_t B = batch.total_tokens;
-    need(decode_rows(batch), "fused_linear: needs a decode batch of 1..", kFusedMaxRows,
+    if (fast_fused(a, batch)) {
+      need(decode_rows(batch, kFastMaxRows) && fast_fused_supported(a, B),
+           "fused_linear: these arguments have no fast kernels (ask supports_fused_linear first)");
+      fused_linear_fast(a, batch);
+      return;
+    }
+    need(decode_rows(batch, kFusedMaxRows), "fused_linear: needs a decode batch of 1..", kFusedMaxRows,
          " one-token sequences in row order");
     std::optional<FusedGemvLaunch> p = fused_gemv_launch(a, B);
     need(p.has_value(), "fused_linear: these arguments have no fused kernel (ask supports_fused_linear first)");
     if (p->conv_channels > 0) p->seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
     launch_fused_gemv(*p, sm_count_, stream());
+  }
+
+  // rows of x normed (norm_w set) and rounded to the weight dtype by one kernel, the pinned GEMM into y (added to it
+  // when accumulating: beta = 1), then the conv step over the conv columns of y.
+  void fused_linear_fast(const FusedLinearArgs& a, const BatchLayout& batch) {
+    const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.dim(0);
+    need(in <= INT_MAX && out <= INT_MAX && a.y.stride0() <= INT_MAX, "fused_linear: dimensions beyond cuBLAS's ",
+         "32-bit limits: x ", a.x.shape_string(), ", w ", a.w.shape_string());
+    void* x16 = decode_scratch(fast_x16_, B, in, 2);
+    launch_rmsnorm_round(crows(a.x), a.norm_w.empty() ? DevWeight{} : weight(a.norm_w),
+                         a.norm_group > 0 ? a.norm_group : in, a.eps, a.w.dtype, x16, B, in, stream());
+    if (!a.bias.empty()) launch_broadcast_bias(weight(a.bias), rows(a.y), B, out, stream());
+    cublas();  // the shared workspace exists
+    const cudaDataType_t ab = a.w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x16, a.y.ptr<float>(),
+            static_cast<int>(out), static_cast<int>(B), static_cast<int>(in), a.y.stride0(),
+            a.accumulate || !a.bias.empty() ? 1.0f : 0.0f, /*pinned=*/true);
+    if (a.conv_w.empty()) return;
+    // The GEMM wrote the conv columns of y too (y holds all `out` columns); the step reads them from there.
+    const int64_t ch = a.conv_w.dim(0);
+    Conv1dLaunch p;
+    p.x = crows(a.y.cols(a.conv_begin, ch));
+    p.w = weight(a.conv_w);
+    p.bias = a.conv_bias.empty() ? DevWeight{} : weight(a.conv_bias);
+    p.state = a.conv_state.data;
+    p.state_bf16 = a.conv_state.dtype == DType::BF16;
+    p.out = rows(a.conv_out);
+    p.T = B;
+    p.C = ch;
+    p.K = a.conv_w.dim(2);
+    p.seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
+    p.token_seq = token_seq_;
+    p.n_seqs = n_prepared_seqs_;
+    p.all_single = true;
+    launch_conv1d_silu(p, stream());
   }
 
   void gather_rows(const TensorView& x, const int64_t* host_rows, int64_t n, TensorView out) override {
@@ -607,9 +691,9 @@ class CudaBackend final : public Backend {
   // The device copy of the batch's spans, after checking that it is the one prepare_batch made for this batch and
   // that every span fits the activations (T rows) and the state (n_slots).
   // A decode batch the fused kernels take: 1..kFusedMaxRows sequences, sequence i in row i with one token.
-  static bool decode_rows(const BatchLayout& b) {
+  static bool decode_rows(const BatchLayout& b, int64_t max_rows) {
     const int64_t B = b.total_tokens;
-    if (B < 1 || B > kFusedMaxRows || static_cast<int64_t>(b.seqs.size()) != B) return false;
+    if (B < 1 || B > max_rows || static_cast<int64_t>(b.seqs.size()) != B) return false;
     for (int64_t i = 0; i < B; ++i)
       if (b.seqs[static_cast<size_t>(i)].start != i || b.seqs[static_cast<size_t>(i)].len != 1) return false;
     return true;
@@ -650,6 +734,14 @@ class CudaBackend final : public Backend {
     chunk_table_chunk_size_ = chunk_size;
     n_chunks_ = static_cast<int64_t>(chunks.size());
     return n_chunks_;
+  }
+
+  // Scratch of the decode ops, which captured graphs hold by pointer: sized for kFastMaxRows rows from the first
+  // use, so it grows only when a wider row appears -- during the first (eager) step of a model, which runs every op
+  // of a step before any graph is captured -- never later under a captured graph. (The prefill-sized scratch
+  // buffers grow with T, so decode ops must not share them.)
+  void* decode_scratch(Scratch& s, int64_t rows, int64_t width, size_t elem) {
+    return grow(s, static_cast<size_t>(std::max(rows, kFastMaxRows) * std::max<int64_t>(width, 1)) * elem);
   }
 
   // Grows a scratch buffer. The old one may still be read by enqueued kernels, so the stream drains first.
@@ -699,6 +791,8 @@ class CudaBackend final : public Backend {
   int device_ = 0;
   int sm_count_ = 1;
   DType weight_dtype_ = DType::BF16;
+  bool fast_ = false;  // Precision::Fast: 16-bit weights take linear_fast / the fast fused_linear
+  bool batch_invariant_ = true;  // fast: the fast fused_linear at every batch size (false: fused GEMVs up to 8 rows)
   std::string description_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -722,6 +816,7 @@ class CudaBackend final : public Backend {
 
   Scratch ssd_dt_, ssd_cum_, ssd_states_;  // mamba2_ssd's chunked path
   Scratch split_;                          // linear: hi/lo halves of x
+  Scratch m1_dt_, fast_x16_;               // decode ops, fast precision: dt_proj's output, 16-bit rows
   Scratch rows_;                           // gather_rows: row indices
   Scratch select_in_, select_out_;         // select_top_k: parameters in, packed candidates out
   void* pinned_ = nullptr;                 // select_top_k's host side of both copies (pinned)
@@ -745,7 +840,7 @@ bool cuda_available() {
   return true;
 }
 
-std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype) {
+std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype, Precision precision, bool batch_invariant) {
   if (!is_float_dtype(weight_dtype))
     fail("--device cuda: weight dtype must be fp32, fp16 or bf16, found ", dtype_name(weight_dtype));
   if (!cuda_available())
@@ -753,7 +848,7 @@ std::unique_ptr<Backend> make_cuda_backend(DType weight_dtype) {
          ".", (CUDART_VERSION % 1000) / 10, ", or a GPU older than this build's sm_90 target)");
   int device = 0;
   MAMBACPP_CUDA_CHECK(cudaGetDevice(&device));
-  return std::make_unique<CudaBackend>(device, weight_dtype);
+  return std::make_unique<CudaBackend>(device, weight_dtype, precision, batch_invariant);
 }
 
 }  // namespace mambacpp

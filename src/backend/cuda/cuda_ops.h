@@ -48,6 +48,10 @@ void launch_broadcast_bias(DevWeight bias, F32Rows y, int64_t T, int64_t out, cu
 
 // ---- norms.cu ---------------------------------------------------------------------------------------------------
 void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D, cudaStream_t stream);
+// out [T, D] contiguous, dtype `to` (bf16/f16) = rmsnorm over each run of group_size features times w (f32 [D]);
+// w absent: x rounded only. D % group_size == 0.
+void launch_rmsnorm_round(ConstF32Rows x, DevWeight w, int64_t group_size, float eps, DType to, void* out,
+                          int64_t T, int64_t D, cudaStream_t stream);
 void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps, F32Rows out,
                           int64_t T, int64_t D, cudaStream_t stream);
 
@@ -57,7 +61,7 @@ inline constexpr int64_t kGemvMaxRows = 8;  // T up to this goes through the han
 void launch_gemv(ConstF32Rows x, DevWeight w, DevWeight bias, F32Rows y, int64_t T, int64_t in, int64_t out,
                  cudaStream_t stream);
 // Splits f32 activations into hi + lo parts of dtype `to` (bf16 or f16): hi = round(x), lo = round(x - hi).
-// hi, lo: [T, in] contiguous.
+// hi, lo: [T, in] contiguous; lo may be null (round only: the activations of the fast-precision GEMMs).
 void launch_split_hi_lo(ConstF32Rows x, int64_t T, int64_t in, DType to, void* hi, void* lo, cudaStream_t stream);
 
 // ---- conv1d.cu --------------------------------------------------------------------------------------------------
@@ -72,6 +76,7 @@ struct Conv1dLaunch {
   const SeqSpan* seqs = nullptr;      // device, n_seqs
   const int32_t* token_seq = nullptr; // device, [T]: sequence index of each token (-1: none)
   int64_t n_seqs = 0;
+  bool all_single = false;  // every sequence has one token (decode): one kernel reads and shifts the state
 };
 void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream);
 

@@ -83,4 +83,34 @@ std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64
   return p;
 }
 
+bool fast_fused_supported(const FusedLinearArgs& a, int64_t B) {
+  const char* op = "fused_linear";
+  need(a.x.ndim == 2 && a.w.ndim == 2 && a.y.ndim == 2, op, ": x, w and y must be 2-D, found ", a.x.shape_string(),
+       ", ", a.w.shape_string(), ", ", a.y.shape_string());
+  const int64_t in = a.x.dim(1), out = a.w.dim(0);
+  need(a.w.dim(1) == in && a.y.dim(1) == out, op, ": x ", a.x.shape_string(), ", w ", a.w.shape_string(), ", y ",
+       a.y.shape_string(), " do not chain");
+  if (B < 1 || B > kFastMaxRows || in < 1 || out < 1 || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous())
+    return false;
+  if (a.w.dtype != DType::BF16 && a.w.dtype != DType::F16) return false;
+  if (!a.bias.empty() && (a.accumulate || a.bias.numel() != out || !is_float_dtype(a.bias.dtype))) return false;
+  if (!a.norm_w.empty()) {
+    const int64_t g = a.norm_group > 0 ? a.norm_group : in;
+    if (!f32_vector(a.norm_w) || a.norm_w.numel() != in || in % g != 0) return false;
+  }
+  if (!a.conv_w.empty()) {
+    if (a.accumulate || a.conv_w.ndim != 3 || a.conv_w.dim(1) != 1 || !a.conv_w.contiguous()) return false;
+    const int64_t ch = a.conv_w.dim(0), K = a.conv_w.dim(2);
+    need(a.conv_begin >= 0 && a.conv_begin + ch <= out, op, ": conv outputs [", a.conv_begin, ", ",
+         a.conv_begin + ch, ") outside the ", out, " outputs");
+    if (K < 1 || K > kFusedMaxConvTaps || !is_float_dtype(a.conv_w.dtype)) return false;
+    if (!a.conv_bias.empty() && (a.conv_bias.numel() != ch || !is_float_dtype(a.conv_bias.dtype))) return false;
+    if (a.conv_state.ndim != 3 || a.conv_state.dim(1) != ch || a.conv_state.dim(2) != K - 1 ||
+        !a.conv_state.contiguous() || (a.conv_state.dtype != DType::F32 && a.conv_state.dtype != DType::BF16))
+      return false;
+    if (a.conv_out.ndim != 2 || a.conv_out.dim(1) != ch || !f32_rows(a.conv_out, B)) return false;
+  }
+  return true;
+}
+
 }  // namespace mambacpp::cuda

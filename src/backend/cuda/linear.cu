@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(ConstF32Rows x, int64_t
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
     const float* xr = x.data + t * x.stride + c;
     H* hr = hi + t * in + c;
-    H* lr = lo + t * in + c;
+    H* lr = lo ? lo + t * in + c : nullptr;  // lo absent: round only (the fast GEMMs' activations)
     if constexpr (VEC) {
       const float4 v = *reinterpret_cast<const float4*>(xr);
       H h[4], l[4];
@@ -127,9 +127,14 @@ __global__ void __launch_bounds__(kThreads) split_kernel(ConstF32Rows x, int64_t
       memcpy(&hb, h, 8);
       memcpy(&lb, l, 8);
       *reinterpret_cast<uint2*>(hr) = hb;
-      *reinterpret_cast<uint2*>(lr) = lb;
+      if (lo) *reinterpret_cast<uint2*>(lr) = lb;
     } else {
-      for (int k = 0; k < 4 && c + k < in; ++k) split_one(xr[k], hr[k], lr[k]);
+      for (int k = 0; k < 4 && c + k < in; ++k) {
+        H h, l;
+        split_one(xr[k], h, l);
+        hr[k] = h;
+        if (lo) lr[k] = l;
+      }
     }
   }
 }
@@ -137,7 +142,7 @@ __global__ void __launch_bounds__(kThreads) split_kernel(ConstF32Rows x, int64_t
 template <class H>
 void split_typed(ConstF32Rows x, int64_t T, int64_t in, H* hi, H* lo, cudaStream_t stream) {
   const bool vec = in % 4 == 0 && x.stride % 4 == 0 && reinterpret_cast<uintptr_t>(x.data) % 16 == 0 &&
-                   reinterpret_cast<uintptr_t>(hi) % 8 == 0 && reinterpret_cast<uintptr_t>(lo) % 8 == 0;
+                   reinterpret_cast<uintptr_t>(hi) % 8 == 0 && reinterpret_cast<uintptr_t>(lo) % 8 == 0;  // null: 0
   const dim3 grid(static_cast<unsigned>((in + 4 * kThreads - 1) / (4 * kThreads)),
                   static_cast<unsigned>(std::min<int64_t>(T, 65535)));
   if (vec) {

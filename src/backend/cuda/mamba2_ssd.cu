@@ -3,7 +3,9 @@
 //   H_t = exp(a_t) * H_{t-1} + dt_t * x_t (x) B_t        (H: [head_dim, d_state])
 //   y_t = H_t . C_t + D[h] * x_t
 //
-// Single-token batches (decode) take that step directly: a warp per row of H, eight rows per block.
+// Single-token batches (decode) take that step directly. With d_state = L * VEC for L a power of two <= 32 (VEC = 8
+// bf16 or 4 f32 states: 16 bytes) and 16-byte aligned B/C rows -- every released model -- a group of L lanes owns
+// a row of H, each lane one 16-byte vector of it, four rows per thread in flight; other shapes take a warp per row.
 //
 // Multi-token batches run the chunked form over a table of chunks (each sequence cut into pieces of at most
 // chunk_size tokens; a sequence of length 1 is a chunk of one). With S_i = sum_{k<=i} a_k inside a chunk:
@@ -108,6 +110,122 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
     if (p.z.data) out *= silu_f(p.z.data[t * p.z.stride + h * P + row]);  // the decode recipe's gate (Mamba2ScanArgs::z)
     p.y.data[t * p.y.stride + h * P + row] = out;
   }
+}
+
+// Vectorised step: the state is read and written once, in 16-byte accesses (8 bf16 or 4 f32 states per lane), B_t
+// and C_t loaded once per thread as float4s. Group `grp` of L lanes owns rows row0 + k * kVecGroups (k < kVecRows)
+// of head h; all kVecRows state vectors are loaded before the dependency wait. Memory-bound on the state: batch 32
+// of mamba2-2.7b moves 84 MB per layer (bf16), 21 us at 4 TB/s, where the warp-per-row kernel took 114 us (ncu).
+constexpr int kVecThreads = 128;
+constexpr int kVecRows = 4;
+
+template <bool BF16>
+struct StateVec {
+  static constexpr int kElems = BF16 ? 8 : 4;
+  __device__ __forceinline__ static void unpack(const uint4& raw, float* out) {
+    const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (BF16) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        out[2 * k] = __uint_as_float(u[k] << 16);  // low half = lower address
+        out[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) out[k] = __uint_as_float(u[k]);
+    }
+  }
+  __device__ __forceinline__ static uint4 pack(const float* v) {
+    uint32_t u[4];
+    if constexpr (BF16) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);  // .x at the lower address
+        u[k] = *reinterpret_cast<const uint32_t*>(&b);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) u[k] = __float_as_uint(v[k]);
+    }
+    return make_uint4(u[0], u[1], u[2], u[3]);
+  }
+};
+
+template <bool BF16, int L>
+__global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch p) {
+  using SV = StateVec<BF16>;
+  constexpr int V = SV::kElems;
+  constexpr int kGroups = kVecThreads / L;  // rows per pass of the block
+  allow_next_kernel();
+  const int64_t s = blockIdx.x, h = blockIdx.y;
+  const SeqSpan seq = p.seqs[s];
+  if (seq.len <= 0) return;  // block-uniform
+  const int lane = threadIdx.x % L, grp = threadIdx.x / L;
+  const int64_t P = p.head_dim, N = int64_t(L) * V;
+  const int64_t row0 = int64_t(blockIdx.z) * (kGroups * kVecRows) + grp;
+  const int64_t head_base = (seq.slot * p.n_heads + h) * P * N;
+  uint4* st = reinterpret_cast<uint4*>(static_cast<char*>(p.state) + head_base * (BF16 ? 2 : 4));
+  uint4 raw[kVecRows];
+#pragma unroll
+  for (int k = 0; k < kVecRows; ++k) {
+    const int64_t row = row0 + int64_t(k) * kGroups;
+    raw[k] = row < P ? st[row * L + lane] : make_uint4(0, 0, 0, 0);
+  }
+  const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h), A = head_A(p, h);
+  const float Dh = load_f(p.D.data, p.D.dtype, h);
+  wait_for_previous_kernel();
+
+  const int64_t t = seq.start;
+  const int64_t g = h / (p.n_heads / p.n_groups);
+  const float dtv = ssd_dt(p, t, h, bias);
+  const float dA = expf(dtv * A);
+  float bv[V], cv[V];
+  const float4* Bt = reinterpret_cast<const float4*>(p.B.data + t * p.B.stride + g * N + lane * V);
+  const float4* Ct = reinterpret_cast<const float4*>(p.C.data + t * p.C.stride + g * N + lane * V);
+#pragma unroll
+  for (int q = 0; q < V / 4; ++q) {
+    const float4 b4 = Bt[q], c4 = Ct[q];
+    bv[4 * q] = b4.x, bv[4 * q + 1] = b4.y, bv[4 * q + 2] = b4.z, bv[4 * q + 3] = b4.w;
+    cv[4 * q] = c4.x, cv[4 * q + 1] = c4.y, cv[4 * q + 2] = c4.z, cv[4 * q + 3] = c4.w;
+  }
+#pragma unroll
+  for (int k = 0; k < kVecRows; ++k) {
+    const int64_t row = row0 + int64_t(k) * kGroups;
+    const bool ok = row < P;  // groups past the head still shuffle below
+    const int64_t col = h * P + (ok ? row : 0);
+    const float xv = p.x.data[t * p.x.stride + col];
+    const float dtx = dtv * xv;
+    float hv[V];
+    SV::unpack(raw[k], hv);
+    float acc = 0.0f;
+#pragma unroll
+    for (int j = 0; j < V; ++j) {
+      hv[j] = dA * hv[j] + dtx * bv[j];
+      acc += hv[j] * cv[j];
+    }
+    if (ok) st[row * L + lane] = SV::pack(hv);  // y below uses the f32 values; only the stored copy is rounded
+#pragma unroll
+    for (int off = L / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+    if (lane == 0 && ok) {
+      float out = acc + Dh * xv;
+      if (p.z.data) out *= silu_f(p.z.data[t * p.z.stride + col]);  // the fused decode block's gate
+      p.y.data[t * p.y.stride + col] = out;
+    }
+  }
+}
+
+// The vectorised step's lane count for this launch, or 0 when it does not apply.
+int ssd_step_vec_lanes(const Mamba2Launch& p) {
+  const int V = p.state_bf16 ? 8 : 4;
+  if (p.d_state <= 0 || p.d_state % V != 0 || p.n_groups <= 0 || p.n_heads % p.n_groups != 0) return 0;
+  const int64_t L = p.d_state / V;
+  if (L < 2 || L > 32 || (L & (L - 1)) != 0) return 0;
+  auto aligned = [](const float* ptr, int64_t stride) {
+    return reinterpret_cast<uintptr_t>(ptr) % 16 == 0 && stride % 4 == 0;
+  };
+  if (!aligned(p.B.data, p.B.stride) || !aligned(p.C.data, p.C.stride)) return 0;
+  if (reinterpret_cast<uintptr_t>(p.state) % 16 != 0) return 0;
+  return static_cast<int>(L);
 }
 
 // ---- 1. dt and the in-chunk cumulative sum of a = dt * A -----------------------------------------------------------
@@ -397,8 +515,31 @@ unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) /
 
 }  // namespace
 
+template <bool BF16>
+void launch_step_vec(const Mamba2Launch& p, int L, cudaStream_t stream) {
+  const unsigned rows_per_block = static_cast<unsigned>(kVecThreads / L * kVecRows);
+  const dim3 grid(static_cast<unsigned>(p.n_seqs), static_cast<unsigned>(p.n_heads), cdiv(p.head_dim, rows_per_block));
+  switch (L) {
+    case 2: launch_dependent(ssd_step_vec_kernel<BF16, 2>, grid, dim3(kVecThreads), stream, p); break;
+    case 4: launch_dependent(ssd_step_vec_kernel<BF16, 4>, grid, dim3(kVecThreads), stream, p); break;
+    case 8: launch_dependent(ssd_step_vec_kernel<BF16, 8>, grid, dim3(kVecThreads), stream, p); break;
+    case 16: launch_dependent(ssd_step_vec_kernel<BF16, 16>, grid, dim3(kVecThreads), stream, p); break;
+    default: launch_dependent(ssd_step_vec_kernel<BF16, 32>, grid, dim3(kVecThreads), stream, p); break;
+  }
+}
+
 void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream) {
   if (p.n_seqs <= 0 || p.n_heads <= 0) return;
+  if (p.head_dim > 0) {
+    if (const int L = ssd_step_vec_lanes(p)) {
+      if (p.state_bf16) {
+        launch_step_vec<true>(p, L, stream);
+      } else {
+        launch_step_vec<false>(p, L, stream);
+      }
+      return;
+    }
+  }
   launch_dependent(ssd_step_kernel,
                    dim3(static_cast<unsigned>(p.n_seqs), static_cast<unsigned>(p.n_heads),
                         cdiv(p.head_dim, kStepRowsPerBlock)),
