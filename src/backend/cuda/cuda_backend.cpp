@@ -69,6 +69,7 @@ class CudaBackend final : public Backend {
     // No throwing here: errors at teardown are ignored (the process may be exiting after a device fault).
     if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : owned_) cudaFree(p);
+    for (void* p : retired_) cudaFree(p);
     for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &m1_dt_, &fast_x16_,
                        &rows_, &select_in_, &select_out_})
       if (s->ptr) cudaFree(s->ptr);
@@ -169,6 +170,7 @@ class CudaBackend final : public Backend {
   bool supports_graphs() const override { return true; }
   void begin_capture() override {
     cublas();  // handles and workspaces exist before capture: nothing is created or allocated inside it
+    captured_ = true;
     MAMBACPP_CUDA_CHECK(cudaStreamBeginCapture(stream(), cudaStreamCaptureModeThreadLocal));
   }
   std::unique_ptr<Graph> end_capture() override {
@@ -748,8 +750,14 @@ class CudaBackend final : public Backend {
   void* grow(Scratch& s, size_t bytes) {
     if (bytes <= s.cap) return s.ptr;
     if (s.ptr) {
+      // A captured graph may hold the old buffer (scratch of an op it recorded) and write it on every replay:
+      // once anything has been captured, old buffers are retired, not freed, and live as long as the backend
+      // (at most the geometric sum of the growth steps, under 3x the final size).
       MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream()));
-      MAMBACPP_CUDA_CHECK(cudaFree(s.ptr));
+      if (captured_)
+        retired_.push_back(s.ptr);
+      else
+        MAMBACPP_CUDA_CHECK(cudaFree(s.ptr));
       s.ptr = nullptr;
       s.cap = 0;
     }
@@ -801,6 +809,8 @@ class CudaBackend final : public Backend {
   LtMatmul lt_;                        // prefill GEMMs with 16-bit weights
   std::vector<void*> owned_;  // adopted weights
 
+  bool captured_ = false;         // a graph has been captured: grow() retires old scratch instead of freeing it
+  std::vector<void*> retired_;   // scratch buffers captured graphs may still use
   Scratch batch_;  // SeqSpan[n] then the token -> sequence map
   std::vector<unsigned char> uploaded_batch_;  // what batch_ holds
   const int32_t* token_seq_ = nullptr;
