@@ -45,11 +45,12 @@ void check_own_state(const Model& m, const State& s) {
 void bind_model(py::module_& m) {
   py::class_<Model, std::shared_ptr<Model>>(m, "_Model")
       .def(py::init([](const std::string& dir, const std::string& device, const std::string& dtype, int threads,
-                       int64_t batch_tokens, bool cuda_graphs) {
+                       int64_t batch_tokens, bool cuda_graphs, const std::string& precision) {
              LoadOptions lo;
              input_errors([&] {
                lo.device = parse_device_choice(device);
                if (!dtype.empty()) lo.weight_dtype = parse_dtype(dtype);
+               lo.precision = parse_precision(precision);
              });
              if (threads < 0) throw InvalidArgument("threads: expected >= 0 (0: all cores), found " + std::to_string(threads));
              if (batch_tokens < 1)
@@ -61,7 +62,7 @@ void bind_model(py::module_& m) {
              return std::shared_ptr<Model>(file_errors([&] { return Model::load(dir, lo); }));
            }),
            py::arg("dir"), py::arg("device"), py::arg("dtype"), py::arg("threads"), py::arg("batch_tokens"),
-           py::arg("cuda_graphs"))
+           py::arg("cuda_graphs"), py::arg("precision"))
       .def_property_readonly("config_json", [](const Model& self) { return self.config().to_json(); })
       .def_property_readonly("device", [](const Model& self) { return std::string(device_name(self.device())); })
       .def_property_readonly("device_description", &Model::device_description)

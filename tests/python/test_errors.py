@@ -165,3 +165,9 @@ def test_native_module_checks_too(model):
         native.forward(model.new_state()._native, np.zeros((1, 2), np.float64), True)
     with pytest.raises(mambacpp.InvalidArgumentError):
         native.forward(model.new_state()._native, np.array([[1, 99999]], np.int32), True)
+
+
+def test_bad_precision():
+    with pytest.raises(mambacpp.InvalidArgumentError, match="precision: expected 'fast' or 'exact', found 'medium'"):
+        mambacpp.Model(device="cpu", precision="medium")
+    assert mambacpp.Model(device="cpu", precision="exact").device == "cpu"  # the CPU computes in f32 either way
