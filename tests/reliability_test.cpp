@@ -254,6 +254,15 @@ TEST(Reliability, TokenListsAreStrict) {
   EXPECT_THAT(error_of([] { cli::parse_chunks("1,,2", "--chunks"); }), HasSubstr("--chunks"));
 }
 
+TEST(Reliability, DirectoriesWhereFilesBelongAreNamedAsSuch) {
+  test::TempDir tmp;
+  fs::create_directory(tmp.file("config.json"));
+  EXPECT_THAT(error_of([&] { Checkpoint c(tmp.path()); }), AllOf(HasSubstr("config.json"), HasSubstr("is a directory")));
+  EXPECT_THAT(error_of([&] { Tokenizer::load(tmp.file("config.json")); }), HasSubstr("is a directory"));
+  EXPECT_THAT(error_of([&] { read_npy(tmp.file("config.json")); }), HasSubstr("is a directory"));
+  EXPECT_THAT(error_of([&] { read_npy(tmp.file("missing.npy")); }), HasSubstr("no such file"));
+}
+
 // ---- The CLI: ranges of options, files that are directories, exit codes -------------------------------------------
 
 class ReliabilityCli : public ::testing::Test {

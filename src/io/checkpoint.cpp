@@ -84,6 +84,8 @@ Checkpoint::Checkpoint(const std::string& directory) : directory_(directory), ha
   const fs::path dir(directory_);
 
   const fs::path config_path = dir / "config.json";
+  if (fs::is_directory(config_path, ec))
+    fail("checkpoint ", directory_, ": ", config_path.string(), " is a directory, expected the config file");
   if (!fs::is_regular_file(config_path, ec))
     fail("checkpoint ", directory_, ": config.json not found (expected ", config_path.string(), ")");
   config_ = parse_model_config(read_text(config_path.string()), config_path.string());

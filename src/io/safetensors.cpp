@@ -134,7 +134,7 @@ void SafetensorsFile::parse_header() {
   }
   for (SafetensorInfo& t : tensors_) {
     const uint8_t* at = base_ + data_start_ + t.begin;
-    if (reinterpret_cast<uintptr_t>(at) % dtype_size(t.dtype) == 0) continue;
+    if (t.nbytes() == 0 || reinterpret_cast<uintptr_t>(at) % dtype_size(t.dtype) == 0) continue;
     std::vector<uint64_t> copy((t.nbytes() + 7) / 8);
     std::memcpy(copy.data(), at, t.nbytes());
     t.copy = static_cast<int64_t>(aligned_copies_.size());
