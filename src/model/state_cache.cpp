@@ -342,10 +342,12 @@ SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int3
          impl_->model->weights_hash());
   const auto first_layer = get<int64_t>(in, path, "header");
   const auto n_layers = get<int64_t>(in, path, "header");
+  int64_t last_layer = 0;  // both are raw file values: their sum may overflow
+  const bool range_fits = !__builtin_add_overflow(first_layer, n_layers, &last_layer);
   if (first_layer != impl_->first_layer || n_layers != static_cast<int64_t>(impl_->layers.size()))
-    fail("state file '", path, "' holds layers [", first_layer, ", ", first_layer + n_layers,
-         "); this state cache holds layers [", impl_->first_layer, ", ",
-         impl_->first_layer + static_cast<int64_t>(impl_->layers.size()), ")");
+    fail("state file '", path, "' holds layers [", first_layer, ", ",
+         range_fits ? std::to_string(last_layer) : std::string("overflow"), "); this state cache holds layers [",
+         impl_->first_layer, ", ", impl_->first_layer + static_cast<int64_t>(impl_->layers.size()), ")");
   if (dtype != static_cast<uint32_t>(impl_->dtype))  // only a known value is named (and cast to DType)
     fail("state file '", path, "' holds ",
          dtype == static_cast<uint32_t>(DType::F32) || dtype == static_cast<uint32_t>(DType::BF16)
