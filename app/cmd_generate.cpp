@@ -110,7 +110,7 @@ void run_generate(const GenerateCliOptions& o) {
     }
     if (*shown && (e.token || e.finished)) std::fprintf(stderr, "\r\033[K"), *shown = false;
     if (stream) {
-      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      if (!e.text.empty()) std::fwrite(e.text.data(), 1, e.text.size(), stdout);  // an empty view may be null
       std::fflush(stdout);
     }
   };

@@ -135,8 +135,8 @@ void SafetensorsFile::parse_header() {
   for (SafetensorInfo& t : tensors_) {
     const uint8_t* at = base_ + data_start_ + t.begin;
     if (t.nbytes() == 0 || reinterpret_cast<uintptr_t>(at) % dtype_size(t.dtype) == 0) continue;
-    std::vector<uint64_t> copy((t.nbytes() + 7) / 8);
-    std::memcpy(copy.data(), at, t.nbytes());
+    auto copy = std::make_unique<uint64_t[]>((t.nbytes() + 7) / 8);
+    std::memcpy(copy.get(), at, t.nbytes());
     t.copy = static_cast<int64_t>(aligned_copies_.size());
     aligned_copies_.push_back(std::move(copy));
   }
@@ -155,7 +155,7 @@ TensorView SafetensorsFile::view(const SafetensorInfo& info) const {
   if (info.shape.size() > 4)
     fail(path_, ": tensor '", info.name, "' has ", info.shape.size(), " dimensions; at most 4 are supported");
   TensorView v;
-  v.data = info.copy >= 0 ? static_cast<void*>(const_cast<uint64_t*>(aligned_copies_[info.copy].data()))
+  v.data = info.copy >= 0 ? static_cast<void*>(aligned_copies_[info.copy].get())
                          : const_cast<uint8_t*>(base_ + data_start_ + info.begin);  // read-only: TensorView has no const
   v.dtype = info.dtype;
   v.device = Device::CPU;

@@ -67,8 +67,8 @@ class SafetensorsFile {
   uint64_t data_start_ = 0;    // 8 + header length
   std::vector<SafetensorInfo> tensors_;
   // The format allows any offset, kernels read whole elements: a tensor whose bytes are not aligned to its dtype is
-  // copied once into 8-byte-aligned memory (a moved vector keeps its buffer, so views stay valid across moves).
-  std::vector<std::vector<uint64_t>> aligned_copies_;
+  // copied once into 8-byte-aligned memory (each buffer stays where it is when the object moves, so views stay valid).
+  std::vector<std::unique_ptr<uint64_t[]>> aligned_copies_;
   std::map<std::string, std::string> metadata_;
 };
 
