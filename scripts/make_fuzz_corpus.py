@@ -75,8 +75,8 @@ def main():
             if os.path.isfile(p):
                 put("corpus", "config", sub + "_" + name + ".json", read(p))
     put("corpus", "config", "shipped.json", read(os.path.join(ROOT, "models", "default", "config.json")))
-    put("regressions", "config", "deep_nesting.json", '{"d_model": ' + deep(100000) + "}")
-    put("regressions", "config", "deep_objects.json", '{"a":' * 50000 + "1" + "}" * 50000)
+    put("regressions", "config", "deep_nesting.json", '{"d_model": ' + deep(5000) + "}")
+    put("regressions", "config", "deep_objects.json", '{"a":' * 5000 + "1" + "}" * 5000)
     put("regressions", "config", "number_overflow.json", '{"d_model": 1e705, "n_layer": 2, "vocab_size": 10}')
     put("regressions", "config", "nan_size.json", '{"model_type": "mamba", "hidden_size": NaN}')
     put("regressions", "config", "float_object.json", '{"d_model": {"__float__": ' + deep(3000) + "}}")
@@ -95,7 +95,7 @@ def main():
         safetensors([("x", "F16", [1], b"\0\0"), ("y", "F32", [2], struct.pack("<2f", 1, 2)),
                      ("z", "F64", [1], struct.pack("<d", 3))], pad_to=0))
     put("regressions", "safetensors", "deep_metadata.safetensors",
-        (lambda h: struct.pack("<Q", len(h)) + h)(('{"__metadata__": ' + deep(200000) + "}").encode()))
+        (lambda h: struct.pack("<Q", len(h)) + h)(('{"__metadata__": ' + deep(5000) + "}").encode()))
     put("regressions", "safetensors", "number_overflow.safetensors",
         (lambda h: struct.pack("<Q", len(h)) + h)(b'{"a": {"dtype": "F32", "shape": [1e705], "data_offsets": [0, 4]}}'))
     put("regressions", "safetensors", "huge_header.safetensors", struct.pack("<Q", 1 << 62) + b"{}")
@@ -107,7 +107,7 @@ def main():
     put("corpus", "checkpoint_dir", "extra.bin", b"\2" + safetensors([("extra.weight", "F32", [2, 2], f32)]))
     put("corpus", "checkpoint_dir", "missing_shard.bin", b"\0" + json.dumps(
         {"weight_map": {"backbone.embeddings.weight": "model-00009-of-00004.safetensors"}}).encode())
-    put("regressions", "checkpoint_dir", "deep_index.bin", b"\0" + ('{"weight_map": ' + deep(100000) + "}").encode())
+    put("regressions", "checkpoint_dir", "deep_index.bin", b"\0" + ('{"weight_map": ' + deep(5000) + "}").encode())
     put("regressions", "checkpoint_dir", "escape_index.bin",
         b"\0" + json.dumps({"weight_map": {"a": "../../etc/passwd"}}).encode())
 
@@ -155,7 +155,7 @@ def main():
         norm = '{"type": "Sequence", "normalizers": [' * n + '{"type": "Lowercase"}' + "]}" * n
         text = json.dumps(small).replace('"normalizer": ' + json.dumps(small["normalizer"]), '"normalizer": ' + norm)
         put("regressions", "tokenizer_json", "normalizer_nesting_%d.json" % n, text)
-    put("regressions", "tokenizer_json", "deep_nesting.json", '{"model": ' + deep(100000) + "}")
+    put("regressions", "tokenizer_json", "deep_nesting.json", '{"model": ' + deep(5000) + "}")
     put("regressions", "tokenizer_json", "number_overflow.json", '{"model": {"type": "BPE", "vocab": {"a": 1e705}}}')
 
     # ---- tokenizer_encode: byte 0 picks the tokenizer (bit 7: add special tokens), the rest is the text ----
@@ -179,7 +179,7 @@ def main():
     ]
     for i, (kind, b) in enumerate(bodies):
         put("corpus", "completion_request", "body%d.json" % i, bytes([kind]) + json.dumps(b).encode())
-    put("regressions", "completion_request", "deep.json", b"\0" + ('{"prompt": ' + deep(100000) + "}").encode())
+    put("regressions", "completion_request", "deep.json", b"\0" + ('{"prompt": ' + deep(5000) + "}").encode())
     put("regressions", "completion_request", "deep_content.json",
         b"\1" + ('{"messages": [{"role": "user", "content": ' + deep(5000) + "}]}").encode())
     put("regressions", "completion_request", "number_overflow.json", b"\0" + b'{"prompt": "a", "max_tokens": 1e705}')
