@@ -2,6 +2,8 @@
 
 #include <unistd.h>
 
+#include <cmath>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -9,6 +11,37 @@
 #include "mambacpp/error.h"
 
 namespace mambacpp::cli {
+
+CLI::Validator FiniteRange(double lo, double hi) {
+  std::ostringstream desc;
+  desc << "NUMBER in [" << lo << ", " << hi << "]";
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "expected a number, found '" + text + "'";
+        if (std::isnan(v) || !(v >= lo && v <= hi)) {
+          std::ostringstream os;
+          os << "expected a number in [" << lo << ", " << hi << "], found " << text;
+          return os.str();
+        }
+        return std::string();
+      },
+      desc.str());
+}
+
+namespace {
+
+// The regular file `path` opened, or an Error naming `option` (a directory opens as an empty stream otherwise).
+std::ifstream open_input(const std::string& path, const std::string& option) {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail(option, ": '", path, "' is a directory, expected a file");
+  if (!std::filesystem::exists(path, ec)) fail(option, ": cannot open '", path, "': no such file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(option, ": cannot open '", path, "'");
+  return in;
+}
+
+}  // namespace
 
 void add_model_options(CLI::App& cmd, ModelOptions& opts) {
   cmd.add_option("-m,--model", opts.model_dir, "model directory (config.json + *.safetensors); default: the shipped model");
@@ -18,7 +51,9 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
   cmd.add_option("--dtype", opts.dtype, "weight dtype on the GPU: bf16, fp16 or fp32")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
       ->capture_default_str();
-  cmd.add_option("-t,--threads", opts.threads, "CPU threads (0 = all)")->capture_default_str();
+  cmd.add_option("-t,--threads", opts.threads, "CPU threads (0 = all)")
+      ->check(CLI::Range(0, kMaxThreads))
+      ->capture_default_str();
   cmd.add_option("--batch-tokens", opts.max_batch_tokens, "tokens per internal prefill piece (bounds memory)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -68,30 +103,56 @@ std::unique_ptr<Model> load_model(const ModelOptions& opts) {
 }
 
 std::vector<int32_t> read_token_file(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) fail("--tokens-file: cannot open '", path, "'");
+  std::ifstream in = open_input(path, "--tokens-file");
   std::stringstream ss;
   ss << in.rdbuf();
-  std::string text = ss.str();
-  for (char& ch : text)
-    if (ch == ',') ch = ' ';
-  std::istringstream words(text);
+  return parse_token_ids(ss.str(), "--tokens-file '" + path + "'");
+}
+
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& source) {
   std::vector<int32_t> ids;
-  std::string w;
-  while (words >> w) {
-    size_t used = 0;
-    long long v = 0;
-    try {
-      v = std::stoll(w, &used);
-    } catch (const std::exception&) {
-      used = 0;
+  const auto space = [](char c) { return c == ' ' || c == '\t' || c == '\n' || c == '\r' || c == '\f' || c == '\v'; };
+  const auto bad = [&](size_t at, const std::string& found) {
+    fail(source, ": expected integer token ids in [0, 2^31) separated by spaces or one comma, found ", found, " at byte ", at,
+         " (token ", ids.size(), ")");
+  };
+  size_t i = 0;
+  const size_t n = text.size();
+  bool comma = false;  // a comma since the last id: another id must follow
+  while (true) {
+    while (i < n && space(text[i])) ++i;
+    if (i == n) break;
+    if (text[i] == ',') {
+      if (ids.empty() || comma) bad(i, "an empty entry ','");
+      comma = true;
+      ++i;
+      continue;
     }
-    if (used != w.size() || v < INT32_MIN || v > INT32_MAX)
-      fail("--tokens-file '", path, "': expected integer token ids separated by spaces or commas, found '", w,
-           "' at token ", ids.size());
+    const size_t start = i;
+    int64_t v = 0;
+    while (i < n && text[i] >= '0' && text[i] <= '9') {
+      v = v * 10 + (text[i] - '0');
+      if (v > INT32_MAX) bad(start, "an id above 2^31 - 1");
+      ++i;
+    }
+    if (i == start || (i < n && !space(text[i]) && text[i] != ',')) {
+      size_t end = start;
+      while (end < n && !space(text[end]) && text[end] != ',' && end - start < 40) ++end;
+      bad(start, "'" + text.substr(start, end - start) + "'");
+    }
     ids.push_back(static_cast<int32_t>(v));
+    comma = false;
   }
+  if (comma) bad(n, "a trailing ','");
   return ids;
+}
+
+std::vector<std::string> read_prompt_lines(const std::string& path) {
+  std::ifstream in = open_input(path, "--prompts-file");
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) lines.push_back(std::move(line));
+  if (in.bad()) fail("--prompts-file: cannot read '", path, "'");
+  return lines;
 }
 
 std::vector<int64_t> parse_chunks(const std::string& text, const std::string& option) {

@@ -27,6 +27,13 @@ struct ModelOptions {
   DType state() const { return parse_dtype(state_dtype); }
 };
 
+// Largest --threads: beyond this OpenMP fails to create threads (and no machine needs more).
+constexpr int kMaxThreads = 1024;
+
+// A floating-point option in [lo, hi]. CLI11's Range lets NaN through (every comparison with NaN is false); this
+// refuses NaN and, with finite bounds, the infinities.
+CLI::Validator FiniteRange(double lo, double hi);
+
 // Adds --model, --device, --dtype, --threads, --batch-tokens to a subcommand.
 void add_model_options(CLI::App& cmd, ModelOptions& opts);
 
@@ -37,6 +44,12 @@ std::unique_ptr<Model> load_model(const ModelOptions& opts);
 
 // Reads whitespace- or comma-separated token ids; throws Error naming the file and the bad token.
 std::vector<int32_t> read_token_file(const std::string& path);
+// The parser behind it: ids in [0, 2^31) separated by whitespace and/or one comma ("1 2", "1,2", "1, 2"); an empty
+// entry ("1,,2", a trailing comma) is an error. `source` names the input in messages.
+std::vector<int32_t> parse_token_ids(const std::string& text, const std::string& source);
+
+// The lines of a --prompts-file (a directory or a missing file is an Error naming the option).
+std::vector<std::string> read_prompt_lines(const std::string& path);
 
 // Parses "N,N,..." into positive lengths; throws Error naming the option.
 std::vector<int64_t> parse_chunks(const std::string& text, const std::string& option);

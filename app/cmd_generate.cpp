@@ -1,5 +1,6 @@
 // `mambacpp generate`: text (or token ids) in, streamed text out. With --json one JSON object per prompt instead.
 // Runs on the serving engine; --prompts-file submits one request per line (one state slot each, no padding).
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
@@ -18,6 +19,8 @@
 namespace mambacpp::cli {
 
 namespace {
+
+constexpr int64_t kDefaultMaxSeqs = 64;
 
 struct GenerateCliOptions {
   ModelOptions model;
@@ -72,9 +75,7 @@ void run_generate(const GenerateCliOptions& o) {
   } else if (o.prompt_given) {
     prompts.push_back(tokenizer->encode(o.prompt, /*add_special_tokens=*/true));  // as tokenizer(text): BOS etc.
   } else {
-    std::ifstream in(o.prompts_file);
-    if (!in) fail("--prompts-file: cannot open '", o.prompts_file, "'");
-    for (std::string line; std::getline(in, line);) prompts.push_back(tokenizer->encode(line, true));
+    for (const std::string& line : read_prompt_lines(o.prompts_file)) prompts.push_back(tokenizer->encode(line, true));
     if (prompts.empty()) fail("--prompts-file '", o.prompts_file, "' holds no prompts (one per line expected)");
   }
   for (size_t i = 0; i < prompts.size(); ++i) {
@@ -109,12 +110,14 @@ void run_generate(const GenerateCliOptions& o) {
     }
     if (*shown && (e.token || e.finished)) std::fprintf(stderr, "\r\033[K"), *shown = false;
     if (stream) {
-      std::fwrite(e.text.data(), 1, e.text.size(), stdout);
+      if (!e.text.empty()) std::fwrite(e.text.data(), 1, e.text.size(), stdout);  // an empty view may be null
       std::fflush(stdout);
     }
   };
   EngineOptions eo;
-  eo.max_seqs = o.max_seqs > 0 ? o.max_seqs : static_cast<int64_t>(prompts.size());
+  // Every running prompt holds a state slot: by default at most kDefaultMaxSeqs run at once and the rest wait, so
+  // that a prompts file of many thousand lines does not allocate a state for each of them up front.
+  eo.max_seqs = o.max_seqs > 0 ? o.max_seqs : std::min<int64_t>(static_cast<int64_t>(prompts.size()), kDefaultMaxSeqs);
   eo.max_queue = static_cast<int64_t>(prompts.size());
   eo.max_prompt = o.max_prompt;
   eo.state_dtype = o.model.state();
@@ -172,17 +175,22 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--tokens-file", o->tokens_file, "prompt as token ids (spaces or commas)");
   cmd->add_option("--prompts-file", o->prompts_file, "one prompt per line, run as one batch");
   cmd->add_option("-n,--n-predict", o->n_predict, "new tokens to generate at most")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("--temp", o->sampling.temperature, "temperature; 0 = greedy")->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->capture_default_str();
-  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1 = off)")->capture_default_str();
-  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0 = off)")->capture_default_str();
-  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1 = off)")->capture_default_str();
-  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks back over")->capture_default_str();
-  cmd->add_option("-s,--seed", o->seed, "random seed (default: random; batch member i uses seed + i)");
+  cmd->add_option("--temp", o->sampling.temperature, "temperature; 0 = greedy")->check(FiniteRange(0, 1e6))->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--top-p", o->sampling.top_p, "top-p (1 = off)")->check(FiniteRange(0, 1))->capture_default_str();
+  cmd->add_option("--min-p", o->sampling.min_p, "min-p (0 = off)")->check(FiniteRange(0, 1))->capture_default_str();
+  cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1 = off)")
+      ->check(FiniteRange(1e-6, 1e6))->capture_default_str();
+  cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks back over")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("-s,--seed", o->seed, "random seed (default: random; batch member i uses seed + i)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--stop", o->stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the end-of-sequence token");
-  cmd->add_option("--max-prompt", o->max_prompt, "refuse prompts longer than this many tokens")->capture_default_str();
-  cmd->add_option("--max-seqs", o->max_seqs, "prompts running at once (default: all of them)")->check(CLI::NonNegativeNumber);
+  cmd->add_option("--max-prompt", o->max_prompt, "refuse prompts longer than this many tokens")
+      ->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option("--max-seqs", o->max_seqs, "prompts running at once (0: all of them, at most 64; the rest wait)")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
       ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--state-checkpoint-interval", o->checkpoint_interval,

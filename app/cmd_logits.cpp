@@ -16,6 +16,7 @@ struct LogitsOptions {
   std::string embeddings_file;
   std::string chunks;
   std::string out;
+  int64_t max_out_mb = 8192;
 };
 }  // namespace
 
@@ -27,6 +28,9 @@ CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--embeddings-file", opts->embeddings_file, "input embeddings instead of ids: .npy [L, d_model]");
   cmd->add_option("--chunks", opts->chunks, "run as consecutive chunks of these lengths (N,N,...; must sum to L)");
   cmd->add_option("-o,--out", opts->out, "output .npy file (float32 [L, vocab_rows])")->required();
+  cmd->add_option("--max-out-mb", opts->max_out_mb, "refuse inputs whose logits would exceed this many MiB (held in memory)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
   cmd->callback([opts, &run] {
     run = [opts] {
       const LogitsOptions& o = *opts;
@@ -49,6 +53,11 @@ CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run) {
         L = a.shape[0];
       }
       if (L == 0) fail("logits: the input holds no tokens (L == 0); expected at least one");
+      // The logits are held in memory before they are written: bound them before running (L <= 2^31, V <= 2^30).
+      const double out_mb = static_cast<double>(L) * static_cast<double>(model->config().vocab_size) * 4.0 / (1 << 20);
+      if (out_mb > static_cast<double>(o.max_out_mb))
+        fail("logits: ", L, " tokens x vocab ", model->config().vocab_size, " logits would take ", out_mb,
+             " MiB, more than --max-out-mb ", o.max_out_mb, " (raise --max-out-mb to run it)");
       std::vector<int64_t> chunks = o.chunks.empty() ? std::vector<int64_t>{L} : parse_chunks(o.chunks, "--chunks");
       int64_t sum = 0;
       for (int64_t c : chunks) {

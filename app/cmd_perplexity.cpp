@@ -64,6 +64,7 @@ CLI::App* add_perplexity_command(CLI::App& app, std::function<void()>& run) {
   add_model_options(*cmd, o->model);
   cmd->add_option("-f,--file", o->file, "text file")->required();
   cmd->add_option("-c,--context", o->context, "reset the state every N tokens (0 = carry it through the whole text)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->callback([o, &run] { run = [o] { run_perplexity(*o); }; });

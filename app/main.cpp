@@ -1,6 +1,7 @@
 // mambacpp: one binary, subcommands. Errors from the library arrive as mambacpp::Error and end the process with a
 // message on stderr and exit code 1; bad command lines get CLI11's message and its exit code.
 #include <iostream>
+#include <new>
 
 #include "commands.h"
 #include "mambacpp/error.h"
@@ -17,12 +18,17 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    // CLI11 prints the message (or the help); every error exits 1, as the library's errors do, whatever code
+    // CLI11 gives its error class.
+    return app.exit(e) == 0 ? 0 : 1;
   }
   try {
     if (run) run();
   } catch (const mambacpp::Error& e) {
     std::cerr << "error: " << e.what() << "\n";
+    return 1;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "error: out of memory (an input or option asked for more memory than this machine has)\n";
     return 1;
   } catch (const std::exception& e) {
     std::cerr << "error: " << e.what() << "\n";

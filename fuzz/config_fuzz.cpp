@@ -1,20 +1,13 @@
-// libFuzzer target for config.json parsing (relaxed JSON + every dialect): any input must either parse into a
-// config that passes validate() or be rejected with mambacpp::Error; any other exception or a crash is a bug.
-#include <cstddef>
-#include <cstdint>
+// config.json parsing (relaxed JSON, every dialect: mamba_ssm, transformers Mamba/Mamba2/FalconMamba, the hybrid
+// families, mamba.cpp's canonical form): any input must parse into a config that passes validate() or be rejected
+// with mambacpp::Error. What parses must survive its own canonical round trip.
 #include <string>
 
+#include "fuzz_target.h"
 #include "mambacpp/config.h"
-#include "mambacpp/error.h"
 
-extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
-  try {
-    const mambacpp::ModelConfig c =
-        mambacpp::parse_model_config(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
-    // What parses must survive its own canonical round trip.
-    const mambacpp::ModelConfig again = mambacpp::parse_model_config(c.to_json(), "fuzz-canonical");
-    if (again.to_json() != c.to_json()) __builtin_trap();
-  } catch (const mambacpp::Error&) {
-  }
-  return 0;
+MAMBACPP_FUZZ_TARGET(config) {
+  const mambacpp::ModelConfig c = mambacpp::parse_model_config(std::string(reinterpret_cast<const char*>(data), size), "fuzz");
+  const mambacpp::ModelConfig again = mambacpp::parse_model_config(c.to_json(), "fuzz-canonical");
+  MAMBACPP_FUZZ_CHECK(again.to_json() == c.to_json());
 }

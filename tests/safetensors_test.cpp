@@ -139,7 +139,7 @@ TEST(SafetensorsCorrupt, HeaderLengthPastEndOfFile) {
 }
 
 TEST(SafetensorsCorrupt, HeaderNotJsonObject) {
-  EXPECT_THAT(open_error(image(R"({"a": {"dtype": )", 0)), HasSubstr("header is not valid JSON"));
+  EXPECT_THAT(open_error(image(R"({"a": {"dtype": )", 0)), HasSubstr("header: invalid JSON"));
   EXPECT_THAT(open_error(image("[1, 2]", 0)), AllOf(HasSubstr("JSON object"), HasSubstr("array")));
   EXPECT_THAT(open_error(image(R"({"a": 3})", 0)), AllOf(HasSubstr("tensor 'a'"), HasSubstr("expected an object")));
   EXPECT_THAT(open_error(image(R"({"__metadata__": {"k": 1}})", 0)), HasSubstr("__metadata__"));

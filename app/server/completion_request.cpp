@@ -15,6 +15,7 @@ using nlohmann::json;
 
 constexpr int kMaxLogprobs = 20;
 constexpr size_t kMaxStops = 16;
+constexpr int kMaxBodyDepth = 64;  // no OpenAI request nests deeper than about 5 levels
 
 std::string type_name(const json& v) {
   if (v.is_number_integer()) return "an integer";
@@ -181,7 +182,15 @@ std::vector<int32_t> read_token_ids(const json& value, const std::string& param,
 }
 
 json parse_json_body(const std::string& body) {
-  json j = json::parse(body, nullptr, /*allow_exceptions=*/false);
+  // Copies, comparisons and dumps of a value recurse once per nesting level: a body nested a million levels deep
+  // would overflow the stack later, so the parser refuses it as it reads.
+  const json::parser_callback_t bounded = [](int depth, json::parse_event_t, json&) {
+    if (depth > kMaxBodyDepth)
+      throw ApiError(400, "the request body nests arrays/objects deeper than " + str(kMaxBodyDepth) +
+                              " levels; expected a JSON object of at most that depth");
+    return true;
+  };
+  json j = json::parse(body, bounded, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON; expected a JSON object");
   if (!j.is_object()) throw ApiError(400, "the request body is " + type_name(j) + "; expected a JSON object");
   return j;

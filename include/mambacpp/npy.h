@@ -4,6 +4,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 namespace mambacpp {
@@ -16,6 +17,9 @@ struct NpyArray {
 
 void write_npy_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape);
 // Reads '<f4', '<f8', '<i4', '<i8' (and '<f2'); throws Error naming the file on anything else.
+// Every size in the file is checked against the file's length before anything is allocated.
 NpyArray read_npy(const std::string& path);
+// The same from bytes in memory; `source` names them in messages.
+NpyArray parse_npy(std::string_view bytes, const std::string& source);
 
 }  // namespace mambacpp

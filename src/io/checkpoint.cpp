@@ -14,6 +14,8 @@
 #include "io/json_relaxed.h"
 #include "io/torch_checkpoint.h"
 #include "mambacpp/error.h"
+#include "util/file_bytes.h"
+#include "util/json_limits.h"
 
 namespace fs = std::filesystem;
 
@@ -67,13 +69,7 @@ uint64_t hash_tensor(const std::string& name, const TensorView& v) {
   return hash_bytes(h, v.data, v.nbytes());
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open ", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  return ss.str();
-}
+std::string read_text(const std::string& path) { return read_file_bytes(path, "config"); }
 
 bool has_extension(const fs::path& p, std::initializer_list<const char*> exts) {
   const std::string e = p.extension().string();
@@ -88,6 +84,8 @@ Checkpoint::Checkpoint(const std::string& directory) : directory_(directory), ha
   const fs::path dir(directory_);
 
   const fs::path config_path = dir / "config.json";
+  if (fs::is_directory(config_path, ec))
+    fail("checkpoint ", directory_, ": ", config_path.string(), " is a directory, expected the config file");
   if (!fs::is_regular_file(config_path, ec))
     fail("checkpoint ", directory_, ": config.json not found (expected ", config_path.string(), ")");
   config_ = parse_model_config(read_text(config_path.string()), config_path.string());
@@ -157,7 +155,7 @@ void Checkpoint::open_index(const std::string& index_path) {
   // Each shard once, in name order; the first tensor naming a shard is quoted if the shard is missing.
   std::map<std::string, std::string> shards;  // shard file -> a tensor that lists it
   for (const auto& [name, shard] : weight_map.items()) {
-    if (!shard.is_string()) fail(index_path, ": weight_map[\"", name, "\"] must be a file name, found ", shard.dump());
+    if (!shard.is_string()) fail(index_path, ": weight_map[\"", name, "\"] must be a file name, found ", json_excerpt(shard));
     const std::string file = shard.get<std::string>();
     const fs::path p(file);
     if (file.empty() || p.is_absolute() || p.filename().string() != file)

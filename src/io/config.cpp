@@ -10,6 +10,7 @@
 #include "io/config_reader.h"
 #include "io/json_relaxed.h"
 #include "mambacpp/error.h"
+#include "util/json_limits.h"
 
 namespace mambacpp {
 namespace {
@@ -112,8 +113,11 @@ void ModelConfig::validate() const {
   require_size("d_conv", d_conv);
   require_size("d_inner", d_inner);
   if (!(norm_eps > 0) || !std::isfinite(norm_eps)) fail("model config: norm_eps = ", norm_eps, ", expected > 0");
-  for (int64_t id : {bos_token_id, eos_token_id, pad_token_id})
-    require(id >= -1, "token id", id, ">= 0, or -1 for none");
+  for (auto [field, id] : {std::pair{"bos_token_id", bos_token_id}, std::pair{"eos_token_id", eos_token_id},
+                            std::pair{"pad_token_id", pad_token_id}})
+    if (id < -1 || id >= vocab_size)
+      fail("model config: ", field, " = ", id, ", expected a token id in [0, vocab_size = ", vocab_size,
+           "), or -1 for none");
   if (!(mixer_rms_eps >= 0) || !std::isfinite(mixer_rms_eps) || (mixer_rms_eps > 0 && arch != Arch::Mamba1))
     fail("model config: mixer_rms_eps = ", mixer_rms_eps, ", expected >= 0 (and > 0 only for FalconMamba, a Mamba-1)");
   if (arch == Arch::Mamba1) {
@@ -178,7 +182,7 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     else if (t == "granitemoehybrid") c = parse_transformers_granite_hybrid(j, source);
     else if (t == "bamba") c = parse_transformers_bamba(j, source);
     else
-      fail(source, ": model_type = ", t.dump(),
+      fail(source, ": model_type = ", json_excerpt(t),
            ": supported model types are \"mamba\" (MambaForCausalLM), \"mamba2\" (Mamba2ForCausalLM), ",
            "\"falcon_mamba\" (FalconMambaForCausalLM), \"nemotron_h\" (NemotronHForCausalLM), ",
            "\"granitemoehybrid\" (GraniteMoeHybridForCausalLM, dense) and \"bamba\" (BambaForCausalLM)");

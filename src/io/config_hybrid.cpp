@@ -9,6 +9,7 @@
 #include "io/config_formats.h"
 #include "io/config_reader.h"
 #include "mambacpp/error.h"
+#include "util/json_limits.h"
 
 namespace mambacpp {
 namespace {
@@ -333,7 +334,7 @@ void parse_canonical_hybrid(const nlohmann::json& j, const std::string& source, 
     if (k == "mamba2") c.layers.push_back(LayerKind::Mamba2);
     else if (k == "attention") c.layers.push_back(LayerKind::Attention);
     else if (k == "mlp") c.layers.push_back(LayerKind::MLP);
-    else r.reject_value("layers", *kinds, "unknown layer kind " + k.dump());
+    else r.reject_value("layers", *kinds, "unknown layer kind " + json_excerpt(k));
   }
   c.mlp_after_mixer = r.bool_or("mlp_after_mixer", false);
   c.gated_norm_groups = r.int_or("gated_norm_groups", 0);

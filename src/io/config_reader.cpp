@@ -4,13 +4,14 @@
 #include <cmath>
 
 #include "mambacpp/error.h"
+#include "util/json_limits.h"
 
 namespace mambacpp {
 
 ConfigReader::ConfigReader(const nlohmann::json& object, std::string source, std::string prefix)
     : object_(object), source_(std::move(source)), prefix_(std::move(prefix)) {
   if (!object_.is_object()) fail(source_, ": ", prefix_.empty() ? "config" : prefix_, " must be a JSON object, found ",
-                                 object_.dump());
+                                 json_excerpt(object_));
 }
 
 const nlohmann::json* ConfigReader::get(const std::string& key) const {
@@ -26,7 +27,7 @@ void ConfigReader::reject(const std::string& key, const std::string& why) const 
 }
 
 void ConfigReader::reject_value(const std::string& key, const nlohmann::json& found, const std::string& why) const {
-  fail(source_, ": ", prefix_, key, " = ", found.dump(), ": ", why);
+  fail(source_, ": ", prefix_, key, " = ", json_excerpt(found), ": ", why);
 }
 
 int64_t ConfigReader::as_int(const std::string& key, const nlohmann::json& v) const {

@@ -11,6 +11,8 @@
 #include <vector>
 
 #include "mambacpp/error.h"
+#include "util/file_bytes.h"
+#include "util/json_limits.h"
 
 namespace mambacpp {
 namespace {
@@ -99,7 +101,7 @@ void fold_nonfinite(nlohmann::json& j, const std::string& marker, const std::str
       const nlohmann::json& v = j["__float__"];
       const std::string word = v.is_string() ? v.get<std::string>() : std::string();
       if (word != "Infinity" && word != "-Infinity" && word != "NaN")
-        fail(source, ": {\"__float__\": ", v.dump(), "}: expected \"Infinity\", \"-Infinity\" or \"NaN\"");
+        fail(source, ": {\"__float__\": ", json_excerpt(v), "}: expected \"Infinity\", \"-Infinity\" or \"NaN\"");
       j = nonfinite_value(word);
       return;
     }
@@ -112,6 +114,7 @@ void fold_nonfinite(nlohmann::json& j, const std::string& marker, const std::str
 }  // namespace
 
 nlohmann::json parse_json_relaxed(const std::string& text, const std::string& source) {
+  check_json_depth(text, source);  // the rewrite keeps every bracket, and fold_nonfinite recurses per level
   Rewritten rw = rewrite_nonfinite_tokens(text);
   nlohmann::json j;
   try {
@@ -125,18 +128,15 @@ nlohmann::json parse_json_relaxed(const std::string& text, const std::string& so
     const size_t column = what.find("column ");
     const size_t colon = column == std::string::npos ? std::string::npos : what.find(": ", column);
     fail(source, ": invalid JSON at byte ", at, ": ", colon == std::string::npos ? what : what.substr(colon + 2));
+  } catch (const nlohmann::json::exception& e) {  // out_of_range: a number that overflows a double (1e705)
+    fail(source, ": invalid JSON: ", e.what());
   }
   fold_nonfinite(j, rw.marker, source);
   return j;
 }
 
 nlohmann::json read_json_file_relaxed(const std::string& path) {
-  std::ifstream f(path, std::ios::binary);
-  if (!f) fail("cannot open ", path);
-  std::ostringstream ss;
-  ss << f.rdbuf();
-  if (f.bad()) fail("cannot read ", path);
-  return parse_json_relaxed(ss.str(), path);
+  return parse_json_relaxed(read_file_bytes(path, "JSON file"), path);
 }
 
 }  // namespace mambacpp

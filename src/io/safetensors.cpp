@@ -4,10 +4,12 @@
 #include "io/safetensors.h"
 
 #include <algorithm>
+#include <cstring>
 
 #include <nlohmann/json.hpp>
 
 #include "mambacpp/error.h"
+#include "util/json_limits.h"
 
 namespace mambacpp {
 namespace {
@@ -65,24 +67,20 @@ void SafetensorsFile::parse_header() {
   data_start_ = 8 + header_len;
   const uint64_t data_size = size_ - data_start_;
 
-  nlohmann::json header;
-  try {
-    header = nlohmann::json::parse(base_ + 8, base_ + data_start_);
-  } catch (const nlohmann::json::parse_error& e) {
-    fail(path_, ": header is not valid JSON (byte ", e.byte, " of the header): ", e.what());
-  }
+  const nlohmann::json header = parse_json_bounded(
+      std::string_view(reinterpret_cast<const char*>(base_ + 8), header_len), path_ + ": header");
   if (!header.is_object()) fail(path_, ": header must be a JSON object, found ", header.type_name());
 
   for (const auto& [name, entry] : header.items()) {
     if (name == "__metadata__") {
       if (!entry.is_object()) fail(path_, ": __metadata__ must be an object of strings, found ", entry.type_name());
       for (const auto& [k, v] : entry.items()) {
-        if (!v.is_string()) fail(path_, ": __metadata__[\"", k, "\"] must be a string, found ", v.dump());
+        if (!v.is_string()) fail(path_, ": __metadata__[\"", k, "\"] must be a string, found ", json_excerpt(v));
         metadata_[k] = v.get<std::string>();
       }
       continue;
     }
-    if (!entry.is_object()) fail(path_, ": tensor '", name, "': expected an object, found ", entry.dump());
+    if (!entry.is_object()) fail(path_, ": tensor '", name, "': expected an object, found ", json_excerpt(entry));
     for (const char* key : {"dtype", "shape", "data_offsets"})
       if (!entry.contains(key)) fail(path_, ": tensor '", name, "': missing \"", key, "\"");
 
@@ -90,26 +88,26 @@ void SafetensorsFile::parse_header() {
     info.name = name;
     const nlohmann::json& dt = entry["dtype"];
     if (!dt.is_string() || !parse_safetensors_dtype(dt.get<std::string>(), info.dtype))
-      fail(path_, ": tensor '", name, "': dtype ", dt.dump(),
+      fail(path_, ": tensor '", name, "': dtype ", json_excerpt(dt),
            " is not supported (supported: F32, F16, BF16, F64, I32, I64)");
 
     const nlohmann::json& shape = entry["shape"];
-    if (!shape.is_array()) fail(path_, ": tensor '", name, "': shape must be a list, found ", shape.dump());
+    if (!shape.is_array()) fail(path_, ": tensor '", name, "': shape must be a list, found ", json_excerpt(shape));
     // Byte size = dtype size * prod(shape), each step checked for overflow.
     uint64_t nbytes = dtype_size(info.dtype);
     bool overflow = false;
     for (const auto& d : shape) {
       uint64_t dim = 0;
-      if (!as_u63(d, dim)) fail(path_, ": tensor '", name, "': shape ", shape.dump(), " has an invalid dimension");
+      if (!as_u63(d, dim)) fail(path_, ": tensor '", name, "': shape ", json_excerpt(shape), " has an invalid dimension");
       info.shape.push_back(static_cast<int64_t>(dim));
       overflow = overflow || __builtin_mul_overflow(nbytes, dim, &nbytes);
     }
-    if (overflow) fail(path_, ": tensor '", name, "': shape ", shape.dump(), " overflows 64-bit byte counts");
+    if (overflow) fail(path_, ": tensor '", name, "': shape ", json_excerpt(shape), " overflows 64-bit byte counts");
 
     const nlohmann::json& off = entry["data_offsets"];
     if (!off.is_array() || off.size() != 2 || !as_u63(off[0], info.begin) || !as_u63(off[1], info.end))
       fail(path_, ": tensor '", name, "': data_offsets must be [begin, end] with non-negative integers, found ",
-           off.dump());
+           json_excerpt(off));
     if (info.begin > info.end)
       fail(path_, ": tensor '", name, "': data_offsets [", info.begin, ", ", info.end, "] has begin > end");
     if (info.end > data_size)
@@ -117,7 +115,7 @@ void SafetensorsFile::parse_header() {
            "] end past the data section (", data_size, " bytes)");
     if (info.end - info.begin != nbytes)
       fail(path_, ": tensor '", name, "': data_offsets [", info.begin, ", ", info.end, "] hold ", info.end - info.begin,
-           " bytes, expected ", nbytes, " (", dt.get<std::string>(), " x shape ", shape.dump(), ")");
+           " bytes, expected ", nbytes, " (", dt.get<std::string>(), " x shape ", json_excerpt(shape), ")");
     tensors_.push_back(std::move(info));
   }
 
@@ -134,6 +132,14 @@ void SafetensorsFile::parse_header() {
       fail(path_, ": tensors '", a.name, "' [", a.begin, ", ", a.end, ") and '", b.name, "' [", b.begin, ", ", b.end,
            ") overlap");
   }
+  for (SafetensorInfo& t : tensors_) {
+    const uint8_t* at = base_ + data_start_ + t.begin;
+    if (t.nbytes() == 0 || reinterpret_cast<uintptr_t>(at) % dtype_size(t.dtype) == 0) continue;
+    auto copy = std::make_unique<uint64_t[]>((t.nbytes() + 7) / 8);
+    std::memcpy(copy.get(), at, t.nbytes());
+    t.copy = static_cast<int64_t>(aligned_copies_.size());
+    aligned_copies_.push_back(std::move(copy));
+  }
   // nlohmann's objects iterate in key order, so tensors_ is already sorted by name.
   MAMBACPP_ASSERT(std::is_sorted(tensors_.begin(), tensors_.end(),
                                  [](const SafetensorInfo& a, const SafetensorInfo& b) { return a.name < b.name; }));
@@ -149,7 +155,8 @@ TensorView SafetensorsFile::view(const SafetensorInfo& info) const {
   if (info.shape.size() > 4)
     fail(path_, ": tensor '", info.name, "' has ", info.shape.size(), " dimensions; at most 4 are supported");
   TensorView v;
-  v.data = const_cast<uint8_t*>(base_ + data_start_ + info.begin);  // read-only mapping: TensorView has no const
+  v.data = info.copy >= 0 ? static_cast<void*>(aligned_copies_[info.copy].get())
+                         : const_cast<uint8_t*>(base_ + data_start_ + info.begin);  // read-only: TensorView has no const
   v.dtype = info.dtype;
   v.device = Device::CPU;
   v.ndim = static_cast<int>(info.shape.size());

@@ -22,6 +22,7 @@ struct SafetensorInfo {
   uint64_t begin = 0;          // byte range [begin, end) inside the data section
   uint64_t end = 0;
   uint64_t nbytes() const { return end - begin; }
+  int64_t copy = -1;  // index into the aligned copies when the bytes in the file are not aligned to the dtype
 };
 
 // Header lengths above this are rejected as corrupt (the reference implementation uses the same bound).
@@ -65,6 +66,9 @@ class SafetensorsFile {
   uint64_t size_ = 0;
   uint64_t data_start_ = 0;    // 8 + header length
   std::vector<SafetensorInfo> tensors_;
+  // The format allows any offset, kernels read whole elements: a tensor whose bytes are not aligned to its dtype is
+  // copied once into 8-byte-aligned memory (each buffer stays where it is when the object moves, so views stay valid).
+  std::vector<std::unique_ptr<uint64_t[]>> aligned_copies_;
   std::map<std::string, std::string> metadata_;
 };
 

@@ -1,6 +1,7 @@
 // StateCache: slots of per-layer conv and SSM state on the model's backend, snapshots of slots, and state files.
 #include <algorithm>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 
 #include "mambacpp/error.h"
@@ -308,10 +309,14 @@ void StateCache::save_snapshot(const SlotSnapshot& snap, const std::string& path
 }
 
 SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int32_t>* tokens) const {
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) fail("state file '", path, "' is a directory, expected a file");
   std::ifstream in(path, std::ios::binary);
   if (!in) fail("cannot open state file '", path, "'");
   in.seekg(0, std::ios::end);
-  const uint64_t file_size = static_cast<uint64_t>(in.tellg());
+  const std::streamoff end = in.tellg();
+  if (end < 0) fail("state file '", path, "': cannot find its size (not a regular file?)");
+  const uint64_t file_size = static_cast<uint64_t>(end);  // every count below is checked against it
   in.seekg(0);
   char magic[16] = {};
   in.read(magic, 16);
@@ -329,20 +334,26 @@ SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int3
   std::string config(config_len, '\0');
   read_exact(in, config.data(), config_len, path, "config");
   const std::string mine = impl_->model->config().to_json();
-  if (config != mine)
-    fail("state file '", path, "' was written by another model: its config is ", config, ", this model's is ", mine);
+  if (config != mine)  // the file's config may be anything up to 1 MiB: quote its start only
+    fail("state file '", path, "' was written by another model: its config is ",
+         config.size() > 400 ? config.substr(0, 400) + "..." : config, ", this model's is ", mine);
   if (hash != impl_->model->weights_hash())
     fail("state file '", path, "' was written by another model: weights hash ", std::hex, hash, ", this model's is ",
          impl_->model->weights_hash());
   const auto first_layer = get<int64_t>(in, path, "header");
   const auto n_layers = get<int64_t>(in, path, "header");
+  int64_t last_layer = 0;  // both are raw file values: their sum may overflow
+  const bool range_fits = !__builtin_add_overflow(first_layer, n_layers, &last_layer);
   if (first_layer != impl_->first_layer || n_layers != static_cast<int64_t>(impl_->layers.size()))
-    fail("state file '", path, "' holds layers [", first_layer, ", ", first_layer + n_layers,
-         "); this state cache holds layers [", impl_->first_layer, ", ",
-         impl_->first_layer + static_cast<int64_t>(impl_->layers.size()), ")");
-  if (dtype != static_cast<uint32_t>(impl_->dtype))
-    fail("state file '", path, "' holds ", dtype_name(static_cast<DType>(dtype)), " state; this state cache is ",
-         dtype_name(impl_->dtype));
+    fail("state file '", path, "' holds layers [", first_layer, ", ",
+         range_fits ? std::to_string(last_layer) : std::string("overflow"), "); this state cache holds layers [",
+         impl_->first_layer, ", ", impl_->first_layer + static_cast<int64_t>(impl_->layers.size()), ")");
+  if (dtype != static_cast<uint32_t>(impl_->dtype))  // only a known value is named (and cast to DType)
+    fail("state file '", path, "' holds ",
+         dtype == static_cast<uint32_t>(DType::F32) || dtype == static_cast<uint32_t>(DType::BF16)
+             ? dtype_name(static_cast<DType>(dtype))
+             : "dtype code " + std::to_string(dtype),
+         " state; this state cache is ", dtype_name(impl_->dtype));
   int64_t kv_tokens = -1;
   for (size_t li = 0; li < impl_->layers.size(); ++li) {
     const LayerCache& l = impl_->layers[li];

@@ -16,7 +16,9 @@ BpeModel::BpeModel(std::unordered_map<std::string, int32_t> vocab,
   merges_.reserve(merges.size());
   const std::string& prefix = options_.continuing_subword_prefix;
   for (size_t rank = 0; rank < merges.size(); ++rank) {
-    const auto& [left, right] = merges[rank];
+    // Named references, not a structured binding: clang 14 cannot capture bindings in the lambda below.
+    const std::string& left = merges[rank].first;
+    const std::string& right = merges[rank].second;
     if (right.compare(0, prefix.size(), prefix) != 0) {
       fail(where, ".merges[", rank, "] (\"", left, " ", right, "\"): the right part does not start with the ",
            "continuing_subword_prefix '", prefix, "'");

@@ -6,6 +6,8 @@
 #include <sstream>
 
 #include "mambacpp/error.h"
+#include "util/file_bytes.h"
+#include "util/json_limits.h"
 #include "mambacpp/tokenizer.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/utf8.h"
@@ -14,6 +16,10 @@ namespace mambacpp {
 namespace {
 
 using nlohmann::json;
+
+// Token ids size the id -> token tables (two strings and a flag per id), so they are bounded: below 2^22 (4,194,304)
+// ids the tables stay under about 300 MB, and the largest real vocabularies have about 262,144 entries.
+constexpr int64_t kMaxTokenId = (int64_t{1} << 22) - 1;
 
 // The "type" field of a component, or "?" when it has none.
 std::string type_of(const json& j) {
@@ -24,27 +30,27 @@ std::string type_of(const json& j) {
 
 bool flag(const json& j, const char* key, bool fallback, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return fallback;
-  if (!j[key].is_boolean()) fail(where, ".", key, ": expected true or false, found ", j[key].dump());
+  if (!j[key].is_boolean()) fail(where, ".", key, ": expected true or false, found ", json_excerpt(j[key]));
   return j[key].get<bool>();
 }
 
 std::string string_field(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_string()) {
-    fail(where, ".", key, ": expected a string, found ", j.contains(key) ? j[key].dump() : std::string("nothing"));
+    fail(where, ".", key, ": expected a string, found ", j.contains(key) ? json_excerpt(j[key]) : std::string("nothing"));
   }
   return j[key].get<std::string>();
 }
 
 std::optional<std::string> optional_string(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || j[key].is_null()) return std::nullopt;
-  if (!j[key].is_string()) fail(where, ".", key, ": expected a string or null, found ", j[key].dump());
+  if (!j[key].is_string()) fail(where, ".", key, ": expected a string or null, found ", json_excerpt(j[key]));
   return j[key].get<std::string>();
 }
 
 size_t count_field(const json& j, const char* key, const std::string& where) {
   if (!j.contains(key) || !j[key].is_number_unsigned()) {
     fail(where, ".", key, ": expected a non-negative integer, found ",
-         j.contains(key) ? j[key].dump() : std::string("nothing"));
+         j.contains(key) ? json_excerpt(j[key]) : std::string("nothing"));
   }
   return j[key].get<size_t>();
 }
@@ -73,7 +79,7 @@ std::shared_ptr<const tok::SplitPattern> parse_pattern(const json& j, const std:
   const std::string at = where + ".pattern";
   if (!j.contains("pattern") || !j["pattern"].is_object() || j["pattern"].size() != 1) {
     fail(at, ": expected {\"String\": ...} or {\"Regex\": ...}, found ",
-         j.contains("pattern") ? j["pattern"].dump() : std::string("nothing"));
+         j.contains("pattern") ? json_excerpt(j["pattern"]) : std::string("nothing"));
   }
   const json& p = j["pattern"];
   if (p.contains("String") && p["String"].is_string()) {
@@ -86,7 +92,7 @@ std::shared_ptr<const tok::SplitPattern> parse_pattern(const json& j, const std:
       fail(at, ".Regex: ", e.what());
     }
   }
-  fail(at, ": expected {\"String\": ...} or {\"Regex\": ...}, found ", p.dump());
+  fail(at, ": expected {\"String\": ...} or {\"Regex\": ...}, found ", json_excerpt(p));
 }
 
 void parse_normalizer(const json& j, const std::string& where, std::vector<tok::NormalizerStep>& steps) {
@@ -128,7 +134,7 @@ void parse_normalizer(const json& j, const std::string& where, std::vector<tok::
 
 tok::SplitBehavior parse_behavior(const json& j, const std::string& where, tok::SplitBehavior fallback) {
   if (!j.contains("behavior")) return fallback;
-  const std::string b = j["behavior"].is_string() ? j["behavior"].get<std::string>() : j["behavior"].dump();
+  const std::string b = j["behavior"].is_string() ? j["behavior"].get<std::string>() : json_excerpt(j["behavior"]);
   if (b == "Removed") return tok::SplitBehavior::Removed;
   if (b == "Isolated") return tok::SplitBehavior::Isolated;
   if (b == "MergedWithPrevious") return tok::SplitBehavior::MergedWithPrevious;
@@ -146,7 +152,7 @@ tok::PreTokenizerStep::Prepend parse_prepend_scheme(const json& j, const std::st
   if (s == "always") return P::Always;
   if (s == "first") return P::First;
   if (s == "never") return P::Never;
-  fail(where, ".prepend_scheme: expected \"always\", \"first\" or \"never\", found ", j["prepend_scheme"].dump());
+  fail(where, ".prepend_scheme: expected \"always\", \"first\" or \"never\", found ", json_excerpt(j["prepend_scheme"]));
 }
 
 std::shared_ptr<const tok::SplitPattern> char_class(tok::CharClass c) {
@@ -244,13 +250,13 @@ void parse_decoder(const json& j, const std::string& where, std::vector<tok::Dec
 }
 
 bool valid_id(const json& id) {
-  return id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= INT32_MAX;
+  return id.is_number_integer() && id.get<int64_t>() >= 0 && id.get<int64_t>() <= kMaxTokenId;
 }
 
 // The id of a special token named by a post-processor (["token", id]).
 int32_t token_id_field(const json& pair, const std::string& where) {
   if (!pair.is_array() || pair.size() != 2 || !pair[0].is_string() || !valid_id(pair[1])) {
-    fail(where, ": expected [\"token\", non-negative 32-bit id], found ", pair.dump());
+    fail(where, ": expected [\"token\", id in [0, 2^22)], found ", json_excerpt(pair));
   }
   return pair[1].get<int32_t>();
 }
@@ -283,7 +289,7 @@ void parse_post_processor(const json& j, const std::string& where, PostProcessin
       const std::string at = at_index(where, "single", i);
       if (piece.is_object() && piece.contains("Sequence")) {
         if (!piece["Sequence"].contains("id") || piece["Sequence"]["id"] != "A") {
-          fail(at, ": expected the sequence $A in a single-sequence template, found ", piece.dump());
+          fail(at, ": expected the sequence $A in a single-sequence template, found ", json_excerpt(piece));
         }
         ++sequences;
       } else if (piece.is_object() && piece.contains("SpecialToken") && piece["SpecialToken"].contains("id") &&
@@ -294,11 +300,11 @@ void parse_post_processor(const json& j, const std::string& where, PostProcessin
           fail(at, ": special token '", name, "' has no ids in ", where, ".special_tokens");
         }
         for (const json& id : specials[name]["ids"]) {
-          if (!valid_id(id)) fail(where, ".special_tokens['", name, "'].ids: expected non-negative 32-bit ids");
+          if (!valid_id(id)) fail(where, ".special_tokens['", name, "'].ids: expected ids in [0, 2^22)");
           (sequences ? after : before).push_back(id.get<int32_t>());
         }
       } else {
-        fail(at, ": expected {\"SpecialToken\": ...} or {\"Sequence\": ...}, found ", piece.dump());
+        fail(at, ": expected {\"SpecialToken\": ...} or {\"Sequence\": ...}, found ", json_excerpt(piece));
       }
     }
     if (sequences != 1) fail(where, ".single: expected $A exactly once, found it ", sequences, " times");
@@ -313,7 +319,7 @@ std::unique_ptr<tok::BpeModel> parse_model(const json& j, const std::string& whe
   std::string type = type_of(j);
   if (type != "BPE") fail(where, ": unsupported model type '", type, "' (supported: BPE)");
   if (j.contains("dropout") && !j["dropout"].is_null()) {
-    fail(where, ".dropout: expected null (deterministic BPE), found ", j["dropout"].dump());
+    fail(where, ".dropout: expected null (deterministic BPE), found ", json_excerpt(j["dropout"]));
   }
   tok::BpeOptions options;
   options.continuing_subword_prefix = optional_string(j, "continuing_subword_prefix", where).value_or("");
@@ -328,8 +334,8 @@ std::unique_ptr<tok::BpeModel> parse_model(const json& j, const std::string& whe
   vocab.reserve(j["vocab"].size());
   std::unordered_map<int32_t, std::string> seen_ids;
   for (const auto& [token, id] : j["vocab"].items()) {
-    if (!id.is_number_integer() || id.get<int64_t>() < 0 || id.get<int64_t>() > INT32_MAX) {
-      fail(where, ".vocab['", token, "']: expected a non-negative 32-bit id, found ", id.dump());
+    if (!valid_id(id)) {
+      fail(where, ".vocab['", token, "']: expected an id in [0, 2^22), found ", json_excerpt(id));
     }
     int32_t v = id.get<int32_t>();
     if (auto [it, fresh] = seen_ids.emplace(v, token); !fresh) {
@@ -355,7 +361,7 @@ std::unique_ptr<tok::BpeModel> parse_model(const json& j, const std::string& whe
       } else if (m.is_array() && m.size() == 2 && m[0].is_string() && m[1].is_string()) {
         merges.emplace_back(m[0].get<std::string>(), m[1].get<std::string>());
       } else {
-        fail(where, ".merges[", i, "]: expected \"left right\" or [\"left\", \"right\"], found ", m.dump());
+        fail(where, ".merges[", i, "]: expected \"left right\" or [\"left\", \"right\"], found ", json_excerpt(m));
       }
     }
   }
@@ -370,8 +376,8 @@ std::vector<tok::AddedToken> parse_added_tokens(const json& j, const std::string
     const json& t = j[i];
     std::string at = where + "[" + std::to_string(i) + "]";
     if (!t.is_object() || !t.contains("id") || !t["id"].is_number_integer() || t["id"].get<int64_t>() < 0 ||
-        t["id"].get<int64_t>() > INT32_MAX || !t.contains("content") || !t["content"].is_string()) {
-      fail(at, ": expected {\"id\": non-negative int, \"content\": string, ...}, found ", t.dump());
+        t["id"].get<int64_t>() > kMaxTokenId || !t.contains("content") || !t["content"].is_string()) {
+      fail(at, ": expected {\"id\": int in [0, 2^22), \"content\": string, ...}, found ", json_excerpt(t));
     }
     tok::AddedToken a;
     a.id = t["id"].get<int32_t>();
@@ -390,22 +396,13 @@ std::vector<tok::AddedToken> parse_added_tokens(const json& j, const std::string
 }  // namespace
 
 std::unique_ptr<Tokenizer> Tokenizer::load(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("tokenizer: cannot open '", path, "'");
-  std::ostringstream text;
-  text << in.rdbuf();
-  json j;
-  try {
-    j = json::parse(text.str());
-  } catch (const json::parse_error& e) {
-    fail(path, ": not valid JSON: ", e.what());
-  }
+  const json j = parse_json_bounded(read_file_bytes(path, "tokenizer"), path);
   if (!j.is_object()) fail(path, ": expected a JSON object at the top level");
   const std::string where = path;
   if (!j.contains("model")) fail(where, ": no 'model' section");
   // encode() must equal HF's encode without truncation or padding, so a file that asks for either is refused.
   for (const char* key : {"truncation", "padding"}) {
-    if (j.contains(key) && !j[key].is_null()) fail(where, ": ", key, " is set (", j[key].dump(), "); expected null");
+    if (j.contains(key) && !j[key].is_null()) fail(where, ": ", key, " is set (", json_excerpt(j[key]), "); expected null");
   }
   tok::Pipeline pipeline;
   std::vector<tok::NormalizerStep> normalizer;

@@ -88,6 +88,7 @@ uint16_t f32_to_f16(float f) {
 }
 
 void convert_to_f32(const void* src, DType from, float* dst, int64_t n) {
+  if (n == 0) return;  // empty tensors may have null pointers, which memcpy must not see
   switch (from) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case DType::BF16: {
@@ -110,6 +111,7 @@ void convert_to_f32(const void* src, DType from, float* dst, int64_t n) {
 }
 
 void convert_from_f32(const float* src, void* dst, DType to, int64_t n) {
+  if (n == 0) return;  // empty tensors may have null pointers, which memcpy must not see
   switch (to) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * 4); return;
     case DType::BF16: {

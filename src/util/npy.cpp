@@ -1,3 +1,6 @@
+// .npy reading and writing. The reader trusts nothing in the file: the header is parsed as the small Python dict
+// literal it is ({'descr': '<f4', 'fortran_order': False, 'shape': (2, 3), }), the element count is computed without
+// overflow, and the data size it implies is compared with the bytes actually there before anything is allocated.
 #include "mambacpp/npy.h"
 
 #include <cstring>
@@ -6,8 +9,89 @@
 
 #include "mambacpp/dtype.h"
 #include "mambacpp/error.h"
+#include "util/file_bytes.h"
 
 namespace mambacpp {
+namespace {
+
+// The header dict: a cursor over its text with the few token kinds a .npy header holds.
+class HeaderParser {
+ public:
+  HeaderParser(std::string_view text, const std::string& source) : t_(text), source_(source) {}
+
+  void skip_space() {
+    while (i_ < t_.size() && (t_[i_] == ' ' || t_[i_] == '\n' || t_[i_] == '\t' || t_[i_] == '\r')) ++i_;
+  }
+  bool eat(char c) {
+    skip_space();
+    if (i_ < t_.size() && t_[i_] == c) {
+      ++i_;
+      return true;
+    }
+    return false;
+  }
+  void expect(char c, const char* what) {
+    if (!eat(c)) bad(std::string("expected ") + what);
+  }
+  std::string quoted() {
+    skip_space();
+    if (i_ >= t_.size() || (t_[i_] != '\'' && t_[i_] != '"')) bad("expected a quoted string");
+    const char q = t_[i_++];
+    const size_t end = t_.find(q, i_);
+    if (end == std::string_view::npos) bad("unterminated string");
+    std::string s(t_.substr(i_, end - i_));
+    i_ = end + 1;
+    return s;
+  }
+  bool boolean() {
+    skip_space();
+    if (t_.substr(i_, 4) == "True") return i_ += 4, true;
+    if (t_.substr(i_, 5) == "False") return i_ += 5, false;
+    bad("expected True or False");
+  }
+  // "(2, 3)", "(5,)" or "()": non-negative dimensions.
+  std::vector<int64_t> shape() {
+    expect('(', "'(' starting the shape");
+    std::vector<int64_t> dims;
+    while (!eat(')')) {
+      if (!dims.empty()) expect(',', "',' between dimensions");
+      if (eat(')')) break;  // the trailing comma of "(5,)"
+      skip_space();
+      if (i_ >= t_.size() || t_[i_] < '0' || t_[i_] > '9') bad("expected a non-negative dimension");
+      int64_t d = 0;
+      while (i_ < t_.size() && t_[i_] >= '0' && t_[i_] <= '9') {
+        if (d > (INT64_MAX - 9) / 10) bad("dimension too large");
+        d = d * 10 + (t_[i_++] - '0');
+      }
+      if (dims.size() == 32) bad("more than 32 dimensions (numpy's limit)");
+      dims.push_back(d);
+    }
+    return dims;
+  }
+  bool at_end() {
+    skip_space();
+    return i_ == t_.size();
+  }
+  [[noreturn]] void bad(const std::string& why) const {
+    fail(source_, ": .npy header at byte ", i_, ": ", why, "; header: ", std::string(t_.substr(0, 200)));
+  }
+
+ private:
+  std::string_view t_;
+  const std::string& source_;
+  size_t i_ = 0;
+};
+
+template <class T>
+void convert(const uint8_t* src, int64_t n, std::vector<double>& out) {
+  for (int64_t i = 0; i < n; ++i) {
+    T x;
+    std::memcpy(&x, src + i * sizeof(T), sizeof(T));  // the data need not be aligned
+    out[static_cast<size_t>(i)] = static_cast<double>(x);
+  }
+}
+
+}  // namespace
 
 int64_t NpyArray::numel() const {
   int64_t n = 1;
@@ -41,62 +125,77 @@ void write_npy_f32(const std::string& path, const float* data, const std::vector
   if (!out) fail("failed writing '", path, "'");
 }
 
-NpyArray read_npy(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) fail("cannot open '", path, "'");
-  char magic[8];
-  in.read(magic, 8);
-  if (!in || std::memcmp(magic, "\x93NUMPY", 6) != 0) fail("'", path, "' is not a .npy file");
-  uint32_t header_len = 0;
-  if (magic[6] == 1) {
-    uint16_t l = 0;
-    in.read(reinterpret_cast<char*>(&l), 2);
-    header_len = l;
-  } else {
-    in.read(reinterpret_cast<char*>(&header_len), 4);
+NpyArray parse_npy(std::string_view bytes, const std::string& source) {
+  const auto* b = reinterpret_cast<const uint8_t*>(bytes.data());
+  if (bytes.size() < 10 || std::memcmp(b, "\x93NUMPY", 6) != 0)
+    fail(source, ": not a .npy file (expected the magic \\x93NUMPY and a version)");
+  const int major = b[6];
+  if (major < 1 || major > 3) fail(source, ": .npy version ", major, ".", int{b[7]}, ", expected 1.x, 2.x or 3.x");
+  size_t header_at = 10;
+  uint64_t header_len = b[8] | (uint64_t{b[9]} << 8);
+  if (major >= 2) {
+    if (bytes.size() < 12) fail(source, ": truncated .npy header length");
+    header_at = 12;
+    header_len |= (uint64_t{b[10]} << 16) | (uint64_t{b[11]} << 24);
   }
-  std::string header(header_len, '\0');
-  in.read(header.data(), header_len);
-  if (!in) fail("'", path, "': truncated .npy header");
-  auto field = [&](const std::string& key) {
-    size_t p = header.find("'" + key + "'");
-    if (p == std::string::npos) fail("'", path, "': .npy header lacks ", key);
-    return header.substr(header.find(':', p) + 1);
-  };
-  std::string descr = field("descr");
-  descr = descr.substr(descr.find('\'') + 1);
-  descr = descr.substr(0, descr.find('\''));
-  if (field("fortran_order").find("True") < field("fortran_order").find(',')) fail("'", path, "': Fortran order");
-  std::string shape_text = field("shape");
-  shape_text = shape_text.substr(shape_text.find('(') + 1, shape_text.find(')') - shape_text.find('(') - 1);
+  if (header_len > bytes.size() - header_at)
+    fail(source, ": .npy header length ", header_len, " runs past the end of the file (", bytes.size() - header_at,
+         " bytes left)");
+
+  HeaderParser p(bytes.substr(header_at, header_len), source);
+  std::string descr;
+  bool have_descr = false, have_order = false, have_shape = false, fortran = false;
   NpyArray arr;
-  std::istringstream ss(shape_text);
-  std::string tok;
-  while (std::getline(ss, tok, ',')) {
-    if (tok.find_first_of("0123456789") != std::string::npos) arr.shape.push_back(std::stoll(tok));
+  p.expect('{', "'{' starting the header dict");
+  while (!p.eat('}')) {
+    const std::string key = p.quoted();
+    p.expect(':', "':' after a key");
+    if (key == "descr") descr = p.quoted(), have_descr = true;
+    else if (key == "fortran_order") fortran = p.boolean(), have_order = true;
+    else if (key == "shape") arr.shape = p.shape(), have_shape = true;
+    else p.bad("unknown key '" + key + "' (expected descr, fortran_order, shape)");
+    if (!p.eat(',')) {
+      p.expect('}', "',' or '}'");
+      break;
+    }
   }
-  int64_t n = arr.numel();
-  arr.values.resize(static_cast<size_t>(n));
-  auto read_as = [&](auto sample) {
-    using T = decltype(sample);
-    std::vector<T> raw(static_cast<size_t>(n));
-    in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(n * sizeof(T)));
-    if (!in) fail("'", path, "': truncated .npy data");
-    for (int64_t i = 0; i < n; ++i) arr.values[i] = static_cast<double>(raw[i]);
-  };
-  if (descr == "<f4") read_as(float{});
-  else if (descr == "<f8") read_as(double{});
-  else if (descr == "<i4") read_as(int32_t{});
-  else if (descr == "<i8") read_as(int64_t{});
-  else if (descr == "<f2") {
-    std::vector<uint16_t> raw(static_cast<size_t>(n));
-    in.read(reinterpret_cast<char*>(raw.data()), static_cast<std::streamsize>(n * 2));
-    if (!in) fail("'", path, "': truncated .npy data");
-    for (int64_t i = 0; i < n; ++i) arr.values[i] = f16_to_f32(raw[i]);
-  } else {
-    fail("'", path, "': unsupported .npy dtype ", descr, " (expected <f4, <f8, <i4, <i8 or <f2)");
-  }
+  if (!p.at_end()) p.bad("unexpected text after the dict");
+  if (!have_descr || !have_order || !have_shape) p.bad("expected the keys descr, fortran_order and shape");
+  if (fortran) fail(source, ": Fortran-order .npy arrays are not supported (expected fortran_order False)");
+
+  size_t item = 0;
+  if (descr == "<f4" || descr == "<i4") item = 4;
+  else if (descr == "<f8" || descr == "<i8") item = 8;
+  else if (descr == "<f2") item = 2;
+  else fail(source, ": unsupported .npy dtype '", descr, "' (expected <f4, <f8, <i4, <i8 or <f2)");
+
+  // Element count and byte size, overflow-checked, against the bytes the file really holds.
+  uint64_t n = 1, nbytes = 0;
+  for (int64_t d : arr.shape)
+    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) fail(source, ": .npy shape overflows 64 bits");
+  const uint64_t have = bytes.size() - header_at - header_len;
+  if (__builtin_mul_overflow(n, uint64_t{item}, &nbytes) || nbytes != have)
+    fail(source, ": .npy data holds ", have, " bytes, expected ", n, " elements of ", item, " bytes",
+         __builtin_mul_overflow(n, uint64_t{item}, &nbytes) ? "" : " = " + std::to_string(nbytes) + " bytes");
+
+  const uint8_t* data = b + header_at + header_len;
+  const auto count = static_cast<int64_t>(n);
+  arr.values.resize(n);
+  if (descr == "<f4") convert<float>(data, count, arr.values);
+  else if (descr == "<f8") convert<double>(data, count, arr.values);
+  else if (descr == "<i4") convert<int32_t>(data, count, arr.values);
+  else if (descr == "<i8") convert<int64_t>(data, count, arr.values);
+  else
+    for (int64_t i = 0; i < count; ++i) {
+      uint16_t h;
+      std::memcpy(&h, data + i * 2, 2);
+      arr.values[static_cast<size_t>(i)] = f16_to_f32(h);
+    }
   return arr;
+}
+
+NpyArray read_npy(const std::string& path) {
+  return parse_npy(read_file_bytes(path, ".npy file", UINT64_MAX), "'" + path + "'");
 }
 
 }  // namespace mambacpp

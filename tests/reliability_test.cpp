@@ -1,0 +1,359 @@
+// Hostile and careless inputs (issue 20): one regression test per class found, through the C++ API (the library must
+// throw mambacpp::Error, never abort: a server and the bindings depend on it) and through the CLI (exit 1 with a
+// one-line message naming the file or option, never 0, never a signal).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <chrono>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "cli_common.h"
+#include "io/checkpoint.h"
+#include "io/json_relaxed.h"
+#include "io/safetensors.h"
+#include "mambacpp/config.h"
+#include "mambacpp/error.h"
+#include "mambacpp/model.h"
+#include "mambacpp/npy.h"
+#include "mambacpp/state.h"
+#include "mambacpp/tokenizer.h"
+#include "server/api_error.h"
+#include "server/completion_request.h"
+#include "support/test_support.h"
+
+namespace mambacpp {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::AllOf;
+using ::testing::HasSubstr;
+using ::testing::Not;
+using test::error_of;
+
+std::string deep(int n) { return std::string(n, '[') + std::string(n, ']'); }
+
+void write_file(const std::string& path, const std::string& bytes) {
+  std::ofstream out(path, std::ios::binary);
+  out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+}
+
+std::string read_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+std::string u64le(uint64_t v) {
+  std::string s(8, '\0');
+  for (int i = 0; i < 8; ++i) s[i] = static_cast<char>(v >> (8 * i));
+  return s;
+}
+
+// A safetensors image: the header as given (no padding), then `data`.
+std::vector<uint8_t> safetensors_image(const std::string& header, const std::string& data = "") {
+  const std::string all = u64le(header.size()) + header + data;
+  return std::vector<uint8_t>(all.begin(), all.end());
+}
+
+const char* kSmallTokenizer = R"({"model": {"type": "BPE", "vocab": {"a": 0, "b": 1, "ab": ID}, "merges": ["a b"]},
+  "normalizer": NORMALIZER, "pre_tokenizer": null, "decoder": null})";
+
+std::string small_tokenizer(const std::string& id, const std::string& normalizer = "null") {
+  std::string s = kSmallTokenizer;
+  s.replace(s.find("ID"), 2, id);
+  s.replace(s.find("NORMALIZER"), 10, normalizer);
+  return s;
+}
+
+// ---- Deep nesting: every JSON reader bounds the depth before anything recurses over it ----------------------------
+
+TEST(Reliability, JsonDepthLimitIsExactlyTheStatedOne) {
+  EXPECT_NO_THROW(parse_json_relaxed(deep(256), "x.json"));
+  EXPECT_THAT(error_of([] { parse_json_relaxed(deep(257), "x.json"); }),
+              AllOf(HasSubstr("x.json"), HasSubstr("nested deeper than 256"), HasSubstr("at byte 256")));
+  // Brackets inside strings do not count, escaped quotes included.
+  EXPECT_NO_THROW(parse_json_relaxed("[\"\\\"" + std::string(1000, '[') + "\"]", "x.json"));
+}
+
+TEST(Reliability, DeepNestingIsAnErrorInEveryJsonFile) {
+  const std::string nested = deep(200000);
+  EXPECT_THAT(error_of([&] { parse_model_config("{\"d_model\": " + nested + "}", "m/config.json"); }),
+              AllOf(HasSubstr("m/config.json"), HasSubstr("nested deeper than 256")));
+  EXPECT_THAT(error_of([&] { SafetensorsFile::from_bytes(safetensors_image("{\"__metadata__\": " + nested + "}"), "w.st"); }),
+              AllOf(HasSubstr("w.st"), HasSubstr("nested deeper than 256")));
+  test::TempDir tmp;
+  write_file(tmp.file("tokenizer.json"), "{\"model\": " + nested + "}");
+  EXPECT_THAT(error_of([&] { Tokenizer::load(tmp.file("tokenizer.json")); }),
+              AllOf(HasSubstr("tokenizer.json"), HasSubstr("nested deeper than 256")));
+  // The index of a sharded checkpoint.
+  const std::string model = test::fixture_dir() + "/models/mamba2_bf16_sharded";
+  write_file(tmp.file("config.json"), read_file(model + "/config.json"));
+  write_file(tmp.file("model.safetensors.index.json"), "{\"weight_map\": " + nested + "}");
+  EXPECT_THAT(error_of([&] { Checkpoint c(tmp.path()); }),
+              AllOf(HasSubstr("model.safetensors.index.json"), HasSubstr("nested deeper than 256")));
+  // A server request body: a 400, not a crash.
+  try {
+    server::parse_json_body("{\"prompt\": " + nested + "}");
+    ADD_FAILURE() << "a deep body was accepted";
+  } catch (const server::ApiError& e) {
+    EXPECT_EQ(e.status, 400);
+    EXPECT_THAT(e.what(), HasSubstr("deeper than 64"));
+  }
+}
+
+TEST(Reliability, DeepTokenizerNormalizerNestingIsBounded) {
+  test::TempDir tmp;
+  auto nested_normalizer = [](int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += R"({"type": "Sequence", "normalizers": [)";
+    s += R"({"type": "Lowercase"})";
+    for (int i = 0; i < n; ++i) s += "]}";
+    return s;
+  };
+  // 120 levels (240 JSON levels) is inside the limit: it loads, and quickly (the paths in messages grew
+  // quadratically before).
+  write_file(tmp.file("ok.json"), small_tokenizer("2", nested_normalizer(120)));
+  const auto start = std::chrono::steady_clock::now();
+  auto tok = Tokenizer::load(tmp.file("ok.json"));
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5));
+  EXPECT_EQ(tok->encode("AB"), (std::vector<int32_t>{2}));
+  write_file(tmp.file("deep.json"), small_tokenizer("2", nested_normalizer(3000)));
+  EXPECT_THAT(error_of([&] { Tokenizer::load(tmp.file("deep.json")); }), HasSubstr("nested deeper than 256"));
+}
+
+// ---- Numbers that overflow a double, non-finite values in messages -------------------------------------------------
+
+TEST(Reliability, NumberOverflowIsAnErrorNamingTheFile) {
+  EXPECT_THAT(error_of([] { parse_model_config(R"({"d_model": 1e705, "n_layer": 1, "vocab_size": 8})", "c.json"); }),
+              AllOf(HasSubstr("c.json"), HasSubstr("invalid JSON"), HasSubstr("1e705")));
+  EXPECT_THAT(error_of([] {
+                SafetensorsFile::from_bytes(
+                    safetensors_image(R"({"a": {"dtype": "F32", "shape": [1e705], "data_offsets": [0, 4]}})", "abcd"),
+                    "w.st");
+              }),
+              AllOf(HasSubstr("w.st"), HasSubstr("1e705")));
+  test::TempDir tmp;
+  write_file(tmp.file("t.json"), small_tokenizer("1e705"));
+  EXPECT_THAT(error_of([&] { Tokenizer::load(tmp.file("t.json")); }), AllOf(HasSubstr("t.json"), HasSubstr("1e705")));
+  EXPECT_THROW(server::parse_json_body(R"({"prompt": "a", "max_tokens": 1e705})"), server::ApiError);
+}
+
+TEST(Reliability, NonFiniteValuesAreNamedAsSuch) {
+  const std::string msg = error_of([] {
+    parse_model_config(R"({"model_type": "mamba", "hidden_size": NaN, "num_hidden_layers": 1, "vocab_size": 8})",
+                       "c.json");
+  });
+  EXPECT_THAT(msg, AllOf(HasSubstr("hidden_size = NaN"), Not(HasSubstr("null"))));
+}
+
+TEST(Reliability, ConfigTokenIdsMustLieInsideTheVocabulary) {
+  ModelConfig c = test::tiny_mamba2_config();
+  c.eos_token_id = 100000000;
+  EXPECT_THAT(error_of([&] { parse_model_config(c.to_json(), "c.json"); }),
+              AllOf(HasSubstr("c.json"), HasSubstr("eos_token_id = 100000000"), HasSubstr("vocab_size")));
+}
+
+// ---- Sizes trusted before reading ----------------------------------------------------------------------------------
+
+std::string npy_bytes(const std::string& dict, const std::string& data, int version = 1) {
+  std::string h = dict;
+  const size_t prefix = version == 1 ? 10 : 12;
+  h.append((64 - (prefix + h.size() + 1) % 64) % 64, ' ');
+  h.push_back('\n');
+  std::string out = std::string("\x93NUMPY", 6) + static_cast<char>(version) + '\0';
+  for (size_t i = 0; i < (version == 1 ? 2u : 4u); ++i) out.push_back(static_cast<char>(h.size() >> (8 * i)));
+  return out + h + data;
+}
+
+TEST(Reliability, NpySizesAreCheckedAgainstTheFileBeforeAllocating) {
+  EXPECT_THAT(error_of([] {
+                parse_npy(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (1048576, 1048576), }",
+                                    ""),
+                          "e.npy");
+              }),
+              AllOf(HasSubstr("e.npy"), HasSubstr("holds 0 bytes")));
+  EXPECT_THAT(error_of([] {
+                parse_npy(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387904, "
+                                    "4611686018427387904, 16), }", ""),
+                          "e.npy");
+              }),
+              HasSubstr("overflows 64 bits"));
+  EXPECT_THAT(error_of([] { parse_npy(std::string("\x93NUMPY\x02\x00\xf0\xff\xff\xff{", 13), "e.npy"); }),
+              HasSubstr("runs past the end of the file"));
+  EXPECT_THAT(error_of([] { parse_npy(npy_bytes("{'descr': '<f8', 'fortran_order': False, 'shape': (268435456,), }",
+                                                std::string(8, '\0')), "e.npy"); }),
+              HasSubstr("holds 8 bytes, expected 268435456 elements"));
+  EXPECT_THAT(error_of([] { parse_npy(npy_bytes("{'descr': '<f4', 'shape': (1,), }", "abcd"), "e.npy"); }),
+              HasSubstr("expected the keys"));
+  EXPECT_THAT(error_of([] { parse_npy(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", ""),
+                                      "e.npy"); }),
+              HasSubstr("non-negative dimension"));
+}
+
+TEST(Reliability, NpyReadsUnalignedDataAndEveryVersion) {
+  float v[3] = {1.5f, -2.0f, 3.25f};
+  const std::string data(reinterpret_cast<const char*>(v), sizeof v);
+  for (int version : {1, 2}) {
+    // One byte in front: the data is not 4-byte aligned in memory (read by memcpy, no UB).
+    const std::string bytes = "x" + npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (3,), }", data, version);
+    const NpyArray a = parse_npy(std::string_view(bytes).substr(1), "e.npy");
+    EXPECT_EQ(a.shape, (std::vector<int64_t>{3}));
+    EXPECT_EQ(a.values, (std::vector<double>{1.5, -2.0, 3.25}));
+  }
+  const NpyArray scalar = parse_npy(npy_bytes("{'descr': '<i8', 'fortran_order': False, 'shape': (), }",
+                                              std::string("\x07\0\0\0\0\0\0\0", 8)), "s.npy");
+  EXPECT_TRUE(scalar.shape.empty());
+  EXPECT_EQ(scalar.values, (std::vector<double>{7}));
+}
+
+TEST(Reliability, TokenizerIdsAreBoundedBeforeTheTablesAreSized) {
+  test::TempDir tmp;
+  write_file(tmp.file("t.json"), small_tokenizer("130000000"));
+  EXPECT_THAT(error_of([&] { Tokenizer::load(tmp.file("t.json")); }),
+              AllOf(HasSubstr("t.json"), HasSubstr(".vocab['ab']"), HasSubstr("[0, 2^22)"), HasSubstr("130000000")));
+  write_file(tmp.file("ok.json"), small_tokenizer("4194303"));  // the largest id allowed
+  EXPECT_EQ(Tokenizer::load(tmp.file("ok.json"))->vocab_size(), 4194304);
+}
+
+// ---- Undefined behaviour: unaligned safetensors data ---------------------------------------------------------------
+
+TEST(Reliability, UnalignedSafetensorsAreViewedThroughAlignedCopies) {
+  // A 2-byte f16 first and no header padding: the f32 and f64 tensors start at odd addresses in the file.
+  const float f[2] = {1.0f, -3.5f};
+  const double d = 0.25;
+  std::string data("\0\0", 2);
+  data.append(reinterpret_cast<const char*>(f), sizeof f);
+  data.append(reinterpret_cast<const char*>(&d), sizeof d);
+  const std::string header = R"({"x":{"dtype":"F16","shape":[1],"data_offsets":[0,2]},)"
+                             R"("y":{"dtype":"F32","shape":[2],"data_offsets":[2,10]},)"
+                             R"("z":{"dtype":"F64","shape":[1],"data_offsets":[10,18]}})";
+  const SafetensorsFile file = SafetensorsFile::from_bytes(safetensors_image(header, data), "u.st");
+  const TensorView y = file.view("y"), z = file.view("z");
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(y.data) % 4, 0u);
+  EXPECT_EQ(reinterpret_cast<uintptr_t>(z.data) % 8, 0u);
+  EXPECT_EQ(static_cast<const float*>(y.data)[1], -3.5f);
+  EXPECT_EQ(*static_cast<const double*>(z.data), 0.25);
+}
+
+// ---- Tokens files and chunk lists ---------------------------------------------------------------------------------
+
+TEST(Reliability, TokenListsAreStrict) {
+  using cli::parse_token_ids;
+  EXPECT_EQ(parse_token_ids("1 2,3, 4\n5\t6", "f"), (std::vector<int32_t>{1, 2, 3, 4, 5, 6}));
+  EXPECT_EQ(parse_token_ids("  \n", "f"), (std::vector<int32_t>{}));
+  EXPECT_EQ(parse_token_ids("2147483647", "f"), (std::vector<int32_t>{2147483647}));
+  EXPECT_THAT(error_of([] { parse_token_ids("1,,2", "f"); }), AllOf(HasSubstr("f:"), HasSubstr("empty entry")));
+  EXPECT_THAT(error_of([] { parse_token_ids("1,2,", "f"); }), HasSubstr("trailing ','"));
+  EXPECT_THAT(error_of([] { parse_token_ids(",1", "f"); }), HasSubstr("empty entry"));
+  EXPECT_THAT(error_of([] { parse_token_ids("1 -5", "f"); }), AllOf(HasSubstr("'-5'"), HasSubstr("token 1")));
+  EXPECT_THAT(error_of([] { parse_token_ids("2147483648", "f"); }), HasSubstr("above 2^31 - 1"));
+  EXPECT_THAT(error_of([] { parse_token_ids("12abc", "f"); }), HasSubstr("'12abc'"));
+  EXPECT_THAT(error_of([] { cli::parse_chunks("1,,2", "--chunks"); }), HasSubstr("--chunks"));
+}
+
+TEST(Reliability, DirectoriesWhereFilesBelongAreNamedAsSuch) {
+  test::TempDir tmp;
+  fs::create_directory(tmp.file("config.json"));
+  EXPECT_THAT(error_of([&] { Checkpoint c(tmp.path()); }), AllOf(HasSubstr("config.json"), HasSubstr("is a directory")));
+  EXPECT_THAT(error_of([&] { Tokenizer::load(tmp.file("config.json")); }), HasSubstr("is a directory"));
+  EXPECT_THAT(error_of([&] { read_npy(tmp.file("config.json")); }), HasSubstr("is a directory"));
+  EXPECT_THAT(error_of([&] { read_npy(tmp.file("missing.npy")); }), HasSubstr("no such file"));
+}
+
+// ---- The CLI: ranges of options, files that are directories, exit codes -------------------------------------------
+
+class ReliabilityCli : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    const std::string from = test::fixture_dir() + "/models/mamba2_f32_groups_bias";
+    fs::copy(from + "/config.json", tmp_.file("config.json"));
+    fs::copy(from + "/model.safetensors", tmp_.file("model.safetensors"));
+    write_file(tmp_.file("t.txt"), "1 2 3");
+  }
+  std::string model() const { return " --device cpu --model " + tmp_.path(); }
+  test::TempDir tmp_;
+};
+
+TEST_F(ReliabilityCli, OptionRangesAreCheckedBeforeAnythingRuns) {
+  const std::string gen = "generate" + model() + " --tokens-file " + tmp_.file("t.txt") + " -n 1 ";
+  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+           {"--threads 100000", "--threads"}, {"--threads -5", "--threads"}, {"--top-p 2", "--top-p"},
+           {"--top-p nan", "--top-p"}, {"--temp -1", "--temp"}, {"--temp inf", "--temp"}, {"--top-k -1", "--top-k"},
+           {"--min-p 2", "--min-p"}, {"--repeat-penalty 0", "--repeat-penalty"},
+           {"--repeat-last-n -1", "--repeat-last-n"}, {"--seed -3", "--seed"}, {"--max-prompt 0", "--max-prompt"}}) {
+    const test::CliResult r = test::run_cli(gen + args);
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output();
+    EXPECT_THAT(r.output(), HasSubstr(option)) << args;
+  }
+  const test::CliResult r = test::run_cli("perplexity" + model() + " -f " + tmp_.file("t.txt") + " --context -1");
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.output(), HasSubstr("--context"));
+}
+
+TEST_F(ReliabilityCli, BadFilesExitOneNamingTheFile) {
+  write_file(tmp_.file("bad.txt"), "1,,2");
+  test::CliResult r = test::run_cli("logits" + model() + " --tokens-file " + tmp_.file("bad.txt") + " --out " + tmp_.file("o.npy"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("bad.txt"), HasSubstr("empty entry")));
+  fs::create_directory(tmp_.file("adir"));
+  r = test::run_cli("logits" + model() + " --tokens-file " + tmp_.file("adir") + " --out " + tmp_.file("o.npy"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("--tokens-file"), HasSubstr("is a directory")));
+  fs::copy(test::fixture_dir() + "/tokenizer/tokenizer.json", tmp_.file("tokenizer.json"));
+  r = test::run_cli("generate" + model() + " --prompts-file " + tmp_.file("adir"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("--prompts-file"), HasSubstr("is a directory")));
+  r = test::run_cli("generate" + model() + " --tokens-file " + tmp_.file("t.txt") + " -n 1 --load-state " + tmp_.file("adir"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("adir"), HasSubstr("is a directory")));
+  // A config.json nested too deeply, and one with a number too large for a double.
+  write_file(tmp_.file("config.json"), "{\"d_model\": " + deep(100000) + "}");
+  r = test::run_cli("logits" + model() + " --tokens-file " + tmp_.file("t.txt") + " --out " + tmp_.file("o.npy"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("config.json"), HasSubstr("nested deeper than 256")));
+  write_file(tmp_.file("config.json"), R"({"d_model": 1e705})");
+  r = test::run_cli("logits" + model() + " --tokens-file " + tmp_.file("t.txt") + " --out " + tmp_.file("o.npy"));
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("config.json"), HasSubstr("1e705")));
+}
+
+TEST_F(ReliabilityCli, LogitsOutputIsBoundedWithAFlagToRaiseIt) {
+  std::string many;
+  for (int i = 0; i < 20000; ++i) many += "1 ";
+  write_file(tmp_.file("many.txt"), many);
+  const std::string args = "logits" + model() + " --tokens-file " + tmp_.file("many.txt") + " --out " + tmp_.file("o.npy");
+  const test::CliResult r = test::run_cli(args + " --max-out-mb 1");
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("20000 tokens"), HasSubstr("--max-out-mb 1")));
+}
+
+// ---- State files: the reader refuses what is not a state file of this model, and the slot stays as it was ----------
+
+TEST(Reliability, StateFileReaderRefusesHostileFilesWithoutChangingTheSlot) {
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  auto model = Model::load(test::fixture_dir() + "/models/mamba2_f32_groups_bias", lo);
+  auto state = model->create_state(1);
+  test::TempDir tmp;
+  state->save(0, tmp.file("good.state"), {1, 2});
+  const std::string good = read_file(tmp.file("good.state"));
+  const std::vector<float> before = state->read_slot(0);
+  fs::create_directory(tmp.file("dir"));
+  EXPECT_THAT(error_of([&] { state->load(0, tmp.file("dir")); }), HasSubstr("is a directory"));
+  // A token count claiming far more tokens than the file holds, and a config length claiming gigabytes.
+  std::string bad = good;
+  const size_t config_len_at = 16 + 4 + 4 + 8;
+  bad.replace(config_len_at, 8, u64le(uint64_t{1} << 40));
+  write_file(tmp.file("bad.state"), bad);
+  EXPECT_THAT(error_of([&] { state->load(0, tmp.file("bad.state")); }), HasSubstr("implausible"));
+  write_file(tmp.file("short.state"), good.substr(0, good.size() - 1));
+  EXPECT_THAT(error_of([&] { state->load(0, tmp.file("short.state")); }), HasSubstr("truncated"));
+  EXPECT_EQ(state->read_slot(0), before);
+  EXPECT_EQ(state->load(0, tmp.file("good.state")), (std::vector<int32_t>{1, 2}));
+}
+
+}  // namespace
+}  // namespace mambacpp
