@@ -1,6 +1,7 @@
-// The CPU backend: f32 compute with OpenMP, weights read in place in their stored dtype (f32/f16/bf16), state in
-// f32. This class only checks arguments and turns views into the raw-pointer parameters of the kernels
-// (conv1d.h, selective_scan.h, ssd.h, attention.h, linear.cpp, norms.cpp, rows.cpp, activations.cpp).
+// The CPU backend: f32 compute on a thread pool (thread_pool.h) with vector kernels chosen at run time (simd.h),
+// weights read in place in their stored dtype (f32/f16/bf16), state in f32 (bf16 in the fused decode). This class
+// only checks arguments and turns views into the raw-pointer parameters of the kernels (conv1d.h,
+// selective_scan.h, ssd.h, attention.h, linear.cpp, norms.cpp, rows.cpp, activations.cpp).
 #pragma once
 
 #include <string>
