@@ -74,35 +74,34 @@ HWY_INLINE float weight_scalar(const W* p, int64_t i) {
   else return f16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
 }
 
-// out[r] = x . w_r for R rows of W at once (one load of x feeds R FMAs).
-template <int R, class W>
-HWY_INLINE void dot_block(const float* HWY_RESTRICT x, const W* HWY_RESTRICT w, int64_t in, float* out) {
+// x . w over one row with four independent accumulators (four FMA chains in flight), the row read front to back:
+// a single linear stream per thread is what the hardware prefetcher follows best (4 rows interleaved ran at half the
+// bandwidth on Zen 3 without software prefetch). Leftover vectors go into the first accumulator, the zero-padded tail
+// into the second; the accumulators are added in a fixed tree.
+template <class W>
+HWY_INLINE float dot_row(const float* HWY_RESTRICT x, const W* HWY_RESTRICT w, int64_t in) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  VF acc[R];
-  for (int r = 0; r < R; ++r) acc[r] = hn::Zero(df);
+  VF a0 = hn::Zero(df), a1 = hn::Zero(df), a2 = hn::Zero(df), a3 = hn::Zero(df);
   int64_t i = 0;
-  for (; i + L <= in; i += L) {
-    const VF xv = hn::LoadU(df, x + i);
-    for (int r = 0; r < R; ++r) acc[r] = hn::MulAdd(xv, load_w(df, w + r * in + i), acc[r]);
+  for (; i + 4 * L <= in; i += 4 * L) {
+    a0 = hn::MulAdd(hn::LoadU(df, x + i), load_w(df, w + i), a0);
+    a1 = hn::MulAdd(hn::LoadU(df, x + i + L), load_w(df, w + i + L), a1);
+    a2 = hn::MulAdd(hn::LoadU(df, x + i + 2 * L), load_w(df, w + i + 2 * L), a2);
+    a3 = hn::MulAdd(hn::LoadU(df, x + i + 3 * L), load_w(df, w + i + 3 * L), a3);
   }
+  for (; i + L <= in; i += L) a0 = hn::MulAdd(hn::LoadU(df, x + i), load_w(df, w + i), a0);
   if (i < in) {
     HWY_ALIGN float xt[kMaxLanes] = {}, wt[kMaxLanes] = {};
-    std::memcpy(xt, x + i, static_cast<size_t>(in - i) * sizeof(float));
-    const VF xv = hn::Load(df, xt);
-    for (int r = 0; r < R; ++r) {
-      for (int64_t k = 0; k < in - i; ++k) wt[k] = weight_scalar(w + r * in, i + k);
-      acc[r] = hn::MulAdd(xv, hn::Load(df, wt), acc[r]);
-    }
+    for (int64_t k = 0; k < in - i; ++k) xt[k] = x[i + k], wt[k] = weight_scalar(w, i + k);
+    a1 = hn::MulAdd(hn::Load(df, xt), hn::Load(df, wt), a1);
   }
-  for (int r = 0; r < R; ++r) out[r] = hn::GetLane(hn::SumOfLanes(df, acc[r]));
+  return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
 }
 
 template <class W>
 void dot_rows_t(const float* x, const W* w, int64_t in, int64_t rows, float* out) {
-  int64_t r = 0;
-  for (; r + 4 <= rows; r += 4) dot_block<4>(x, w + r * in, in, out + r);
-  for (; r < rows; ++r) dot_block<1>(x, w + r * in, in, out + r);
+  for (int64_t r = 0; r < rows; ++r) out[r] = dot_row(x, w + r * in, in);
 }
 
 void DotRows(const float* x, const void* w, DType w_dtype, int64_t in, int64_t rows, float* out) {
