@@ -3,7 +3,7 @@
 // tiny configs (sizes below one vector) and odd medium ones (several vectors plus a tail). The plain ops are tested
 // against fp64 references in cpu_kernels_test.cpp; the two paths differ only by f32 rounding (vector exp, the order
 // of the dot products' tails, the norm scale), which compounds over a few layers and steps to ~1e-6: 1e-5 as
-// max|a - b| / max|b|, the tolerance of the invariance tests.
+// max|a - b| / max|b|, the tolerance of the invariance tests. A bf16 state is checked too (its own tolerance below).
 #include <gtest/gtest.h>
 
 #include "backend/cpu/simd.h"
@@ -86,6 +86,14 @@ TEST(CpuDecode, FusedBlockMatchesPlainOps) {
           EXPECT_LE(test::max_rel_diff(fused.logits, plain.logits), kTol);
           EXPECT_LE(test::max_rel_diff(fused.state, plain.state), kTol);
         }
+        // bf16 state: the fused path rounds in its kernels, the plain ops round an f32 copy after each call — once
+        // per token either way, but an f32 difference in the last bit can flip a rounding: one bf16 ulp (2^-8) of
+        // an element, 2^-7 with margin for its effect on later steps.
+        SCOPED_TRACE(std::string(c.arch == Arch::Mamba1 ? "mamba1" : "mamba2") + " bf16 state, weights " + dtype_name(w));
+        const Decoded plain = decode(c, w, DType::BF16, false, 2, 4);
+        const Decoded fused = decode(c, w, DType::BF16, true, 2, 4);
+        EXPECT_LE(test::max_rel_diff(fused.logits, plain.logits), 0x1p-7);
+        EXPECT_LE(test::max_rel_diff(fused.state, plain.state), 0x1p-7);
       }
     }
   }
