@@ -16,6 +16,7 @@
 #include "backend/cpu/attention.h"
 #include "backend/cpu/conv1d.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/decode_steps.h"
 #include "backend/cpu/selective_scan.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/ssd.h"
@@ -331,6 +332,7 @@ void CpuBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch) 
   p.d_state = N;
   p.threads = threads_;
   check_batch(op, batch, T, a.state.dim(0));
+  if (cpu::single_token_batch(batch)) return cpu::mamba1_decode_step(a, p.dt, batch, threads_);
   with_f32_state(a.state, batch, [&](float* st, std::span<const SeqSpan> seqs) {
     p.state = st;
     cpu::mamba1_scan(p, seqs);
@@ -373,6 +375,7 @@ void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {
   p.y = rows<float>(a.y);
   p.threads = threads_;
   check_batch(op, batch, T, a.state.dim(0));
+  if (cpu::single_token_batch(batch)) return cpu::mamba2_decode_step(a, batch, threads_);
   with_f32_state(a.state, batch, [&](float* st, std::span<const SeqSpan> seqs) {
     p.state = st;
     cpu::mamba2_ssd(p, seqs);

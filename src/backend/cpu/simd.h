@@ -25,7 +25,7 @@ void force_target(const std::string& name);
 // order (lane-wise partial sums, then a fixed reduction), the same whatever `rows` and whatever the row's place.
 void dot_rows(const float* x, const void* w, DType w_dtype, int64_t in, int64_t rows, float* out);
 
-// dst[i] = src[i] as f32, src in f32, bf16 or f16 (exact).
+// dst[i] = src[i] as f32, src in f32, bf16 or f16 (exact), or f64 (rounded; scalar).
 void to_f32(const void* src, DType from, float* dst, int64_t n);
 
 // out[i] = silu(in[i]) = in[i] / (1 + exp(-in[i])); in and out may be the same.

@@ -127,7 +127,8 @@ void ToF32(const void* src, DType from, float* dst, int64_t n) {
     case DType::F32: std::memcpy(dst, src, static_cast<size_t>(n) * sizeof(float)); return;
     case DType::BF16: return to_f32_t(static_cast<const hwy::bfloat16_t*>(src), dst, n);
     case DType::F16: return to_f32_t(static_cast<const hwy::float16_t*>(src), dst, n);
-    default: fail("to_f32: source must be f32, bf16 or f16, found ", dtype_name(from));
+    case DType::F64: return convert_to_f32(src, from, dst, n);  // test weights
+    default: fail("to_f32: source must be f32, bf16, f16 or f64, found ", dtype_name(from));
   }
 }
 
