@@ -57,7 +57,7 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
   cmd.add_option("--batch-tokens", opts.max_batch_tokens, "tokens per internal prefill piece (bounds memory)")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
-  cmd.add_option("--state-dtype", opts.state_dtype, "conv/SSM state dtype: fp32, or bf16 (GPU only)")
+  cmd.add_option("--state-dtype", opts.state_dtype, "conv/SSM state dtype: fp32, or bf16 (half the state bytes)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd.add_option("--ctx-size", opts.ctx_size,

@@ -22,7 +22,7 @@ struct ModelOptions {
   bool no_fused_decode = false;
   std::string precision = "fast";  // GPU, 16-bit weights (mambacpp/precision.h)
   bool no_batch_invariant = false;
-  std::string state_dtype = "fp32";  // conv/SSM state; bf16 on the GPU only
+  std::string state_dtype = "fp32";  // conv/SSM state: fp32 or bf16
 
   DType state() const { return parse_dtype(state_dtype); }
 };

@@ -23,6 +23,7 @@ namespace {
 struct BenchOptions {
   ModelOptions model;
   std::string shape;
+  std::string weights = "bf16";  // --shape: the stored dtype of the random weights
   int64_t batch = 1, prompt = 100, gen = 1000;
   int repeat = 3;
   bool json = false;
@@ -275,7 +276,7 @@ void run_bench(const BenchOptions& o) {
   if (o.shape.empty() == o.model.model_dir.empty()) fail("bench: give exactly one of --shape or --model");
   const LoadOptions lo = load_options(o.model);
   auto t_load = Clock::now();
-  std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), lo, 1);
+  std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), lo, 1, parse_dtype(o.weights));
   const double load_ms = ms_since(t_load);
   if (o.serve) return serve_bench(*model, o, load_ms);
   if (o.chat_turn) return chat_turn_bench(*model, o, load_ms);
@@ -340,6 +341,8 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
   std::string shapes;
   for (const std::string& s : named_shapes()) shapes += (shapes.empty() ? "" : "|") + s;
   cmd->add_option("--shape", o->shape, "random weights of a real shape: " + shapes);
+  cmd->add_option("--weights", o->weights, "--shape: stored dtype of the random weights (f32|bf16|f16; the GPU "
+                  "converts them to --dtype)")->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16"}))->capture_default_str();
   cmd->add_option("-b,--batch", o->batch, "sequences decoded together")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("-p,--prompt", o->prompt, "prompt tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
   cmd->add_option("-g,--gen", o->gen, "generated tokens per sequence")->check(CLI::NonNegativeNumber)->capture_default_str();

@@ -3,7 +3,7 @@
 # nvcc is on PATH (or in /usr/local/cuda/bin) the CUDA backend is built too. Then the server tests' Node packages
 # (tests/server, pinned by its lock file).
 set -euo pipefail
-packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev
+packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libhwy-dev
           libpcre2-dev libutf8proc-dev zlib1g-dev libcpp-httplib-dev
           # The Python module (python/) and its tests: Debian's interpreter, headers, pybind11, numpy, pytest, venv.
           python3-dev pybind11-dev python3-numpy python3-pytest python3-venv python3-setuptools python3-wheel python3-pip)

@@ -22,6 +22,7 @@
 #include "backend/backend.h"
 #include "backend/cpu/conv1d.h"
 #include "backend/cpu/selective_scan.h"
+#include "backend/cpu/simd.h"
 #include "backend/cpu/ssd.h"
 #include "cpu_kernel_reference.h"
 #include "mambacpp/error.h"
@@ -421,7 +422,8 @@ void linear_case(int64_t T, int64_t in, int64_t out, DType wdtype, bool bias, ui
   Strided<float> y(Vec(static_cast<size_t>(T * out), kNaN), T, out, 2, 1);
   const TensorView wv = view_of(w, {out, in}), bv = bias ? view_of(b, {out}) : TensorView{};
   be->linear(xs.view(), wv, bv, y.view());
-  // Each output is a dot of `in` products of terms <= 1; f32 summation with 8 partial sums errs by << 1e-5 of max|y|.
+  // Each output is a dot of `in` products of terms <= 1; f32 summation with lane-wise partial sums errs by << 1e-5
+  // of max|y|.
   expect_close(y.dense(), want, kTolF32, "linear");
 
   // Batch invariance: each row computed alone is bit-identical to the same row inside the batch.
@@ -435,13 +437,21 @@ void linear_case(int64_t T, int64_t in, int64_t out, DType wdtype, bool bias, ui
   }
 }
 
+// On every SIMD target (each forced in turn): T <= 4 streams W in its stored dtype, larger T widens blocks of W to
+// f32 first; the batch-invariance check below ties the two paths bit for bit.
 TEST(CpuKernels, Linear) {
-  for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
-    linear_case(1, 67, 37, dt, true, 401);
-    linear_case(37, 67, 37, dt, true, 402);
-    linear_case(37, 300, 50, dt, false, 403);
+  for (const std::string& target : cpu::simd::available_targets()) {
+    SCOPED_TRACE("SIMD target " + target);
+    cpu::simd::force_target(target);
+    for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
+      linear_case(1, 67, 37, dt, true, 401);
+      linear_case(3, 13, 5, dt, true, 405);
+      linear_case(37, 67, 37, dt, true, 402);
+      linear_case(37, 300, 50, dt, false, 403);
+    }
+    linear_case(130, 96, 70, DType::BF16, true, 404);  // more than one token tile
   }
-  linear_case(130, 96, 70, DType::BF16, true, 404);  // more than one token tile
+  cpu::simd::force_target("");
 }
 
 // ---- norms and row ops ---------------------------------------------------------------------------------------------
@@ -517,15 +527,15 @@ TEST(CpuKernels, RejectsBadStateAndSlots) {
   auto be = make_cpu_backend(1);
   const int64_t T = 3, C = 4, K = 4;
   std::vector<float> x(T * C, 0.5f), out(T * C), w(C * K, 0.1f), state(2 * C * (K - 1), 0.0f);
-  std::vector<uint16_t> state_bf16(2 * C * (K - 1), 0);
+  std::vector<uint16_t> state_f16(2 * C * (K - 1), 0);
   Batch b = make_batch({T}, {1});
   const TensorView xv(x.data(), DType::F32, {T, C}), wv(w.data(), DType::F32, {C, 1, K}),
       ov(out.data(), DType::F32, {T, C});
   try {
-    be->conv1d_silu(xv, wv, {}, TensorView(state_bf16.data(), DType::BF16, {2, C, K - 1}), b.layout, ov);
-    ADD_FAILURE() << "a bf16 state was accepted";
+    be->conv1d_silu(xv, wv, {}, TensorView(state_f16.data(), DType::F16, {2, C, K - 1}), b.layout, ov);
+    ADD_FAILURE() << "an f16 state was accepted";
   } catch (const Error& e) {
-    EXPECT_NE(std::string(e.what()).find("bf16"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("f32 or bf16"), std::string::npos) << e.what();
   }
   const TensorView sv(state.data(), DType::F32, {2, C, K - 1});
   Batch bad_slot = make_batch({T}, {2});
@@ -537,6 +547,29 @@ TEST(CpuKernels, RejectsBadStateAndSlots) {
   EXPECT_THROW(be->conv1d_silu(xv, wv, {}, sv, too_long.layout, ov), Error);
   EXPECT_THROW(be->conv1d_silu(xv, wv, {}, sv, b.layout, xv), Error);  // out aliasing x
   be->conv1d_silu(xv, wv, {}, sv, b.layout, ov);  // the valid call goes through
+}
+
+// A bf16 state runs the same kernels on an f32 copy of its slots: the outputs equal the f32 state's, and the new
+// state is the f32 one rounded to bf16 (the initial values are bf16 numbers, so both start equal).
+TEST(CpuKernels, Bf16StateIsTheF32StateRounded) {
+  auto be = make_cpu_backend(2);
+  const int64_t T = 5, C = 11, K = 4, S = K - 1, n_slots = 3;
+  std::vector<float> x(T * C), w(C * K), out32(T * C), out16(T * C), st32(n_slots * C * S);
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1, 1);
+  for (auto* v : {&x, &w, &st32})
+    for (float& e : *v) e = bf16_to_f32(f32_to_bf16(u(rng)));
+  std::vector<uint16_t> st16(st32.size());
+  for (size_t i = 0; i < st32.size(); ++i) st16[i] = f32_to_bf16(st32[i]);
+  Batch b = make_batch({2, 3}, {2, 0});
+  b.n_slots = n_slots;
+  const TensorView xv(x.data(), DType::F32, {T, C}), wv(w.data(), DType::F32, {C, 1, K});
+  be->conv1d_silu(xv, wv, {}, TensorView(st32.data(), DType::F32, {n_slots, C, S}), b.layout,
+                  TensorView(out32.data(), DType::F32, {T, C}));
+  be->conv1d_silu(xv, wv, {}, TensorView(st16.data(), DType::BF16, {n_slots, C, S}), b.layout,
+                  TensorView(out16.data(), DType::F32, {T, C}));
+  EXPECT_EQ(out16, out32);
+  for (size_t i = 0; i < st32.size(); ++i) EXPECT_EQ(st16[i], f32_to_bf16(st32[i])) << "state element " << i;
 }
 
 TEST(CpuKernels, DeviceBufferOwnsAlignedMemory) {
@@ -554,7 +587,7 @@ TEST(CpuKernels, DeviceBufferOwnsAlignedMemory) {
   c = std::move(b);
   EXPECT_EQ(c.data(), p);
   EXPECT_EQ(static_cast<unsigned char*>(c.data())[999], 7);
-  EXPECT_EQ(be->description(), "CPU (1 thread)");
+  EXPECT_EQ(be->description(), "CPU (1 thread, " + cpu::simd::target_name() + ")");
 }
 
 }  // namespace

@@ -124,8 +124,6 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
   if (n_slots < 1) fail("create_state: n_slots must be >= 1, found ", n_slots);
   if (state_dtype != DType::F32 && state_dtype != DType::BF16)
     fail("state dtype: expected f32 or bf16, found ", dtype_name(state_dtype));
-  if (state_dtype != DType::F32 && device() == Device::CPU)
-    fail("state dtype ", dtype_name(state_dtype), " is supported on the GPU only; the CPU keeps f32 state");
   auto impl = std::make_unique<StateCache::Impl>();
   impl->model = this;
   impl->backend = impl_->backend.get();

@@ -15,6 +15,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernel_common.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
 
@@ -53,9 +54,9 @@ void attention(const AttentionParams<T>& p, std::span<const SeqSpan> seqs, std::
   for (size_t s = 0; s < seqs.size(); ++s) {
     const KvPages<T>& c = cache[s];
     const int64_t len = seqs[s].len;
-#pragma omp parallel for collapse(2) schedule(dynamic, 1) num_threads(p.threads) if (len * p.n_heads > 1)
-    for (int64_t i = 0; i < len; ++i)
-      for (int64_t h = 0; h < p.n_heads; ++h) {
+    parallel_tasks(p.threads, len * p.n_heads, [&](int64_t task) {
+      const int64_t i = task / p.n_heads, h = task % p.n_heads;
+      {
         const int64_t t = seqs[s].start + i, n_keys = c.past + i + 1, g = h / rep;
         const T* q = p.q[t] + h * hd;
         std::vector<T> w(static_cast<size_t>(n_keys));
@@ -77,6 +78,7 @@ void attention(const AttentionParams<T>& p, std::span<const SeqSpan> seqs, std::
           for (int64_t d = 0; d < hd; ++d) o[d] += a * val[d];
         }
       }
+    });
   }
 }
 
@@ -90,21 +92,22 @@ void rope(Rows<T> x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double
   for (int64_t i = 0; i < half; ++i)
     inv_freq[static_cast<size_t>(i)] = std::pow(theta, -static_cast<double>(2 * i) / static_cast<double>(rope_dim));
   for (size_t s = 0; s < seqs.size(); ++s) {
-#pragma omp parallel for schedule(static) num_threads(threads) if (seqs[s].len > 16)
-    for (int64_t i = 0; i < seqs[s].len; ++i) {
-      const double pos = static_cast<double>(start_positions[s] + i);
-      T* row = x[seqs[s].start + i];
-      for (int64_t f = 0; f < half; ++f) {
-        const double a = pos * inv_freq[static_cast<size_t>(f)];
-        const T cs = static_cast<T>(std::cos(a)), sn = static_cast<T>(std::sin(a));
-        for (int64_t h = 0; h < n_heads; ++h) {
-          T* e = row + h * head_dim;
-          const T x1 = e[f], x2 = e[f + half];
-          e[f] = x1 * cs - x2 * sn;
-          e[f + half] = x2 * cs + x1 * sn;
+    parallel_for(threads, seqs[s].len, 17, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) {
+        const double pos = static_cast<double>(start_positions[s] + i);
+        T* row = x[seqs[s].start + i];
+        for (int64_t f = 0; f < half; ++f) {
+          const double a = pos * inv_freq[static_cast<size_t>(f)];
+          const T cs = static_cast<T>(std::cos(a)), sn = static_cast<T>(std::sin(a));
+          for (int64_t h = 0; h < n_heads; ++h) {
+            T* e = row + h * head_dim;
+            const T x1 = e[f], x2 = e[f + half];
+            e[f] = x1 * cs - x2 * sn;
+            e[f + half] = x2 * cs + x1 * sn;
+          }
         }
       }
-    }
+    });
   }
 }
 

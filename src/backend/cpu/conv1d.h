@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernel_common.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
 
@@ -34,39 +35,36 @@ void conv1d_silu(const Conv1dParams<T>& p, std::span<const SeqSpan> seqs) {
   const int64_t n_blocks = (C + kBlock - 1) / kBlock;
   const int64_t n_seqs = static_cast<int64_t>(seqs.size());
 
-#pragma omp parallel for collapse(2) schedule(dynamic) num_threads(p.threads)
-  for (int64_t s = 0; s < n_seqs; ++s) {
-    for (int64_t blk = 0; blk < n_blocks; ++blk) {
-      const SeqSpan seq = seqs[static_cast<size_t>(s)];
-      if (seq.len <= 0) continue;
-      const int64_t c0 = blk * kBlock, nc = std::min(kBlock, C - c0);
-      T w[kBlock * kConvMaxKernel];
-      T b[kBlock];
-      weight_load(p.w, c0 * K, nc * K, w);
-      for (int64_t c = 0; c < nc; ++c) b[c] = p.bias.present() ? weight_at<T>(p.bias, c0 + c) : T(0);
-      T* st = p.state + seq.slot * C * S + c0 * S;  // [nc, S] of this slot
+  parallel_tasks(p.threads, n_seqs * n_blocks, [&](int64_t task) {
+    const SeqSpan seq = seqs[static_cast<size_t>(task / n_blocks)];
+    if (seq.len <= 0) return;
+    const int64_t c0 = (task % n_blocks) * kBlock, nc = std::min(kBlock, C - c0);
+    T w[kBlock * kConvMaxKernel];
+    T b[kBlock];
+    weight_load(p.w, c0 * K, nc * K, w);
+    for (int64_t c = 0; c < nc; ++c) b[c] = p.bias.present() ? weight_at<T>(p.bias, c0 + c) : T(0);
+    T* st = p.state + seq.slot * C * S + c0 * S;  // [nc, S] of this slot
 
-      for (int64_t t = 0; t < seq.len; ++t) {
-        T* yr = p.out[seq.start + t] + c0;
-        for (int64_t c = 0; c < nc; ++c) {
-          T acc = b[c];
-          for (int64_t k = 0; k < K; ++k) {
-            const int64_t pos = t - S + k;  // input position relative to the sequence start
-            const T v = pos >= 0 ? p.x[seq.start + pos][c0 + c] : st[c * S + S + pos];
-            acc += w[c * K + k] * v;
-          }
-          yr[c] = silu(acc);
-        }
-      }
-      // New state: the last S inputs. Ascending j reads old entries (j + len > j) before they are overwritten.
+    for (int64_t t = 0; t < seq.len; ++t) {
+      T* yr = p.out[seq.start + t] + c0;
       for (int64_t c = 0; c < nc; ++c) {
-        for (int64_t j = 0; j < S; ++j) {
-          const int64_t pos = seq.len - S + j;
-          st[c * S + j] = pos >= 0 ? p.x[seq.start + pos][c0 + c] : st[c * S + j + seq.len];
+        T acc = b[c];
+        for (int64_t k = 0; k < K; ++k) {
+          const int64_t pos = t - S + k;  // input position relative to the sequence start
+          const T v = pos >= 0 ? p.x[seq.start + pos][c0 + c] : st[c * S + S + pos];
+          acc += w[c * K + k] * v;
         }
+        yr[c] = silu(acc);
       }
     }
-  }
+    // New state: the last S inputs. Ascending j reads old entries (j + len > j) before they are overwritten.
+    for (int64_t c = 0; c < nc; ++c) {
+      for (int64_t j = 0; j < S; ++j) {
+        const int64_t pos = seq.len - S + j;
+        st[c * S + j] = pos >= 0 ? p.x[seq.start + pos][c0 + c] : st[c * S + j + seq.len];
+      }
+    }
+  });
 }
 
 }  // namespace mambacpp::cpu

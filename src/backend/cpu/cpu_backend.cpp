@@ -3,21 +3,22 @@
 // that names the op, what was expected and what was found.
 #include "backend/cpu/cpu_backend.h"
 
-#include <omp.h>
-
 #include <algorithm>
 #include <cmath>
 #include <limits>
 #include <cstdlib>
 #include <cstring>
 #include <span>
+#include <thread>
 #include <utility>
 #include <vector>
 
 #include "backend/cpu/attention.h"
 #include "backend/cpu/conv1d.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/decode_steps.h"
 #include "backend/cpu/selective_scan.h"
+#include "backend/cpu/simd.h"
 #include "backend/cpu/ssd.h"
 #include "mambacpp/error.h"
 
@@ -55,15 +56,35 @@ WeightRef weight(const char* op, const char* name, const TensorView& v, int64_t 
   return {v.data, v.dtype};
 }
 
-// f32 state [n_slots, inner...] whose row (one slot) holds `slot_elems` elements.
-float* state_ptr(const char* op, const char* name, const TensorView& s, int64_t slot_elems) {
+// State [n_slots, inner...] in f32 or bf16 whose row (one slot) holds `slot_elems` elements.
+void check_state(const char* op, const char* name, const TensorView& s, int64_t slot_elems) {
   if (s.empty()) fail(op, ": ", name, " state is missing");
-  if (s.dtype != DType::F32)
-    fail(op, ": ", name, " state has dtype ", dtype_name(s.dtype),
-         "; the CPU backend keeps state in f32 (a bf16 state is only supported by the CUDA backend)");
+  if (s.dtype != DType::F32 && s.dtype != DType::BF16)
+    fail(op, ": ", name, " state has dtype ", dtype_name(s.dtype), "; expected f32 or bf16");
   if (!s.contiguous() || s.row_size() != slot_elems)
     fail(op, ": ", name, " state must be contiguous with ", slot_elems, " elements per slot, found ", s.shape_string());
-  return s.ptr<float>();
+}
+
+// Runs kernel(f32 state, sequences) on the state in place when it is f32. A bf16 state is widened first: the slots
+// the batch uses are copied to f32 rows (the sequences renumbered to them), and rounded back afterwards. The fused
+// decode (decode_block.cpp) reads and writes bf16 directly; this path serves prefill, where the copy is small
+// beside the work.
+template <class F>
+void with_f32_state(const TensorView& s, const BatchLayout& batch, F&& kernel) {
+  if (s.dtype == DType::F32) return kernel(s.ptr<float>(), std::span<const SeqSpan>(batch.seqs));
+  const int64_t n = s.row_size();
+  const size_t row_bytes = static_cast<size_t>(n) * dtype_size(s.dtype);
+  std::vector<float> rows_f32(batch.seqs.size() * static_cast<size_t>(n));
+  std::vector<SeqSpan> seqs = batch.seqs;
+  for (size_t i = 0; i < seqs.size(); ++i) {
+    cpu::simd::to_f32(static_cast<const char*>(s.data) + static_cast<size_t>(seqs[i].slot) * row_bytes, s.dtype,
+                      rows_f32.data() + i * static_cast<size_t>(n), n);
+    seqs[i].slot = static_cast<int64_t>(i);
+  }
+  kernel(rows_f32.data(), std::span<const SeqSpan>(seqs));
+  for (size_t i = 0; i < seqs.size(); ++i)
+    convert_from_f32(rows_f32.data() + i * static_cast<size_t>(n),
+                     static_cast<char*>(s.data) + static_cast<size_t>(batch.seqs[i].slot) * row_bytes, s.dtype, n);
 }
 
 // Whether the memory spanned by two 2-D views intersects. conv1d and the SSD read inputs of earlier rows after
@@ -109,10 +130,11 @@ Rows<T> rows(const TensorView& v) {
 
 }  // namespace
 
-CpuBackend::CpuBackend(int threads) : threads_(threads > 0 ? threads : omp_get_max_threads()) {}
+CpuBackend::CpuBackend(int threads)
+    : threads_(threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
 
 std::string CpuBackend::description() const {
-  return "CPU (" + std::to_string(threads_) + (threads_ == 1 ? " thread)" : " threads)");
+  return "CPU (" + std::to_string(threads_) + (threads_ == 1 ? " thread, " : " threads, ") + cpu::simd::target_name() + ")";
 }
 
 // ---- Memory -----------------------------------------------------------------------------------------------------
@@ -261,13 +283,16 @@ void CpuBackend::conv1d_silu(const TensorView& x, const TensorView& w, const Ten
   p.x = crows<float>(x);
   p.w = weight(op, "w", w, C * K);
   p.bias = weight(op, "bias", bias, C, /*optional=*/true);
-  p.state = state_ptr(op, "conv", state, C * (K - 1));
+  check_state(op, "conv", state, C * (K - 1));
   p.out = rows<float>(out);
   p.channels = C;
   p.kernel = K;
   p.threads = threads_;
   check_batch(op, batch, T, state.dim(0));
-  cpu::conv1d_silu(p, std::span<const SeqSpan>(batch.seqs));
+  with_f32_state(state, batch, [&](float* st, std::span<const SeqSpan> seqs) {
+    p.state = st;
+    cpu::conv1d_silu(p, seqs);
+  });
 }
 
 void CpuBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch) {
@@ -301,13 +326,17 @@ void CpuBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch) 
   p.A_log = weight(op, "A_log", a.A_log, DI * N);
   p.D = weight(op, "D", a.D, DI);
   p.dt_bias = weight(op, "dt_bias", a.dt_bias, DI);
-  p.state = state_ptr(op, "ssm", a.state, DI * N);
+  check_state(op, "ssm", a.state, DI * N);
   p.y = rows<float>(a.y);
   p.d_inner = DI;
   p.d_state = N;
   p.threads = threads_;
   check_batch(op, batch, T, a.state.dim(0));
-  cpu::mamba1_scan(p, std::span<const SeqSpan>(batch.seqs));
+  if (cpu::single_token_batch(batch)) return cpu::mamba1_decode_step(a, p.dt, batch, threads_);
+  with_f32_state(a.state, batch, [&](float* st, std::span<const SeqSpan> seqs) {
+    p.state = st;
+    cpu::mamba1_scan(p, seqs);
+  });
 }
 
 void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {
@@ -342,11 +371,15 @@ void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {
   p.n_groups = G;
   p.d_state = N;
   p.chunk_size = a.chunk_size;
-  p.state = state_ptr(op, "ssm", a.state, NH * P * N);
+  check_state(op, "ssm", a.state, NH * P * N);
   p.y = rows<float>(a.y);
   p.threads = threads_;
   check_batch(op, batch, T, a.state.dim(0));
-  cpu::mamba2_ssd(p, std::span<const SeqSpan>(batch.seqs));
+  if (cpu::single_token_batch(batch)) return cpu::mamba2_decode_step(a, batch, threads_);
+  with_f32_state(a.state, batch, [&](float* st, std::span<const SeqSpan> seqs) {
+    p.state = st;
+    cpu::mamba2_ssd(p, seqs);
+  });
   if (!a.z.empty())  // y *= silu(z), in place
     cpu::silu_mul_f32(crows<float>(a.z), crows<float>(a.y), rows<float>(a.y), T, NH * P, threads_);
 }

@@ -1,6 +1,8 @@
-// The CPU backend: f32 compute with OpenMP, weights read in place in their stored dtype (f32/f16/bf16), state in
-// f32. This class only checks arguments and turns views into the raw-pointer parameters of the kernels
-// (conv1d.h, selective_scan.h, ssd.h, attention.h, linear.cpp, norms.cpp, rows.cpp, activations.cpp).
+// The CPU backend: f32 compute on a thread pool (thread_pool.h) with vector kernels chosen at run time (simd.h),
+// weights read in place in their stored dtype (f32/f16/bf16), state in f32 or bf16. This class
+// only checks arguments and turns views into the raw-pointer parameters of the kernels (conv1d.h,
+// selective_scan.h, ssd.h, attention.h, decode_steps.h, linear.cpp, norms.cpp, rows.cpp, activations.cpp,
+// fused_linear.cpp).
 #pragma once
 
 #include <string>
@@ -45,6 +47,9 @@ class CpuBackend final : public Backend {
   void relu2(TensorView x) override;
   void silu_mul(const TensorView& gate, const TensorView& up, TensorView out) override;
   void scale(TensorView x, float alpha) override;
+  // Decode steps (fused_linear.cpp): the prologue norm, the streaming GEMV and the conv / residual epilogue.
+  bool supports_fused_linear(const FusedLinearArgs& args, const BatchLayout& batch) const override;
+  void fused_linear(const FusedLinearArgs& args, const BatchLayout& batch) override;
   void row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits, std::vector<float>& out) override;
   void select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
                     std::vector<TopKCandidates>& out) override;

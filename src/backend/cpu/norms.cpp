@@ -4,16 +4,15 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
 
 void rmsnorm_f32(Rows<const float> x, WeightRef w, float eps, Rows<float> out, int64_t T, int64_t D, int threads) {
-#pragma omp parallel num_threads(threads)
-  {
+  parallel_for(threads, T, 4, [&](int64_t t0, int64_t t1) {
     std::vector<float> wf(static_cast<size_t>(D));
     weight_load(w, 0, D, wf.data());
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       const float* xt = x[t];
       double ss = 0.0;
       for (int64_t i = 0; i < D; ++i) ss += static_cast<double>(xt[i]) * xt[i];
@@ -21,17 +20,15 @@ void rmsnorm_f32(Rows<const float> x, WeightRef w, float eps, Rows<float> out, i
       float* ot = out[t];
       for (int64_t i = 0; i < D; ++i) ot[i] = xt[i] * scale * wf[static_cast<size_t>(i)];
     }
-  }
+  });
 }
 
 void gated_rmsnorm_f32(Rows<const float> y, Rows<const float> z, WeightRef w, int64_t group_size, float eps,
                        Rows<float> out, int64_t T, int64_t D, int threads) {
-#pragma omp parallel num_threads(threads)
-  {
+  parallel_for(threads, T, 4, [&](int64_t t0, int64_t t1) {
     std::vector<float> wf(static_cast<size_t>(D)), g(static_cast<size_t>(group_size));
     weight_load(w, 0, D, wf.data());
-#pragma omp for schedule(static)
-    for (int64_t t = 0; t < T; ++t) {
+    for (int64_t t = t0; t < t1; ++t) {
       const float* yt = y[t];
       const float* zt = z[t];
       float* ot = out[t];
@@ -47,7 +44,7 @@ void gated_rmsnorm_f32(Rows<const float> y, Rows<const float> z, WeightRef w, in
           ot[c0 + i] = g[static_cast<size_t>(i)] * scale * wf[static_cast<size_t>(c0 + i)];
       }
     }
-  }
+  });
 }
 
 }  // namespace mambacpp::cpu

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
 
@@ -57,10 +58,10 @@ void select_top_k_f32(Rows<float> logits, std::span<const TopKRequest> requests,
                       std::vector<TopKCandidates>& out, int threads) {
   const int64_t n = static_cast<int64_t>(requests.size());
   out.resize(requests.size());
-#pragma omp parallel for schedule(dynamic) num_threads(threads) if (n > 1)
-  for (int64_t r = 0; r < n; ++r)
+  parallel_tasks(threads, n, [&](int64_t r) {
     select_row(logits[r], limits[static_cast<size_t>(r)], requests[static_cast<size_t>(r)],
                out[static_cast<size_t>(r)]);
+  });
 }
 
 }  // namespace mambacpp::cpu

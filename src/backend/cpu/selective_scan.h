@@ -12,6 +12,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernel_common.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
 
@@ -38,43 +39,37 @@ void mamba1_scan(const Mamba1Params<T>& p, std::span<const SeqSpan> seqs) {
   const int64_t n_blocks = (DI + kBlock - 1) / kBlock;
   const int64_t n_seqs = static_cast<int64_t>(seqs.size());
 
-#pragma omp parallel num_threads(p.threads)
-  {
-    std::vector<T> A(static_cast<size_t>(kBlock * N));  // this task's -exp(A_log) rows
-#pragma omp for collapse(2) schedule(dynamic)
-    for (int64_t s = 0; s < n_seqs; ++s) {
-      for (int64_t blk = 0; blk < n_blocks; ++blk) {
-        const SeqSpan seq = seqs[static_cast<size_t>(s)];
-        if (seq.len <= 0) continue;
-        const int64_t c0 = blk * kBlock, nc = std::min(kBlock, DI - c0);
-        for (int64_t i = 0; i < nc * N; ++i) A[static_cast<size_t>(i)] = -std::exp(weight_at<T>(p.A_log, c0 * N + i));
-        T D[kBlock], bias[kBlock];
-        for (int64_t c = 0; c < nc; ++c) {
-          D[c] = weight_at<T>(p.D, c0 + c);
-          bias[c] = weight_at<T>(p.dt_bias, c0 + c);
-        }
-        T* h0 = p.state + (seq.slot * DI + c0) * N;  // [nc, N]
+  parallel_tasks(p.threads, n_seqs * n_blocks, [&](int64_t task) {
+    const SeqSpan seq = seqs[static_cast<size_t>(task / n_blocks)];
+    if (seq.len <= 0) return;
+    const int64_t c0 = (task % n_blocks) * kBlock, nc = std::min(kBlock, DI - c0);
+    std::vector<T> A(static_cast<size_t>(nc * N));  // this task's -exp(A_log) rows
+    for (int64_t i = 0; i < nc * N; ++i) A[static_cast<size_t>(i)] = -std::exp(weight_at<T>(p.A_log, c0 * N + i));
+    T D[kBlock], bias[kBlock];
+    for (int64_t c = 0; c < nc; ++c) {
+      D[c] = weight_at<T>(p.D, c0 + c);
+      bias[c] = weight_at<T>(p.dt_bias, c0 + c);
+    }
+    T* h0 = p.state + (seq.slot * DI + c0) * N;  // [nc, N]
 
-        for (int64_t t = seq.start; t < seq.start + seq.len; ++t) {
-          const T* Bt = p.B[t];
-          const T* Ct = p.C[t];
-          for (int64_t c = 0; c < nc; ++c) {
-            const T xv = p.x[t][c0 + c];
-            const T dtv = softplus(p.dt[t][c0 + c] + bias[c]);
-            const T dtx = dtv * xv;
-            const T* Ac = A.data() + c * N;
-            T* h = h0 + c * N;
-            T acc = 0;
-            for (int64_t n = 0; n < N; ++n) {
-              h[n] = std::exp(dtv * Ac[n]) * h[n] + dtx * Bt[n];
-              acc += Ct[n] * h[n];
-            }
-            p.y[t][c0 + c] = (acc + D[c] * xv) * silu(p.z[t][c0 + c]);
-          }
+    for (int64_t t = seq.start; t < seq.start + seq.len; ++t) {
+      const T* Bt = p.B[t];
+      const T* Ct = p.C[t];
+      for (int64_t c = 0; c < nc; ++c) {
+        const T xv = p.x[t][c0 + c];
+        const T dtv = softplus(p.dt[t][c0 + c] + bias[c]);
+        const T dtx = dtv * xv;
+        const T* Ac = A.data() + c * N;
+        T* h = h0 + c * N;
+        T acc = 0;
+        for (int64_t n = 0; n < N; ++n) {
+          h[n] = std::exp(dtv * Ac[n]) * h[n] + dtx * Bt[n];
+          acc += Ct[n] * h[n];
         }
+        p.y[t][c0 + c] = (acc + D[c] * xv) * silu(p.z[t][c0 + c]);
       }
     }
-  }
+  });
 }
 
 }  // namespace mambacpp::cpu

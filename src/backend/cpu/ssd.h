@@ -24,6 +24,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernel_common.h"
+#include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
 
@@ -177,9 +178,9 @@ void mamba2_ssd(const Mamba2Params<T>& p, std::span<const SeqSpan> seqs) {
     if (s.len == 1) steps.push_back(s);
   const int64_t n_steps = static_cast<int64_t>(steps.size());
   if (n_steps > 0) {
-#pragma omp parallel for collapse(2) schedule(static) num_threads(p.threads)
-    for (int64_t s = 0; s < n_steps; ++s)
-      for (int64_t h = 0; h < NH; ++h) detail::ssd_step(p, steps[static_cast<size_t>(s)], h);
+    parallel_for(p.threads, n_steps * NH, 1, [&](int64_t i0, int64_t i1) {
+      for (int64_t i = i0; i < i1; ++i) detail::ssd_step(p, steps[static_cast<size_t>(i / NH)], i % NH);
+    });
   }
 
   bool any_long = false;
@@ -187,36 +188,30 @@ void mamba2_ssd(const Mamba2Params<T>& p, std::span<const SeqSpan> seqs) {
   if (!any_long) return;
 
   std::vector<T> CB(static_cast<size_t>(G * Q * Q));  // [G, Q, Q], lower triangle used
-#pragma omp parallel num_threads(p.threads)
-  {
-    detail::SsdScratch<T> ws;
-    ws.resize(Q, p.head_dim);
-    for (const SeqSpan& seq : seqs) {
-      if (seq.len <= 1) continue;
-      for (int64_t t0 = seq.start; t0 < seq.start + seq.len; t0 += Q) {
-        const int64_t q = std::min(Q, seq.start + seq.len - t0);
-#pragma omp for collapse(2) schedule(dynamic, 16)  // rows of the triangle differ in cost
-        for (int64_t g = 0; g < G; ++g) {
-          for (int64_t i = 0; i < q; ++i) {
-            const T* Ci = p.C[t0 + i] + g * N;
-            T* row = CB.data() + (g * Q + i) * Q;
-            for (int64_t j = 0; j <= i; ++j) {
-              const T* Bj = p.B[t0 + j] + g * N;
-              T dot = 0;
+  for (const SeqSpan& seq : seqs) {
+    if (seq.len <= 1) continue;
+    for (int64_t t0 = seq.start; t0 < seq.start + seq.len; t0 += Q) {
+      const int64_t q = std::min(Q, seq.start + seq.len - t0);
+      // Rows of the triangle differ in cost: handed out one at a time.
+      parallel_tasks(p.threads, G * q, [&](int64_t task) {
+        const int64_t g = task / q, i = task % q;
+        const T* Ci = p.C[t0 + i] + g * N;
+        T* row = CB.data() + (g * Q + i) * Q;
+        for (int64_t j = 0; j <= i; ++j) {
+          const T* Bj = p.B[t0 + j] + g * N;
+          T dot = 0;
 #pragma omp simd reduction(+ : dot)
-              for (int64_t n = 0; n < N; ++n) dot += Ci[n] * Bj[n];
-              row[j] = dot;
-            }
-          }
+          for (int64_t n = 0; n < N; ++n) dot += Ci[n] * Bj[n];
+          row[j] = dot;
         }
-        // (implicit barrier: CB complete)
-#pragma omp for schedule(dynamic)
-        for (int64_t h = 0; h < NH; ++h) {
-          const int64_t g = h / (NH / G);
-          detail::ssd_chunk_head(p, seq.slot, t0, q, h, CB.data() + g * Q * Q, Q, ws);
-        }
-        // (implicit barrier: every head has finished with CB before the next chunk overwrites it)
-      }
+      });
+      // CB is complete; every head has finished with it before the next chunk overwrites it.
+      parallel_tasks(p.threads, NH, [&](int64_t h) {
+        thread_local detail::SsdScratch<T> ws;
+        ws.resize(Q, p.head_dim);
+        const int64_t g = h / (NH / G);
+        detail::ssd_chunk_head(p, seq.slot, t0, q, h, CB.data() + g * Q * Q, Q, ws);
+      });
     }
   }
 }

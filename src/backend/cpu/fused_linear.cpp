@@ -1,0 +1,151 @@
+// CpuBackend::fused_linear (backend.h) for decode batches: the prologue RMSNorm over each norm group, the streaming
+// GEMV of linear.cpp (W read once in its stored dtype), then the epilogue: the one-token conv1d + SiLU of the conv
+// outputs from the row's slot of the conv state (f32 or bf16, shifted in place), the other outputs written to y or
+// added to it. The serial pieces are a few thousand elements each; the GEMV is the one pool job.
+#include <cmath>
+#include <vector>
+
+#include "backend/cpu/conv1d.h"
+#include "backend/cpu/cpu_backend.h"
+#include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/simd.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp {
+namespace {
+
+using cpu::Rows;
+using cpu::WeightRef;
+
+bool float_storage(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
+bool f32_rows(const TensorView& v, int64_t rows, int64_t cols) {
+  return v.device == Device::CPU && v.dtype == DType::F32 && v.ndim == 2 && v.dim(0) == rows && v.dim(1) == cols &&
+         v.stride0() >= cols;
+}
+bool float_vector(const TensorView& v, int64_t n) {
+  return v.device == Device::CPU && float_storage(v.dtype) && v.contiguous() && v.numel() == n;
+}
+WeightRef wref(const TensorView& v) { return v.empty() ? WeightRef{} : WeightRef{v.data, v.dtype}; }
+
+// A weight vector as f32: in place when stored in f32, else widened into `buf`.
+const float* f32_weight(const TensorView& v, int64_t n, std::vector<float>& buf) {
+  if (v.dtype == DType::F32) return v.ptr<const float>();
+  buf.resize(static_cast<size_t>(n));
+  cpu::simd::to_f32(v.data, v.dtype, buf.data(), n);
+  return buf.data();
+}
+
+// x[:] * rsqrt(mean over each group of x^2 + eps) * w, sums of squares in double (as rmsnorm_f32).
+void group_rmsnorm(const float* x, const float* w, int64_t D, int64_t group, float eps, float* out) {
+  for (int64_t c0 = 0; c0 < D; c0 += group) {
+    double ss = 0.0;
+    for (int64_t i = c0; i < c0 + group; ++i) ss += static_cast<double>(x[i]) * x[i];
+    const float scale = static_cast<float>(1.0 / std::sqrt(ss / static_cast<double>(group) + eps));
+    for (int64_t i = c0; i < c0 + group; ++i) out[i] = x[i] * scale * w[i];
+  }
+}
+
+// One token of the causal depthwise conv + SiLU for C channels: x the new inputs, st the slot's [C, K-1] state
+// (f32 or bf16), shifted by one in place; out = silu(bias + taps . [state, x]).
+void conv_step(const float* x, const float* w, const float* bias, void* st, DType sdt, int64_t C, int64_t K,
+               float* out) {
+  const int64_t S = K - 1;
+  auto* s32 = static_cast<float*>(st);
+  auto* s16 = static_cast<uint16_t*>(st);
+  for (int64_t c = 0; c < C; ++c) {
+    float acc = bias ? bias[c] : 0.0f;
+    const float* wc = w + c * K;
+    for (int64_t k = 0; k < S; ++k) {
+      const float v = sdt == DType::F32 ? s32[c * S + k] : bf16_to_f32(s16[c * S + k]);
+      acc += wc[k] * v;
+      if (k > 0) {  // shift left by one: entry k moves to k - 1
+        if (sdt == DType::F32) s32[c * S + k - 1] = v;
+        else s16[c * S + k - 1] = s16[c * S + k];
+      }
+    }
+    acc += wc[S] * x[c];
+    if (S > 0) {
+      if (sdt == DType::F32) s32[c * S + S - 1] = x[c];
+      else s16[c * S + S - 1] = f32_to_bf16(x[c]);
+    }
+    out[c] = acc;
+  }
+  cpu::simd::silu(out, out, C);
+}
+
+}  // namespace
+
+bool CpuBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const {
+  const int64_t B = batch.total_tokens;
+  if (B < 1 || static_cast<int64_t>(batch.seqs.size()) != B) return false;
+  for (int64_t i = 0; i < B; ++i) {
+    const SeqSpan& s = batch.seqs[static_cast<size_t>(i)];
+    if (s.start != i || s.len != 1) return false;
+  }
+  if (a.x.ndim != 2 || a.w.ndim != 2) return false;
+  const int64_t in = a.x.dim(1), out = a.w.dim(0);
+  if (!f32_rows(a.x, B, in) || !f32_rows(a.y, B, out) || a.w.dim(1) != in || !a.w.contiguous() ||
+      !float_storage(a.w.dtype) || a.w.device != Device::CPU)
+    return false;
+  if (!a.bias.empty() && !float_vector(a.bias, out)) return false;
+  if (!a.norm_w.empty() && (!float_vector(a.norm_w, in) || a.norm_group < 0 ||
+                            (a.norm_group > 0 && in % a.norm_group != 0)))
+    return false;
+  if (a.conv_w.empty()) return true;
+  const int64_t C = a.conv_w.dim(0), K = a.conv_w.dim(a.conv_w.ndim - 1);
+  if (a.conv_w.ndim < 2 || K < 1 || K > cpu::kConvMaxKernel || !float_vector(a.conv_w, C * K)) return false;
+  if (a.conv_begin < 0 || a.conv_begin + C > out || !f32_rows(a.conv_out, B, C)) return false;
+  if (!a.conv_bias.empty() && !float_vector(a.conv_bias, C)) return false;
+  const TensorView& st = a.conv_state;
+  if (st.empty() || (st.dtype != DType::F32 && st.dtype != DType::BF16) || !st.contiguous() ||
+      st.row_size() != C * (K - 1))
+    return false;
+  for (const SeqSpan& s : batch.seqs)
+    if (s.slot < 0 || s.slot >= st.dim(0)) return false;
+  return true;
+}
+
+void CpuBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) {
+  if (!supports_fused_linear(a, batch))
+    fail("fused_linear: arguments the CPU backend does not take (x ", a.x.shape_string(), ", w ", a.w.shape_string(),
+         " ", dtype_name(a.w.dtype), ", y ", a.y.shape_string(), ", ", batch.total_tokens,
+         " rows); ask supports_fused_linear first");
+  const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.dim(0);
+  Rows<const float> x{a.x.ptr<const float>(), a.x.stride0()};
+  thread_local std::vector<float> xn, ys, wbuf, bbuf;
+  if (!a.norm_w.empty()) {
+    xn.resize(static_cast<size_t>(B * in));
+    const float* w = f32_weight(a.norm_w, in, wbuf);
+    for (int64_t i = 0; i < B; ++i)
+      group_rmsnorm(x[i], w, in, a.norm_group > 0 ? a.norm_group : in, a.eps, xn.data() + i * in);
+    x = {xn.data(), in};
+  }
+  Rows<float> y{a.y.ptr<float>(), a.y.stride0()};
+  if (a.conv_w.empty() && !a.accumulate) {
+    cpu::linear_f32(x, wref(a.w), wref(a.bias), y, B, in, out, threads_);
+    return;
+  }
+  ys.resize(static_cast<size_t>(B * out));
+  cpu::linear_f32(x, wref(a.w), wref(a.bias), {ys.data(), out}, B, in, out, threads_);
+  const int64_t C = a.conv_w.empty() ? 0 : a.conv_w.dim(0), c0 = a.conv_begin, c1 = c0 + C;
+  for (int64_t i = 0; i < B; ++i) {
+    const float* r = ys.data() + i * out;
+    float* yi = y[i];
+    for (int64_t o = 0; o < out; ++o) {
+      if (o >= c0 && o < c1) continue;
+      yi[o] = a.accumulate ? yi[o] + r[o] : r[o];
+    }
+  }
+  if (C == 0) return;
+  const int64_t K = a.conv_w.dim(a.conv_w.ndim - 1);
+  std::vector<float> cw, cb;
+  const float* w = f32_weight(a.conv_w, C * K, cw);
+  const float* b = a.conv_bias.empty() ? nullptr : f32_weight(a.conv_bias, C, cb);
+  const size_t slot_bytes = static_cast<size_t>(C * (K - 1)) * dtype_size(a.conv_state.dtype);
+  for (int64_t i = 0; i < B; ++i)
+    conv_step(ys.data() + i * out + c0, w, b,
+              static_cast<char*>(a.conv_state.data) + static_cast<size_t>(batch.seqs[static_cast<size_t>(i)].slot) * slot_bytes,
+              a.conv_state.dtype, C, K, a.conv_out.ptr<float>() + i * a.conv_out.stride0());
+}
+
+}  // namespace mambacpp
