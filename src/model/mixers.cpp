@@ -4,6 +4,34 @@
 
 namespace mambacpp {
 
+namespace {
+
+// The SSD's arguments over in_proj's output [z | xBC | dt] and the conv output xBC = [x | B | C].
+Mamba2ScanArgs mamba2_scan_args(const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                                const TensorView& proj, const TensorView& xbc, TensorView y) {
+  const int64_t di = c.d_inner, gn = c.n_groups * c.d_state;
+  Mamba2ScanArgs a;
+  a.x = xbc.cols(0, di);
+  a.B = xbc.cols(di, gn);
+  a.C = xbc.cols(di + gn, gn);
+  a.dt = proj.cols(di + c.conv_channels(), c.n_heads);
+  a.A_log = w.A_log;
+  a.D = w.D;
+  a.dt_bias = w.dt_bias;
+  a.dt_min = static_cast<float>(c.dt_min);
+  a.dt_max = static_cast<float>(c.dt_max);
+  a.n_heads = c.n_heads;
+  a.head_dim = c.head_dim;
+  a.n_groups = c.n_groups;
+  a.d_state = c.d_state;
+  a.chunk_size = c.chunk_size;
+  a.state = cache.ssm;
+  a.y = y;
+  return a;
+}
+
+}  // namespace
+
 void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                   const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out) {
   const int64_t T = batch.total_tokens;
@@ -47,29 +75,13 @@ void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, cons
                   const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out) {
   const int64_t T = batch.total_tokens;
   const Device dev = be.device();
-  const int64_t di = c.d_inner, gn = c.n_groups * c.d_state, conv_ch = c.conv_channels();
+  const int64_t di = c.d_inner, conv_ch = c.conv_channels();
   // in_proj -> [z (d_inner) | xBC (d_inner + 2 G N) | dt (n_heads)].
   TensorView zxbcdt = Workspace::f32(ws.proj, dev, T, c.in_proj_size());
   be.linear(h, w.in_proj, w.in_proj_bias, zxbcdt);
   TensorView xbc = Workspace::f32(ws.conv, dev, T, conv_ch);
   be.conv1d_silu(zxbcdt.cols(di, conv_ch), w.conv, w.conv_bias, cache.conv, batch, xbc);
-  Mamba2ScanArgs a;
-  a.x = xbc.cols(0, di);
-  a.B = xbc.cols(di, gn);
-  a.C = xbc.cols(di + gn, gn);
-  a.dt = zxbcdt.cols(di + conv_ch, c.n_heads);
-  a.A_log = w.A_log;
-  a.D = w.D;
-  a.dt_bias = w.dt_bias;
-  a.dt_min = static_cast<float>(c.dt_min);
-  a.dt_max = static_cast<float>(c.dt_max);
-  a.n_heads = c.n_heads;
-  a.head_dim = c.head_dim;
-  a.n_groups = c.n_groups;
-  a.d_state = c.d_state;
-  a.chunk_size = c.chunk_size;
-  a.state = cache.ssm;
-  a.y = Workspace::f32(ws.y, dev, T, di);
+  Mamba2ScanArgs a = mamba2_scan_args(c, w, cache, zxbcdt, xbc, Workspace::f32(ws.y, dev, T, di));
   be.mamba2_ssd(a, batch);
   TensorView yn = Workspace::f32(ws.y_normed, dev, T, di);
   be.gated_rmsnorm(a.y, zxbcdt.cols(0, di), w.gated_norm, di / c.norm_groups(), static_cast<float>(c.norm_eps), yn);
@@ -126,25 +138,8 @@ bool mamba_block_decode_fused(Backend& be, const ModelConfig& c, const LayerWeig
 
   be.fused_linear(in, batch);
   if (mamba2) {
-    const int64_t gn = c.n_groups * c.d_state;
-    Mamba2ScanArgs s;
-    s.x = conv_out.cols(0, di);
-    s.B = conv_out.cols(di, gn);
-    s.C = conv_out.cols(di + gn, gn);
-    s.dt = proj.cols(di + conv_ch, c.n_heads);
+    Mamba2ScanArgs s = mamba2_scan_args(c, w, cache, proj, conv_out, y);
     s.z = proj.cols(0, di);
-    s.A_log = w.A_log;
-    s.D = w.D;
-    s.dt_bias = w.dt_bias;
-    s.dt_min = static_cast<float>(c.dt_min);
-    s.dt_max = static_cast<float>(c.dt_max);
-    s.n_heads = c.n_heads;
-    s.head_dim = c.head_dim;
-    s.n_groups = c.n_groups;
-    s.d_state = c.d_state;
-    s.chunk_size = c.chunk_size;
-    s.state = cache.ssm;
-    s.y = y;
     be.mamba2_ssd(s, batch);
   } else {
     be.fused_linear(xp, batch);
