@@ -2,23 +2,15 @@
 
 #include <algorithm>
 
-namespace mambacpp {
+#include "util/splitmix.h"
 
-namespace {
-// splitmix64's finaliser: every input bit reaches every output bit.
-uint64_t mix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-}  // namespace
+namespace mambacpp {
 
 std::vector<uint64_t> PrefixCache::prefix_hashes(std::span<const int32_t> tokens) {
   std::vector<uint64_t> out(tokens.size());
   uint64_t h = 0x6d616d6261637070ull;
   for (size_t i = 0; i < tokens.size(); ++i) {
-    h = mix(h ^ static_cast<uint32_t>(tokens[i]));
+    h = splitmix64(h ^ static_cast<uint32_t>(tokens[i]));
     out[i] = h;
   }
   return out;

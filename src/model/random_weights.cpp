@@ -5,20 +5,14 @@
 
 #include "mambacpp/error.h"
 #include "model/model_impl.h"
+#include "util/splitmix.h"
 
 namespace mambacpp {
 
 namespace {
 
-uint64_t splitmix(uint64_t x) {
-  x += 0x9e3779b97f4a7c15ull;
-  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
-  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
-  return x ^ (x >> 31);
-}
-
 double uniform01(uint64_t seed, uint64_t stream, uint64_t i) {
-  return static_cast<double>(splitmix(seed ^ splitmix(stream * 0x100000001b3ull + i)) >> 11) * 0x1.0p-53;
+  return static_cast<double>(splitmix64(seed ^ splitmix64(stream * 0x100000001b3ull + i)) >> 11) * 0x1.0p-53;
 }
 
 bool ends_with(const std::string& s, const std::string& suffix) {
