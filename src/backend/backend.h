@@ -185,7 +185,8 @@ class Backend {
                              std::vector<float>& out) = 0;
 
   // ---- Hybrid-model ops (attention and MLP layers) ----------------------------------------------------------------
-  // Backends without them (the GPU, for now) throw an Error that says to run hybrid models on the CPU.
+  // Backends without them throw an Error that says to run hybrid models on the CPU (the CPU and CUDA backends have
+  // them).
   virtual void attention(const AttentionArgs& args, const BatchLayout& batch);
   // Rotary position embedding in place, rotate-half form on the first rope_dim channels of each head: for
   // i < rope_dim / 2, with angle = pos * theta^(-2i / rope_dim), (x_i, x_{i + rope_dim/2}) turns by that angle.
