@@ -14,6 +14,9 @@ void Backend::attention(const AttentionArgs&, const BatchLayout&) { no_hybrid_op
 void Backend::rope(TensorView, int64_t, int64_t, int64_t, double, const std::vector<int64_t>&, const BatchLayout&) {
   no_hybrid_ops("rope");
 }
+void Backend::rope_at_lengths(TensorView, int64_t, int64_t, int64_t, double, const int64_t*, const BatchLayout&) {
+  no_hybrid_ops("rope_at_lengths");
+}
 void Backend::relu2(TensorView) { no_hybrid_ops("relu2"); }
 void Backend::silu_mul(const TensorView&, const TensorView&, TensorView) { no_hybrid_ops("silu_mul"); }
 void Backend::scale(TensorView, float) { no_hybrid_ops("scale"); }

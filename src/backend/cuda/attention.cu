@@ -37,12 +37,24 @@ __device__ __forceinline__ float* kv_at(float* const* pages, const AttnSeq& s, i
   return page + ((value ? page_tokens : 0) + pos % page_tokens) * kv_dim + g * hd;
 }
 
+// Sequence k of the call, from the uploaded table or (device-resident mode) from the prepared spans and lengths.
+__device__ __forceinline__ AttnSeq seq_of(const AttentionLaunch& p, int64_t k) {
+  if (!p.spans) return p.seqs[k];
+  const SeqSpan sp = p.spans[k];
+  AttnSeq s;
+  s.start = sp.start;
+  s.len = sp.len;
+  s.past = p.lengths[sp.slot];
+  s.page0 = sp.slot * p.max_pages;
+  return s;
+}
+
 // grid: one block per row of this call; copies its k and v rows into the pages at position past + i.
 __global__ void kv_append_kernel(AttentionLaunch p) {
   const int64_t t = blockIdx.x;
   const int32_t si = p.token_seq[t];
   if (si < 0) return;
-  const AttnSeq s = p.seqs[si];
+  const AttnSeq s = seq_of(p, si);
   const int64_t kv_dim = p.n_kv_heads * p.head_dim, pos = s.past + (t - s.start);
   float* page = p.pages[s.page0 + pos / p.page_tokens];
   float* krow = page + (pos % p.page_tokens) * kv_dim;
@@ -68,9 +80,16 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionLaunch 
   float* p_s = v_s + kKeys * vw;
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
 
-  const AttnTile tile = p.tiles[blockIdx.x];
-  const AttnSeq s = p.seqs[tile.seq];
+  AttnTile tile;
+  if (p.tiles) {
+    tile = p.tiles[blockIdx.x];
+  } else {
+    tile.seq = static_cast<int32_t>(blockIdx.x / p.tiles_per_seq);
+    tile.item0 = static_cast<int32_t>((blockIdx.x % p.tiles_per_seq) * kAttnTileItems);
+  }
+  const AttnSeq s = seq_of(p, tile.seq);
   const int64_t g = blockIdx.y, rep = p.n_heads / p.n_kv_heads, kv_dim = p.n_kv_heads * p.head_dim;
+  if (tile.item0 >= s.len * rep) return;  // block-uniform, before any barrier
   const int n_items = static_cast<int>(min(static_cast<int64_t>(kAttnTileItems), s.len * rep - tile.item0));
   const int64_t i_last = (tile.item0 + n_items - 1) / rep;
   const int64_t k_limit = s.past + i_last + 1;  // keys any item of the tile sees

@@ -678,13 +678,40 @@ class CudaBackend final : public Backend {
          " and out ", a.out.shape_string(), " must be [", T, ", ", NH * HD, "]");
     need(a.k.dim(0) == T && a.v.dim(0) == T && a.k.dim(1) == KV * HD && a.v.dim(1) == KV * HD, op, ": k ",
          a.k.shape_string(), " and v ", a.v.shape_string(), " must be [", T, ", ", KV * HD, "]");
-    need(a.cache.size() == batch.seqs.size(), op, ": ", a.cache.size(), " KV caches for ", batch.seqs.size(),
-         " sequences");
     AttentionLaunch p;
     p.token_seq = token_seq_;
-    device_seqs(batch, INT64_MAX, T, op);
+    const SeqSpan* spans = device_seqs(batch, INT64_MAX, T, op);
     need(n_mapped_tokens_ >= T, op, ": the batch maps ", n_mapped_tokens_, " rows, expected ", T);
     const int64_t rep = NH / KV;
+    p.q = crows(a.q);
+    p.k = crows(a.k);
+    p.v = crows(a.v);
+    p.out = rows(a.out);
+    p.T = T;
+    p.n_heads = NH;
+    p.n_kv_heads = KV;
+    p.head_dim = HD;
+    p.page_tokens = a.page_tokens;
+    p.scale = a.scale;
+    if (a.device_pages) {
+      need(a.device_lengths && a.max_pages > 0, op, ": device_pages needs device_lengths and max_pages > 0");
+      int64_t max_len = 0;
+      for (const SeqSpan& sp : batch.seqs) max_len = std::max(max_len, sp.len);
+      p.spans = spans;
+      p.lengths = a.device_lengths;
+      p.pages = a.device_pages;
+      p.max_pages = a.max_pages;
+      p.tiles_per_seq = (max_len * rep + kAttnTileItems - 1) / kAttnTileItems;
+      p.n_tiles = static_cast<int64_t>(batch.seqs.size()) * p.tiles_per_seq;
+      need(p.n_tiles <= INT32_MAX, op, ": too many query tiles in one call");
+      if (p.n_tiles == 0) return;
+      set_splits(p, a.max_pages * a.page_tokens);
+      launch_kv_append(p, stream());
+      launch_attention(p, stream());
+      return;
+    }
+    need(a.cache.size() == batch.seqs.size(), op, ": ", a.cache.size(), " KV caches for ", batch.seqs.size(),
+         " sequences");
     std::vector<AttnSeq> seqs(batch.seqs.size());
     std::vector<AttnTile> tiles;
     std::vector<float*> pages;
@@ -705,14 +732,6 @@ class CudaBackend final : public Backend {
     }
     need(tiles.size() <= INT32_MAX, op, ": too many query tiles in one call");
     if (tiles.empty()) return;
-    // Split the keys when the blocks would not fill the GPU twice over and the contexts are long: at least 256
-    // keys per split (a split costs its partial row and a share of the combine).
-    const int64_t blocks = static_cast<int64_t>(tiles.size()) * KV;
-    int64_t splits = 1;
-    if (blocks < 2 * sm_count_ && max_keys > 512)
-      splits = std::min((2 * sm_count_ + blocks - 1) / blocks, (max_keys + 255) / 256);
-    const int64_t split_keys = ((max_keys + splits - 1) / splits + 31) / 32 * 32;
-    splits = (max_keys + split_keys - 1) / split_keys;
 
     const size_t tiles_at = align(seqs.size() * sizeof(AttnSeq));
     const size_t pages_at = tiles_at + align(tiles.size() * sizeof(AttnTile));
@@ -722,27 +741,47 @@ class CudaBackend final : public Backend {
     if (!pages.empty()) std::memcpy(host.data() + pages_at, pages.data(), pages.size() * sizeof(float*));
     auto* meta = static_cast<unsigned char*>(grow(attn_meta_, host.size()));
     copy_from_host(meta, host.data(), host.size());
-    p.q = crows(a.q);
-    p.k = crows(a.k);
-    p.v = crows(a.v);
-    p.out = rows(a.out);
-    p.T = T;
-    p.n_heads = NH;
-    p.n_kv_heads = KV;
-    p.head_dim = HD;
-    p.page_tokens = a.page_tokens;
-    p.scale = a.scale;
     p.seqs = reinterpret_cast<const AttnSeq*>(meta);
     p.tiles = reinterpret_cast<const AttnTile*>(meta + tiles_at);
     p.n_tiles = static_cast<int64_t>(tiles.size());
     p.pages = reinterpret_cast<float* const*>(meta + pages_at);
-    p.n_splits = static_cast<int>(splits);
-    p.split_keys = splits > 1 ? split_keys : max_keys;
-    if (splits > 1)
-      p.partial = static_cast<float*>(
-          grow(attn_partial_, static_cast<size_t>(splits * T * NH * (HD + 2)) * sizeof(float)));
+    set_splits(p, max_keys);
     launch_kv_append(p, stream());
     launch_attention(p, stream());
+  }
+
+  // Splits the keys (up to max_keys per sequence) over grid.z when the blocks would not fill the GPU twice over and
+  // the contexts are long: at least 256 keys per split (a split costs its partial row and a share of the combine).
+  // The partials' buffer grows here, so a captured step finds it sized by its eager first run.
+  void set_splits(AttentionLaunch& p, int64_t max_keys) {
+    const int64_t blocks = p.n_tiles * p.n_kv_heads;
+    int64_t splits = 1;
+    if (blocks < 2 * sm_count_ && max_keys > 512)
+      splits = std::min((2 * sm_count_ + blocks - 1) / blocks, (max_keys + 255) / 256);
+    const int64_t split_keys = ((max_keys + splits - 1) / splits + 31) / 32 * 32;
+    splits = (max_keys + split_keys - 1) / split_keys;
+    p.n_splits = static_cast<int>(splits);
+    p.split_keys = splits > 1 ? split_keys : std::max<int64_t>(max_keys, 1);
+    if (splits > 1)
+      p.partial = static_cast<float*>(grow(
+          attn_partial_, static_cast<size_t>(splits * p.T * p.n_heads * (p.head_dim + 2)) * sizeof(float)));
+  }
+
+  bool supports_device_kv() const override { return true; }
+
+  void rope_at_lengths(TensorView x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
+                       const int64_t* device_lengths, const BatchLayout& batch) override {
+    const char* op = "rope_at_lengths";
+    need(n_heads > 0 && head_dim > 0 && rope_dim >= 2 && rope_dim % 2 == 0 && rope_dim <= head_dim && theta > 0, op,
+         ": bad sizes n_heads ", n_heads, ", head_dim ", head_dim, ", rope_dim ", rope_dim, ", theta ", theta,
+         " (rope_dim even in [2, head_dim], theta > 0)");
+    check_f32_2d(x, "rope_at_lengths: x");
+    need(x.dim(1) == n_heads * head_dim, op, ": x ", x.shape_string(), " must be [T, ", n_heads * head_dim, "]");
+    need(device_lengths != nullptr, op, ": no device lengths");
+    const SeqSpan* spans = device_seqs(batch, INT64_MAX, x.dim(0), op);
+    need(n_mapped_tokens_ >= x.dim(0), op, ": the batch maps ", n_mapped_tokens_, " rows, expected ", x.dim(0));
+    launch_rope_at_lengths(rows(x), x.dim(0), n_heads, head_dim, rope_dim, theta, spans, token_seq_, device_lengths,
+                           stream());
   }
 
   void rope(TensorView x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,

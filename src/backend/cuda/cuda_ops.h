@@ -193,6 +193,13 @@ struct AttentionLaunch {
   const AttnTile* tiles = nullptr;    // device
   int64_t n_tiles = 0;
   float* const* pages = nullptr;      // device
+  // Device-resident mode (AttentionArgs::device_lengths): seqs and tiles are null; sequence k is spans[k] with
+  // past = lengths[slot] and its pages at pages[slot * max_pages ...]; block x is tile x % tiles_per_seq of
+  // sequence x / tiles_per_seq (tiles past the sequence's items exit).
+  const SeqSpan* spans = nullptr;
+  const int64_t* lengths = nullptr;
+  int64_t max_pages = 0;
+  int64_t tiles_per_seq = 0;
   // Keys split over grid.z in runs of split_keys (a multiple of 32) when n_splits > 1; partial holds
   // [n_splits, T, n_heads, head_dim + 2] (unnormalised output, max, sum).
   int n_splits = 1;
@@ -208,6 +215,11 @@ void launch_attention(const AttentionLaunch& p, cudaStream_t stream);
 // RoPE in place (Backend::rope): positions [T] (device, -1: row untouched), inv_freq [rope_dim / 2] (device).
 void launch_rope(F32Rows x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim, const int64_t* positions,
                  const double* inv_freq, cudaStream_t stream);
+// RoPE with positions lengths[spans[token_seq[t]].slot] + (t - start) and inverse frequencies theta^(-2i/rope_dim)
+// formed on the device (in double), for captured decode steps.
+void launch_rope_at_lengths(F32Rows x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
+                            const SeqSpan* spans, const int32_t* token_seq, const int64_t* lengths,
+                            cudaStream_t stream);
 void launch_relu2(F32Rows x, int64_t T, int64_t D, cudaStream_t stream);
 void launch_silu_mul(ConstF32Rows gate, ConstF32Rows up, F32Rows out, int64_t T, int64_t D, cudaStream_t stream);
 void launch_scale(F32Rows x, float alpha, int64_t T, int64_t D, cudaStream_t stream);

@@ -38,6 +38,31 @@ __global__ void rope_kernel(F32Rows x, int64_t T, int64_t n_heads, int64_t head_
   }
 }
 
+// As rope_kernel, the position of row t read from the slot's length and the frequencies formed here (in double).
+__global__ void rope_lengths_kernel(F32Rows x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t half,
+                                    double theta, const SeqSpan* spans, const int32_t* token_seq,
+                                    const int64_t* lengths) {
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    const int32_t si = token_seq[t];
+    if (si < 0) continue;
+    const SeqSpan sp = spans[si];
+    const int64_t pos = lengths[sp.slot] + (t - sp.start);
+    float* row = x.data + t * x.stride;
+    for (int64_t e = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; e < n_heads * half;
+         e += int64_t(gridDim.x) * blockDim.x) {
+      const int64_t h = e / half, f = e % half;
+      const double inv_freq = pow(theta, -static_cast<double>(2 * f) / static_cast<double>(2 * half));
+      double sn, cs;
+      sincos(static_cast<double>(pos) * inv_freq, &sn, &cs);
+      const float c = static_cast<float>(cs), s = static_cast<float>(sn);
+      float* p = row + h * head_dim;
+      const float x1 = p[f], x2 = p[f + half];
+      p[f] = x1 * c - x2 * s;
+      p[f + half] = x2 * c + x1 * s;
+    }
+  }
+}
+
 __global__ void relu2_kernel(F32Rows x, int64_t T, int64_t D) {
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
     float* r = x.data + t * x.stride;
@@ -74,6 +99,16 @@ void launch_rope(F32Rows x, int64_t T, int64_t n_heads, int64_t head_dim, int64_
   if (T <= 0 || n_heads <= 0 || half <= 0) return;
   rope_kernel<<<dim3(cols_grid(n_heads * half), rows_grid(T)), kThreads, 0, stream>>>(x, T, n_heads, head_dim, half,
                                                                                       positions, inv_freq);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_rope_at_lengths(F32Rows x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
+                            const SeqSpan* spans, const int32_t* token_seq, const int64_t* lengths,
+                            cudaStream_t stream) {
+  const int64_t half = rope_dim / 2;
+  if (T <= 0 || n_heads <= 0 || half <= 0) return;
+  rope_lengths_kernel<<<dim3(cols_grid(n_heads * half), rows_grid(T)), kThreads, 0, stream>>>(
+      x, T, n_heads, head_dim, half, theta, spans, token_seq, lengths);
   MAMBACPP_CUDA_LAUNCHED();
 }
 
