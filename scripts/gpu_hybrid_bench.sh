@@ -15,14 +15,21 @@ row() {  # row NAME TIMEOUT ARGS...
 for m in granite-4.0-h-1b nemotron-h-8b bamba-9b; do
   row "${m}_prefill4k" 120 --shape "$m" -b 1 -p 4096 -g 0 -r 3
   for b in 1 32 128; do row "${m}_b${b}_1k" 150 --shape "$m" -b "$b" -p 1024 -g 32 -r 3; done
-  for b in 1 32; do row "${m}_b${b}_16k" 240 --shape "$m" -b "$b" -p 16384 -g 16 -r 2; done
+  row "${m}_b1_16k" 120 --shape "$m" -b 1 -p 16384 -g 16 -r 2
+  row "${m}_b32_16k" 240 --shape "$m" -b 32 -p 16384 -g 8 -r 1  # 524k prompt tokens per run
 done
+# The serving load of vLLM's published Bamba-9B figure (prompts ~200-600, outputs ~200).
+row bamba-9b_serve 300 --shape bamba-9b --serve --requests 256 --min-prompt 200 --max-prompt 600 -g 200 --max-seqs 128 -r 2
 python3 - "$log/hybrid.jsonl" <<'PY'
 import json, sys
 print(f"{'row':28} {'B':>4} {'prompt':>6} {'prefill tok/s':>13} {'ms/step':>8} {'floor ms':>8} {'% floor':>7}")
 for line in open(sys.argv[1]):
     try: j = json.loads(line)
     except ValueError: continue
+    if j.get('mode') == 'serve':
+        print(f"{j['row']:28} serve {j['requests']} req, {j['generated_tokens_per_s']:.0f} generated tok/s, wall {j['wall_ms']:.0f} ms, "
+              f"ttft p50 {j['ttft_ms_p50']:.0f} ms, itl p50 {j['itl_ms_p50']:.2f} ms; closed batch {j['closed_batch']['generated_tokens_per_s']:.0f} tok/s")
+        continue
     print(f"{j['row']:28} {j['batch']:>4} {j['prompt']:>6} {j['prefill_tokens_per_s']:>13.0f} {j['decode_ms_per_step']:>8.3f} "
           f"{j['decode_floor_ms_per_step']:>8.3f} {j['decode_floor_percent']:>7.1f}")
 PY
