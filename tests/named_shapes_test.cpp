@@ -32,5 +32,25 @@ TEST(NamedShapes, GraniteHybrids) {
   }
 }
 
+// Nemotron-H-8B and Bamba-9B as docs/benchmarks.md states their configs.
+TEST(NamedShapes, NemotronH8bAndBamba9b) {
+  const ModelConfig n = named_shape("nemotron-h-8b");
+  EXPECT_EQ(n.family, Family::NemotronH);
+  EXPECT_EQ(n.n_layer, 52);
+  EXPECT_EQ(std::count(n.layers.begin(), n.layers.end(), LayerKind::Attention), 4);
+  EXPECT_EQ(std::count(n.layers.begin(), n.layers.end(), LayerKind::MLP), 24);
+  EXPECT_EQ(n.norm_groups(), 8);
+  EXPECT_EQ(n.kv_dim(), 1024);
+  EXPECT_FALSE(n.mlp_after_mixer);
+  const ModelConfig b = named_shape("bamba-9b");
+  EXPECT_EQ(b.family, Family::Bamba);
+  EXPECT_EQ(b.n_layer, 32);
+  EXPECT_EQ(std::count(b.layers.begin(), b.layers.end(), LayerKind::Attention), 3);
+  EXPECT_EQ(b.layer_kind(9), LayerKind::Attention);
+  EXPECT_EQ(b.norm_groups(), 1);
+  EXPECT_EQ(b.rope_dim, b.attn_head_dim / 2);  // partial_rotary_factor 0.5
+  EXPECT_TRUE(b.mlp_after_mixer);
+}
+
 }  // namespace
 }  // namespace mambacpp

@@ -99,6 +99,13 @@ struct AttentionArgs {
   float scale = 0.0f;
   std::vector<KvSequence> cache;  // one per BatchLayout::seqs entry, in order
   TensorView out;   // [T, n_heads * head_dim]
+  // Optional, instead of `cache` (decode steps captured as graphs: nothing here is read on the host, so a replay sees
+  // the contexts as they are then): the sequence in slot s holds device_lengths[s] rows before this call, in pages
+  // device_pages[s * max_pages + p] (device arrays). The keys are split for a context of max_pages * page_tokens
+  // rows, so the launch does not depend on the lengths. Backends without it answer false to supports_device_kv().
+  const int64_t* device_lengths = nullptr;
+  float* const* device_pages = nullptr;
+  int64_t max_pages = 0;
 };
 
 // A linear over the rows of a decode batch with pieces of a block folded in (Backend::fused_linear):
@@ -185,13 +192,20 @@ class Backend {
                              std::vector<float>& out) = 0;
 
   // ---- Hybrid-model ops (attention and MLP layers) ----------------------------------------------------------------
-  // Backends without them (the GPU, for now) throw an Error that says to run hybrid models on the CPU.
+  // Backends without them throw an Error that says to run hybrid models on the CPU (the CPU and CUDA backends have
+  // them).
   virtual void attention(const AttentionArgs& args, const BatchLayout& batch);
   // Rotary position embedding in place, rotate-half form on the first rope_dim channels of each head: for
   // i < rope_dim / 2, with angle = pos * theta^(-2i / rope_dim), (x_i, x_{i + rope_dim/2}) turns by that angle.
   // x: [T, n_heads * head_dim]; row start + i of sequence k of `batch` has position start_positions[k] + i.
   virtual void rope(TensorView x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
                     const std::vector<int64_t>& start_positions, const BatchLayout& batch);
+  // As rope, with the start position of each sequence read on the device: device_lengths[slot] (the slot's rows
+  // before this call, as AttentionArgs::device_lengths), so that a captured decode step replays at any position.
+  virtual void rope_at_lengths(TensorView x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
+                               const int64_t* device_lengths, const BatchLayout& batch);
+  // Whether attention takes AttentionArgs::device_lengths/device_pages and rope_at_lengths exists.
+  virtual bool supports_device_kv() const { return false; }
   // x = relu(x)^2 in place. x: [T, D].
   virtual void relu2(TensorView x);
   // out = silu(gate) * up. gate, up (strided), out: [T, D].

@@ -1,5 +1,6 @@
 #include "model/decode_step.h"
 
+#include "model/layers.h"
 #include "model/mixers.h"
 #include "model/model_impl.h"
 
@@ -25,7 +26,23 @@ void run_step(const Model::Impl& m, StateCache& state, const BatchLayout& batch,
   const float eps = static_cast<float>(c.norm_eps);
   TensorView residual = Workspace::f32(ws.residual, dev, B, c.d_model);
   be.embed(m.weights.embeddings, TensorView(ws.ids.data(), DType::I32, {B}, dev), residual);
-  for (int64_t l = 0; l < c.n_layer; ++l) {
+  if (c.hybrid()) {
+    // Mamba-2 layers on the fused recipe where the family adds their output unscaled (Nemotron-H, Bamba), then the
+    // MLP sublayer; attention and MLP layers (and Granite's scaled sublayers) through the plain ops, the KV cache read
+    // from the state's device mirror.
+    if (c.embedding_multiplier != 1.0) be.scale(residual, static_cast<float>(c.embedding_multiplier));
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const LayerCache& cache = state.layers()[static_cast<size_t>(l)];
+      const LayerWeights& w = m.weights.layers[static_cast<size_t>(l)];
+      if (w.kind == LayerKind::Mamba2 && m.options.fused_decode && c.residual_multiplier == 1.0 &&
+          mamba_block_decode_fused(be, c, w, cache, batch, ws, residual)) {
+        if (c.mlp_after_mixer) run_mlp_sublayer(m, l, B, residual);
+        continue;
+      }
+      run_hybrid_layer(m, l, state, batch, residual, /*device_kv=*/true);
+    }
+  }
+  for (int64_t l = 0; !c.hybrid() && l < c.n_layer; ++l) {
     const LayerCache& cache = state.layers()[static_cast<size_t>(l)];
     const LayerWeights& w = m.weights.layers[static_cast<size_t>(l)];
     if (!m.options.fused_decode || !mamba_block_decode_fused(be, c, w, cache, batch, ws, residual))
@@ -40,18 +57,20 @@ void run_step(const Model::Impl& m, StateCache& state, const BatchLayout& batch,
   head.y = logits;
   if (m.options.fused_decode && be.supports_fused_linear(head, batch)) {
     be.fused_linear(head, batch);
-    return;
+  } else {
+    TensorView normed = Workspace::f32(ws.normed, dev, B, c.d_model);
+    be.rmsnorm(residual, m.weights.norm_f, eps, normed);
+    be.linear(normed, m.weights.lm_head, {}, logits);
   }
-  TensorView normed = Workspace::f32(ws.normed, dev, B, c.d_model);
-  be.rmsnorm(residual, m.weights.norm_f, eps, normed);
-  be.linear(normed, m.weights.lm_head, {}, logits);
+  if (c.logits_scaling != 1.0) be.scale(logits, static_cast<float>(1.0 / c.logits_scaling));
 }
 
 }  // namespace
 
 bool decode_step_applies(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
   if (output != Output::LastLogits && output != Output::None) return false;
-  if (m.config.hybrid()) return false;  // hybrid layers run through the general path (no fused or graph decode yet)
+  // Hybrid decode steps read the KV cache on the device (graph-safe); backends without that take the general path.
+  if (m.config.hybrid() && !m.backend->supports_device_kv()) return false;
   const int64_t n = static_cast<int64_t>(seqs.size());
   if (n > std::max<int64_t>(1, m.options.max_batch_tokens) || n > kMaxDecodeBatch) return false;
   for (const Sequence& s : seqs)
@@ -77,6 +96,11 @@ void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequen
   batch.total_tokens = B;
   be.copy_from_host(ws.ids.data(), ids.data(), static_cast<size_t>(B) * 4);
   be.prepare_batch(batch);
+  StateCache::Impl& st = state_impl(state);
+  if (st.has_kv()) {  // a page for each row's new position, and the device mirror of positions and page tables
+    for (const SeqSpan& s : batch.seqs) st.fit_kv(s.slot, st.positions[static_cast<size_t>(s.slot)] + 1);
+    st.sync_device_kv(batch.seqs);
+  }
 
   TensorView logits = Workspace::f32(ws.logits, dev, B, c.vocab_size);
   auto device_work = [&] { run_step(m, state, batch, output, logits); };
@@ -91,6 +115,12 @@ void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequen
     // costs once.
     std::vector<const void*> key;
     for (const LayerCache& l : state.layers()) key.push_back(l.conv.data), key.push_back(l.ssm.data);
+    if (st.has_kv()) {  // the page tables' buffer and layout (a growth of table_pages is a new buffer)
+      key.push_back(st.kv_table.data());
+      key.push_back(st.kv_lengths.data());
+      key.push_back(reinterpret_cast<const void*>(static_cast<intptr_t>(st.table_pages)));
+      key.push_back(reinterpret_cast<const void*>(static_cast<intptr_t>(st.n_slots)));
+    }
     key.push_back(reinterpret_cast<const void*>(static_cast<intptr_t>(B)));
     key.push_back(reinterpret_cast<const void*>(static_cast<intptr_t>(output)));
     if (m.decode_graphs.size() >= kMaxGraphs && !m.decode_graphs.count(key)) m.decode_graphs.clear();
@@ -115,6 +145,8 @@ void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequen
       be.replay(*g.graph);
     }
   }
+  if (st.has_kv())
+    for (const SeqSpan& s : batch.seqs) ++st.positions[static_cast<size_t>(s.slot)];
   if (top_k)  // only the candidates come back
     select_outputs(be, logits, *top_k, result.candidates, result.logprobs);
   else if (output == Output::LastLogits)

@@ -11,7 +11,7 @@ namespace {
 // Causal self-attention: q/k/v projections, RoPE where the config has it, attention over the slot's KV pages (this
 // call's rows appended), o projection.
 void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Impl& st, size_t li,
-                     const BatchLayout& batch, const TensorView& h, TensorView out) {
+                     const BatchLayout& batch, const TensorView& h, TensorView out, bool device_kv) {
   const ModelConfig& c = m.config;
   Backend& be = *m.backend;
   const Device dev = be.device();
@@ -25,9 +25,13 @@ void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Im
   be.linear(h, w.q_proj, w.q_bias, a.q);
   be.linear(h, w.k_proj, w.k_bias, a.k);
   be.linear(h, w.v_proj, w.v_bias, a.v);
+  const auto* lengths = device_kv ? static_cast<const int64_t*>(st.kv_lengths.data()) : nullptr;
   std::vector<int64_t> start;
   for (const SeqSpan& s : batch.seqs) start.push_back(st.positions[static_cast<size_t>(s.slot)]);
-  if (c.rope_theta > 0) {
+  if (c.rope_theta > 0 && device_kv) {
+    be.rope_at_lengths(a.q, c.n_attn_heads, c.attn_head_dim, c.rope_dim, c.rope_theta, lengths, batch);
+    be.rope_at_lengths(a.k, c.n_kv_heads, c.attn_head_dim, c.rope_dim, c.rope_theta, lengths, batch);
+  } else if (c.rope_theta > 0) {
     be.rope(a.q, c.n_attn_heads, c.attn_head_dim, c.rope_dim, c.rope_theta, start, batch);
     be.rope(a.k, c.n_kv_heads, c.attn_head_dim, c.rope_dim, c.rope_theta, start, batch);
   }
@@ -36,7 +40,13 @@ void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Im
   a.head_dim = c.attn_head_dim;
   a.page_tokens = st.page_tokens;
   a.scale = static_cast<float>(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(static_cast<double>(c.attn_head_dim)));
-  for (const SeqSpan& s : batch.seqs) a.cache.push_back(st.kv_sequence(li, s.slot));
+  if (device_kv) {
+    a.device_lengths = lengths;
+    a.device_pages = st.device_pages(li);
+    a.max_pages = st.table_pages;
+  } else {
+    for (const SeqSpan& s : batch.seqs) a.cache.push_back(st.kv_sequence(li, s.slot));
+  }
   be.attention(a, batch);
   be.linear(a.out, w.o_proj, w.o_bias, out);
 }
@@ -74,8 +84,20 @@ void add_scaled(Backend& be, const ModelConfig& c, TensorView residual, TensorVi
 
 }  // namespace
 
+void run_mlp_sublayer(const Model::Impl& m, int64_t layer, int64_t T, TensorView residual) {
+  const ModelConfig& c = m.config;
+  Backend& be = *m.backend;
+  Workspace& ws = m.workspace;
+  const LayerWeights& w = m.weights.layers[static_cast<size_t>(layer)];
+  TensorView normed = Workspace::f32(ws.normed, be.device(), T, c.d_model);
+  TensorView out = Workspace::f32(ws.mixer_out, be.device(), T, c.d_model);
+  be.rmsnorm(residual, w.mlp_norm, static_cast<float>(c.norm_eps), normed);
+  mlp(m, w, T, normed, out);
+  add_scaled(be, c, residual, out);
+}
+
 void run_hybrid_layer(const Model::Impl& m, int64_t layer, StateCache& state, const BatchLayout& batch,
-                      TensorView residual) {
+                      TensorView residual, bool device_kv) {
   const ModelConfig& c = m.config;
   Backend& be = *m.backend;
   const Device dev = be.device();
@@ -92,7 +114,7 @@ void run_hybrid_layer(const Model::Impl& m, int64_t layer, StateCache& state, co
       mamba2_mixer(be, c, w, state.layers()[li], batch, ws, normed, out);
       break;
     case LayerKind::Attention:
-      attention_mixer(m, w, state_impl(state), li, batch, normed, out);
+      attention_mixer(m, w, state_impl(state), li, batch, normed, out, device_kv);
       break;
     case LayerKind::MLP:
       mlp(m, w, T, normed, out);
@@ -101,10 +123,7 @@ void run_hybrid_layer(const Model::Impl& m, int64_t layer, StateCache& state, co
       fail("layer ", layer, ": Mamba-1 layers are not part of any hybrid family");
   }
   add_scaled(be, c, residual, out);
-  if (!c.mlp_after_mixer) return;
-  be.rmsnorm(residual, w.mlp_norm, eps, normed);
-  mlp(m, w, T, normed, out);
-  add_scaled(be, c, residual, out);
+  if (c.mlp_after_mixer) run_mlp_sublayer(m, layer, T, residual);
 }
 
 }  // namespace mambacpp

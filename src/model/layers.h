@@ -12,7 +12,13 @@ namespace mambacpp {
 
 // residual [T, d_model] += the layer's sublayers on the packed batch; reads and updates the layer's cache entry
 // (Mamba state, or KV rows: the caller has grown the pages and advances positions after the last layer).
+// device_kv: attention reads the KV positions and page tables from the state's device mirror
+// (StateCache::Impl::sync_device_kv, called by the caller first), so that the work can be captured as a graph.
 void run_hybrid_layer(const Model::Impl& m, int64_t layer, StateCache& state, const BatchLayout& batch,
-                      TensorView residual);
+                      TensorView residual, bool device_kv = false);
+
+// The MLP sublayer alone (the second sublayer of a mlp_after_mixer family): residual += mlp(rmsnorm(residual)),
+// scaled by residual_multiplier.
+void run_mlp_sublayer(const Model::Impl& m, int64_t layer, int64_t T, TensorView residual);
 
 }  // namespace mambacpp

@@ -38,15 +38,6 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   impl->checkpoint = std::make_unique<Checkpoint>(dir);
   impl->config = impl->checkpoint->config();
   impl->config.validate();
-  if (impl->config.hybrid()) {
-    // Attention, RoPE and MLP ops exist on the CPU only so far: auto picks the CPU, an explicit GPU is refused.
-    if (options.device == DeviceChoice::CUDA)
-      fail(dir, ": ", family_name(impl->config.family),
-           " is a hybrid model: attention layers are not implemented on the GPU yet; run hybrid models with --device cpu");
-    LoadOptions cpu = options;
-    cpu.device = DeviceChoice::CPU;
-    impl->options = cpu;
-  }
   impl->backend = make_backend(impl->options);
   const Checkpoint& ck = *impl->checkpoint;
   std::function<void(int64_t, int64_t)> progress;

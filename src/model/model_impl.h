@@ -55,6 +55,19 @@ struct StateCache::Impl {
   std::vector<std::vector<std::vector<DeviceBuffer>>> kv_pages;
   std::vector<int64_t> positions;
 
+  // Device mirror of the page lists and positions, for decode steps that read them on the device (backends with
+  // supports_device_kv; what lets a captured step replay as contexts grow): per attention layer a [n_slots,
+  // table_pages] array of page pointers, and positions [n_slots] as int64. table_pages only grows, by doubling (a
+  // new buffer: graphs keyed on it are captured again, a handful of times over a context's growth).
+  int64_t table_pages = 0;
+  DeviceBuffer kv_table, kv_lengths;
+  std::vector<int64_t> kv_table_index;  // per layer: its table among the attention layers, or -1
+  std::vector<float*> kv_table_host;    // what kv_table holds
+  // Brings the device mirror up to date for the slots of `seqs` (the caller has fitted their pages).
+  void sync_device_kv(const std::vector<SeqSpan>& seqs);
+  // Layer li's [n_slots, table_pages] page table on the device.
+  float* const* device_pages(size_t li) const;
+
   bool has_kv() const { return !positions.empty(); }
   size_t page_bytes(const LayerCache& l) const { return static_cast<size_t>(2 * page_tokens * l.kv_dim) * 4; }
   // Grows (or shrinks) every KV layer's pages of `slot` to hold exactly enough pages for `tokens` positions.

@@ -51,15 +51,11 @@ void pure_shapes(const ModelConfig& c, std::map<std::string, std::vector<int64_t
 
 std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOptions& options, uint64_t seed, DType storage) {
   config.validate();
-  if (config.hybrid() && options.device == DeviceChoice::CUDA)
-    fail("Model::random: ", family_name(config.family),
-         " is a hybrid model: attention layers are not implemented on the GPU yet; run hybrid models with --device cpu");
   if (storage != DType::F32 && storage != DType::F16 && storage != DType::BF16)
     fail("random model: storage dtype must be f32, f16 or bf16, found ", dtype_name(storage));
   auto impl = std::make_unique<Impl>();
   impl->dir = "(random weights)";
   impl->options = options;
-  if (config.hybrid()) impl->options.device = DeviceChoice::CPU;  // as Model::load: the CPU has their ops
   impl->config = config;
   impl->random_seed = seed;
   impl->backend = make_backend(impl->options);

@@ -1,5 +1,7 @@
 #include "mambacpp/shapes.h"
 
+#include <string>
+
 #include "mambacpp/error.h"
 
 namespace mambacpp {
@@ -67,16 +69,84 @@ ModelConfig granite_hybrid(const HybridShape& s) {
   return c;
 }
 
+// NVIDIA Nemotron-H-8B (nvidia/Nemotron-H-8B-Base-8K config.json, as recalled here without hub access): hidden 4096,
+// 52 layers from hybrid_override_pattern "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-" (24 Mamba-2, 4
+// attention, 24 relu2 MLP layers), Mamba-2 with 128 heads of 64 (d_inner 8192), 8 groups (the gated norm per
+// group), d_state 128, conv 4, chunk 128; attention 32 query / 8 KV heads of head_dim 128, NoPE; MLP 21504; vocab
+// 131072, untied LM head.
+ModelConfig nemotron_h_8b() {
+  ModelConfig c;
+  c.family = Family::NemotronH;
+  c.arch = Arch::Mamba2;
+  c.d_model = 4096;
+  c.vocab_size = 131072;
+  c.tie_embeddings = false;
+  c.d_state = 128;
+  c.d_conv = 4;
+  c.n_heads = 128;
+  c.head_dim = 64;
+  c.d_inner = 128 * 64;
+  c.n_groups = 8;
+  c.chunk_size = 128;
+  for (char k : std::string("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"))
+    c.layers.push_back(k == 'M' ? LayerKind::Mamba2 : k == '*' ? LayerKind::Attention : LayerKind::MLP);
+  c.n_layer = static_cast<int64_t>(c.layers.size());
+  c.n_attn_heads = 32;
+  c.n_kv_heads = 8;
+  c.attn_head_dim = 128;
+  c.mlp_size = 21504;
+  c.mlp_act = MlpAct::Relu2;
+  return c;
+}
+
+// IBM Bamba-9B (ibm-ai-platform/Bamba-9B config.json, as recalled here): hidden 4096, 32 layers with attention at
+// 9, 18, 27 (attn_layer_indices), every layer followed by a gated SiLU MLP of 14336; Mamba-2 with 128 heads of 64
+// (mamba_expand 2), one group, d_state 128, conv 4, chunk 256, the gated norm over the whole d_inner; attention 32
+// query / 8 KV heads of 128 with RoPE (theta 10000) on the first half of each head (partial_rotary_factor 0.5);
+// vocab 128256, untied LM head. max_position_embeddings is not bound here (0), so 16k-token contexts run.
+ModelConfig bamba_9b() {
+  ModelConfig c;
+  c.family = Family::Bamba;
+  c.arch = Arch::Mamba2;
+  c.d_model = 4096;
+  c.n_layer = 32;
+  c.vocab_size = 128256;
+  c.tie_embeddings = false;
+  c.d_state = 128;
+  c.d_conv = 4;
+  c.n_heads = 128;
+  c.head_dim = 64;
+  c.d_inner = 128 * 64;
+  c.n_groups = 1;
+  c.gated_norm_groups = 1;
+  c.chunk_size = 256;
+  for (int64_t l = 0; l < c.n_layer; ++l)
+    c.layers.push_back(l == 9 || l == 18 || l == 27 ? LayerKind::Attention : LayerKind::Mamba2);
+  c.mlp_after_mixer = true;
+  c.n_attn_heads = 32;
+  c.n_kv_heads = 8;
+  c.attn_head_dim = 128;
+  c.rope_theta = 10000.0;
+  c.rope_dim = 64;
+  c.mlp_size = 14336;
+  c.mlp_act = MlpAct::SiluGated;
+  return c;
+}
+
 }  // namespace
 
 std::vector<std::string> named_shapes() {
   std::vector<std::string> names;
   for (const Shape& s : kShapes) names.emplace_back(s.name);
   for (const HybridShape& s : kGraniteShapes) names.emplace_back(s.name);
+  names.emplace_back("nemotron-h-8b");
+  names.emplace_back("bamba-9b");
   return names;
 }
 
 ModelConfig named_shape(const std::string& name) {
+  if (name == "nemotron-h-8b") return nemotron_h_8b();
+  if (name == "bamba-9b") return bamba_9b();
   for (const HybridShape& s : kGraniteShapes)
     if (name == s.name) return granite_hybrid(s);
   for (const Shape& s : kShapes) {

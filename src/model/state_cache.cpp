@@ -47,11 +47,54 @@ KvSequence StateCache::Impl::kv_sequence(size_t li, int64_t slot) const {
   return s;
 }
 
+void StateCache::Impl::sync_device_kv(const std::vector<SeqSpan>& seqs) {
+  if (kv_table_index.empty()) {
+    kv_table_index.assign(layers.size(), -1);
+    int64_t n = 0;
+    for (size_t li = 0; li < layers.size(); ++li)
+      if (layers[li].kind == LayerCacheKind::Kv) kv_table_index[li] = n++;
+  }
+  const int64_t n_tables = *std::max_element(kv_table_index.begin(), kv_table_index.end()) + 1;
+  if (n_tables <= 0) return;
+  int64_t need = 1;
+  for (const SeqSpan& sp : seqs)
+    for (size_t li = 0; li < layers.size(); ++li)
+      if (kv_table_index[li] >= 0) need = std::max(need, static_cast<int64_t>(kv_pages[li][static_cast<size_t>(sp.slot)].size()));
+  if (need > table_pages || !kv_lengths.data()) {
+    int64_t pages = std::max<int64_t>(table_pages, 16);
+    while (pages < need) pages *= 2;
+    table_pages = pages;
+    kv_table = DeviceBuffer(*backend, static_cast<size_t>(n_tables * n_slots * table_pages) * sizeof(float*));
+    kv_table_host.assign(static_cast<size_t>(n_tables * n_slots * table_pages), nullptr);
+    backend->fill_zero(kv_table.data(), kv_table.size());
+    if (!kv_lengths.data()) kv_lengths = DeviceBuffer(*backend, static_cast<size_t>(n_slots) * sizeof(int64_t));
+  }
+  // Rows of the batch's slots whose pages changed since the last upload.
+  std::vector<float*> row;
+  for (const SeqSpan& sp : seqs)
+    for (size_t li = 0; li < layers.size(); ++li) {
+      if (kv_table_index[li] < 0) continue;
+      const auto& pages = kv_pages[li][static_cast<size_t>(sp.slot)];
+      const size_t at = static_cast<size_t>((kv_table_index[li] * n_slots + sp.slot) * table_pages);
+      row.clear();
+      for (const DeviceBuffer& b : pages) row.push_back(static_cast<float*>(b.data()));
+      if (std::equal(row.begin(), row.end(), kv_table_host.begin() + static_cast<std::ptrdiff_t>(at))) continue;
+      std::copy(row.begin(), row.end(), kv_table_host.begin() + static_cast<std::ptrdiff_t>(at));
+      backend->copy_from_host(static_cast<float**>(kv_table.data()) + at, row.data(), row.size() * sizeof(float*));
+    }
+  backend->copy_from_host(kv_lengths.data(), positions.data(), positions.size() * sizeof(int64_t));
+}
+
+float* const* StateCache::Impl::device_pages(size_t li) const {
+  return static_cast<float* const*>(kv_table.data()) + kv_table_index[li] * n_slots * table_pages;
+}
+
 namespace {
 
 // Copies `rows` KV rows (keys or values) between a slot's pages and a packed [rows, kv_dim] buffer, page by page.
+// The packed buffer is the backend's memory, or host memory when `host` (read_slot; pages to host only).
 void copy_kv_rows(Backend& be, const std::vector<DeviceBuffer>& pages, int64_t page_tokens, int64_t kv_dim,
-                  bool values, int64_t rows, char* packed, bool to_pages) {
+                  bool values, int64_t rows, char* packed, bool to_pages, bool host = false) {
   const size_t row_bytes = static_cast<size_t>(kv_dim) * 4;
   for (int64_t r0 = 0; r0 < rows; r0 += page_tokens) {
     const int64_t n = std::min(page_tokens, rows - r0);
@@ -59,6 +102,7 @@ void copy_kv_rows(Backend& be, const std::vector<DeviceBuffer>& pages, int64_t p
                  static_cast<size_t>(values ? page_tokens : 0) * row_bytes;
     char* flat = packed + static_cast<size_t>(r0) * row_bytes;
     if (to_pages) be.copy(page, flat, static_cast<size_t>(n) * row_bytes);
+    else if (host) be.copy_to_host(flat, page, static_cast<size_t>(n) * row_bytes);
     else be.copy(flat, page, static_cast<size_t>(n) * row_bytes);
   }
 }
@@ -142,7 +186,7 @@ std::vector<float> StateCache::read_slot(int64_t slot) const {
         const size_t at = out.size();
         out.resize(at + static_cast<size_t>(n * l.kv_dim));
         copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
-                     values, n, reinterpret_cast<char*>(out.data() + at), false);
+                     values, n, reinterpret_cast<char*>(out.data() + at), false, /*host=*/true);
       }
       continue;
     }

@@ -168,4 +168,60 @@ void launch_select_top_k(const SelectLaunch& p, cudaStream_t stream);
 // out[r] = log sum_{j < limits[r]} exp(logits[r, j]) (Backend::row_logsumexp); limits and out in device memory.
 void launch_row_logsumexp(ConstF32Rows logits, const int32_t* limits, int64_t n_rows, float* out, cudaStream_t stream);
 
+// ---- attention.cu -----------------------------------------------------------------------------------------------
+// One sequence of an attention call as the kernels read it: rows [start, start + len) of q/k/v/out, `past` rows
+// already cached, its page pointers at pages[page0 ...] (K rows [page_tokens, kv_dim] then V rows per page, f32).
+struct AttnSeq {
+  int64_t start = 0;
+  int64_t len = 0;
+  int64_t past = 0;
+  int64_t page0 = 0;
+};
+// Up to kAttnTileItems consecutive items of one sequence, item = i * rep + r: query row i, head r of the group.
+inline constexpr int kAttnTileItems = 16;
+struct AttnTile {
+  int32_t seq = 0;
+  int32_t item0 = 0;
+};
+struct AttentionLaunch {
+  ConstF32Rows q, k, v;  // [T, n_heads * hd], [T, n_kv * hd] x2 (RoPE applied)
+  F32Rows out;           // [T, n_heads * hd]
+  int64_t T = 0, n_heads = 0, n_kv_heads = 0, head_dim = 0, page_tokens = 0;
+  float scale = 0.0f;
+  const AttnSeq* seqs = nullptr;      // device
+  const int32_t* token_seq = nullptr; // device, [T]: sequence index of each row (-1: none)
+  const AttnTile* tiles = nullptr;    // device
+  int64_t n_tiles = 0;
+  float* const* pages = nullptr;      // device
+  // Device-resident mode (AttentionArgs::device_lengths): seqs and tiles are null; sequence k is spans[k] with
+  // past = lengths[slot] and its pages at pages[slot * max_pages ...]; block x is tile x % tiles_per_seq of
+  // sequence x / tiles_per_seq (tiles past the sequence's items exit).
+  const SeqSpan* spans = nullptr;
+  const int64_t* lengths = nullptr;
+  int64_t max_pages = 0;
+  int64_t tiles_per_seq = 0;
+  // Keys split over grid.z in runs of split_keys (a multiple of 32) when n_splits > 1; partial holds
+  // [n_splits, T, n_heads, head_dim + 2] (unnormalised output, max, sum).
+  int n_splits = 1;
+  int64_t split_keys = 0;
+  float* partial = nullptr;
+};
+// Writes this call's k and v rows into the pages (positions past + i); run before launch_attention.
+void launch_kv_append(const AttentionLaunch& p, cudaStream_t stream);
+// head_dim up to 256.
+void launch_attention(const AttentionLaunch& p, cudaStream_t stream);
+
+// ---- hybrid_elementwise.cu --------------------------------------------------------------------------------------
+// RoPE in place (Backend::rope): positions [T] (device, -1: row untouched), inv_freq [rope_dim / 2] (device).
+void launch_rope(F32Rows x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim, const int64_t* positions,
+                 const double* inv_freq, cudaStream_t stream);
+// RoPE with positions lengths[spans[token_seq[t]].slot] + (t - start) and inverse frequencies theta^(-2i/rope_dim)
+// formed on the device (in double), for captured decode steps.
+void launch_rope_at_lengths(F32Rows x, int64_t T, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,
+                            const SeqSpan* spans, const int32_t* token_seq, const int64_t* lengths,
+                            cudaStream_t stream);
+void launch_relu2(F32Rows x, int64_t T, int64_t D, cudaStream_t stream);
+void launch_silu_mul(ConstF32Rows gate, ConstF32Rows up, F32Rows out, int64_t T, int64_t D, cudaStream_t stream);
+void launch_scale(F32Rows x, float alpha, int64_t T, int64_t D, cudaStream_t stream);
+
 }  // namespace mambacpp::cuda
