@@ -672,6 +672,8 @@ class CudaBackend final : public Backend {
          ", n_kv_heads ", KV, ", head_dim ", HD, ", page_tokens ", a.page_tokens,
          " (all positive, n_kv_heads dividing n_heads)");
     need(HD <= 256, op, ": head_dim ", HD, " is above the GPU kernel's limit of 256");
+    need(a.kv_dtype == DType::F32 || a.kv_dtype == DType::BF16, op, ": KV pages must be f32 or bf16, found ",
+         dtype_name(a.kv_dtype));
     for (const TensorView* v : {&a.q, &a.k, &a.v, &a.out}) check_f32_2d(*v, "attention: q/k/v/out");
     const int64_t T = a.q.dim(0);
     need(a.q.dim(1) == NH * HD && a.out.dim(0) == T && a.out.dim(1) == NH * HD, op, ": q ", a.q.shape_string(),
@@ -693,6 +695,7 @@ class CudaBackend final : public Backend {
     p.head_dim = HD;
     p.page_tokens = a.page_tokens;
     p.scale = a.scale;
+    p.kv_bf16 = a.kv_dtype == DType::BF16;
     if (a.device_pages) {
       need(a.device_lengths && a.max_pages > 0, op, ": device_pages needs device_lengths and max_pages > 0");
       int64_t max_len = 0;
@@ -702,6 +705,7 @@ class CudaBackend final : public Backend {
       p.pages = a.device_pages;
       p.max_pages = a.max_pages;
       p.tiles_per_seq = (max_len * rep + kAttnTileItems - 1) / kAttnTileItems;
+      p.pipelined = p.tiles_per_seq == 1;
       p.n_tiles = static_cast<int64_t>(batch.seqs.size()) * p.tiles_per_seq;
       need(p.n_tiles <= INT32_MAX, op, ": too many query tiles in one call");
       if (p.n_tiles == 0) return;
@@ -714,8 +718,8 @@ class CudaBackend final : public Backend {
          " sequences");
     std::vector<AttnSeq> seqs(batch.seqs.size());
     std::vector<AttnTile> tiles;
-    std::vector<float*> pages;
-    int64_t max_keys = 0;
+    std::vector<void*> pages;
+    int64_t max_keys = 0, max_len = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const KvSequence& c = a.cache[i];
       const SeqSpan& sp = batch.seqs[i];
@@ -729,22 +733,25 @@ class CudaBackend final : public Backend {
         tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(it)});
       }
       max_keys = std::max(max_keys, keys);
+      max_len = std::max(max_len, sp.len);
     }
+    // One tile per sequence (decode steps, short pieces): the block's compute is short against its key loads.
+    p.pipelined = max_len * rep <= kAttnTileItems;
     need(tiles.size() <= INT32_MAX, op, ": too many query tiles in one call");
     if (tiles.empty()) return;
 
     const size_t tiles_at = align(seqs.size() * sizeof(AttnSeq));
     const size_t pages_at = tiles_at + align(tiles.size() * sizeof(AttnTile));
-    std::vector<unsigned char> host(pages_at + pages.size() * sizeof(float*));
+    std::vector<unsigned char> host(pages_at + pages.size() * sizeof(void*));
     std::memcpy(host.data(), seqs.data(), seqs.size() * sizeof(AttnSeq));
     std::memcpy(host.data() + tiles_at, tiles.data(), tiles.size() * sizeof(AttnTile));
-    if (!pages.empty()) std::memcpy(host.data() + pages_at, pages.data(), pages.size() * sizeof(float*));
+    if (!pages.empty()) std::memcpy(host.data() + pages_at, pages.data(), pages.size() * sizeof(void*));
     auto* meta = static_cast<unsigned char*>(grow(attn_meta_, host.size()));
     copy_from_host(meta, host.data(), host.size());
     p.seqs = reinterpret_cast<const AttnSeq*>(meta);
     p.tiles = reinterpret_cast<const AttnTile*>(meta + tiles_at);
     p.n_tiles = static_cast<int64_t>(tiles.size());
-    p.pages = reinterpret_cast<float* const*>(meta + pages_at);
+    p.pages = reinterpret_cast<void* const*>(meta + pages_at);
     set_splits(p, max_keys);
     launch_kv_append(p, stream());
     launch_attention(p, stream());
