@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
   check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
   const int64_t sms = prop.multiProcessorCount;
 
-  // Copy bandwidth: 4 GiB read + written, as `mambacpp bench` measures it.
+  // Copy bandwidth: 2 GiB copied, counted as read + written (4 GiB), as `mambacpp bench` counts it.
   const size_t copy_bytes = size_t{1} << 31;
   void* a = dev_alloc(copy_bytes);
   void* b = dev_alloc(copy_bytes);
