@@ -2,6 +2,9 @@
 // combine) for a batch of sequences of one context length, with f32 or bf16 pages, staged in place or pipelined.
 // Prints, per variant, the median time of the repeats, the bytes the step must read (every cached K and V row of
 // the batch) and the bandwidth that is, beside a device-to-device copy's bandwidth measured in the same process.
+// Variants: f32 pages staged in place with the keys split for 2 blocks per SM (the kernel as it was before bf16 pages
+// and pipelining), then f32 and bf16 pages, in place and pipelined, split for 16 blocks per SM (the backend's choice
+// for decode-shaped calls; it pipelines them).
 // Built with the GPU tests, not run by ctest (docs/benchmarks.md "Hybrid models on the GPU").
 //
 //   attention_bench [batch 32] [context 16384] [n_heads 32] [n_kv_heads 8] [head_dim 128] [repeats 20]
@@ -98,22 +101,34 @@ int main(int argc, char** argv) {
   const auto* d_tiles = static_cast<const AttnTile*>(upload(tiles));
   const auto* d_token_seq = static_cast<const int32_t*>(upload(token_seq));
 
-  // Splits as the backend's set_splits chooses them.
+  // Splits as the backend's set_splits chooses them for a decode-shaped call (16 blocks per SM), or as it chose them
+  // before (2 per SM: `old splits`).
   const int64_t blocks = B * KV, max_keys = L + 1;
-  int64_t splits = 1;
-  if (blocks < 2 * sms && max_keys > 512) splits = std::min((2 * sms + blocks - 1) / blocks, (max_keys + 255) / 256);
-  const int64_t split_keys = ((max_keys + splits - 1) / splits + 31) / 32 * 32;
-  splits = (max_keys + split_keys - 1) / split_keys;
-  auto* partial = static_cast<float*>(dev_alloc(static_cast<size_t>(splits * B * NH * (HD + 2)) * 4));
+  auto split_count = [&](int64_t per_sm, int64_t* keys_per_split) {
+    int64_t splits = 1;
+    if (blocks < per_sm * sms && max_keys > 512)
+      splits = std::min((per_sm * sms + blocks - 1) / blocks, (max_keys + 255) / 256);
+    const int64_t split_keys = ((max_keys + splits - 1) / splits + 31) / 32 * 32;
+    splits = (max_keys + split_keys - 1) / split_keys;
+    *keys_per_split = splits > 1 ? split_keys : max_keys;
+    return splits;
+  };
+  int64_t unused = 0;
+  const int64_t max_splits = std::max(split_count(16, &unused), split_count(2, &unused));
+  auto* partial = static_cast<float*>(dev_alloc(static_cast<size_t>(max_splits * B * NH * (HD + 2)) * 4));
 
-  std::printf("%-24s %10s %10s %10s %8s\n", "variant", "ms", "KV GB", "TB/s", "% copy");
+  std::printf("%-36s %6s %10s %10s %10s %8s\n", "variant", "splits", "ms", "KV GB", "TB/s", "% copy");
   for (bool bf16 : {false, true}) {
     const size_t elem = bf16 ? 2 : 4;
     // Pages hold a small constant (0x3c bytes: ~0.0115 in f32 and in bf16): the timing does not depend on values.
     std::vector<void*> pages(static_cast<size_t>(B * n_pages));
     for (void*& p : pages) p = dev_alloc(static_cast<size_t>(2 * page * kv_dim) * elem, 0x3c);
     auto* d_pages = static_cast<void* const*>(upload(pages));
-    for (bool pipelined : {false, true}) {
+    for (int variant = 0; variant < 3; ++variant) {
+      const bool pipelined = variant == 2, old_splits = variant == 0;
+      if (bf16 && old_splits) continue;
+      int64_t split_keys = 0;
+      const int64_t splits = split_count(old_splits ? 2 : 16, &split_keys);
       AttentionLaunch p;
       p.q = {q, NH * HD};
       p.k = {k, kv_dim};
@@ -133,7 +148,7 @@ int main(int argc, char** argv) {
       p.kv_bf16 = bf16;
       p.pipelined = pipelined && rep <= kAttnTileItems;
       p.n_splits = static_cast<int>(splits);
-      p.split_keys = splits > 1 ? split_keys : max_keys;
+      p.split_keys = split_keys;
       p.partial = partial;
       const double ms = median_ms(repeats, [&] {
         launch_kv_append(p, nullptr);
@@ -142,8 +157,10 @@ int main(int argc, char** argv) {
       const double bytes = static_cast<double>(B * max_keys * 2 * kv_dim) * static_cast<double>(elem);
       const double tbs = bytes / (ms * 1e-3) / 1e12;
       char name[64];
-      std::snprintf(name, sizeof name, "%s pages, %s", bf16 ? "bf16" : "f32", pipelined ? "pipelined" : "in place");
-      std::printf("%-24s %10.3f %10.2f %10.2f %8.0f\n", name, ms, bytes / 1e9, tbs, 100.0 * tbs / copy_tbs);
+      std::snprintf(name, sizeof name, "%s pages, %s%s", bf16 ? "bf16" : "f32", pipelined ? "pipelined" : "in place",
+                    old_splits ? ", old splits" : "");
+      std::printf("%-36s %6lld %10.3f %10.2f %10.2f %8.0f\n", name, static_cast<long long>(splits), ms, bytes / 1e9, tbs,
+                  100.0 * tbs / copy_tbs);
     }
     for (void* p : pages) cudaFree(p);
     cudaFree(const_cast<void**>(d_pages));

@@ -43,11 +43,31 @@ __device__ __forceinline__ P from_f32(float v) {
 }
 
 // Position pos of a sequence's cache: the K row (value = false) or the V row of KV head g.
+// Positions and page sizes fit 32 bits (a context of 2^32 rows would be terabytes of pages): the page division in
+// 32 bits costs a fraction of a 64-bit one, and decode computes it for every row it stages.
 template <class P>
 __device__ __forceinline__ const P* kv_at(void* const* pages, const AttnSeq& s, int64_t pos, int64_t page_tokens,
                                           int64_t kv_dim, int64_t g, int64_t hd, bool value) {
-  const P* page = static_cast<const P*>(pages[s.page0 + pos / page_tokens]);
-  return page + ((value ? page_tokens : 0) + pos % page_tokens) * kv_dim + g * hd;
+  const uint32_t pos32 = static_cast<uint32_t>(pos), pt = static_cast<uint32_t>(page_tokens);
+  const uint32_t pg = pos32 / pt, row = pos32 - pg * pt;
+  const P* page = static_cast<const P*>(pages[s.page0 + pg]);
+  return page + ((value ? page_tokens : 0) + row) * kv_dim + g * hd;
+}
+
+// The 16 / sizeof(P) elements of a 16-byte chunk as floats (bf16: element 0 in the low half of each word).
+__device__ __forceinline__ void unpack(const uint4& c, float* out, float) {
+  out[0] = __uint_as_float(c.x);
+  out[1] = __uint_as_float(c.y);
+  out[2] = __uint_as_float(c.z);
+  out[3] = __uint_as_float(c.w);
+}
+__device__ __forceinline__ void unpack(const uint4& c, float* out, __nv_bfloat16) {
+  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(w[i] << 16);
+    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
 }
 
 // Sequence k of the call, from the uploaded table or (device-resident mode) from the prepared spans and lengths.
@@ -129,26 +149,31 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionLaunch 
     for (int c = 0; c < NC; ++c) o[r][c] = 0.0f;
   }
 
-  // Staging. Pipelined (decode-shaped calls: few items per block, long key loops): warp w holds rows w, w + kWarps,
-  // ... of the next step's keys and values in registers (lane: channels lane + 32 c), loaded while the current step
-  // computes, and writes them to shared memory after the barrier, so a block has a whole step of loads in flight
-  // during its compute. That costs registers (164 instead of 96 at head_dim 128: 3 blocks per SM instead of 5), which
-  // prefill, latency-bound on its dot-product chains, needs for warps: it loads in place after the barrier. Shared
-  // memory gets the same values either way, so the results are the same bit for bit.
-  constexpr int kRows = kPipe ? kKeys / kWarps : 1;
-  P k_reg[kRows][NC], v_reg[kRows][NC];
+  // Staging. Pipelined (decode-shaped calls: few items per block, long key loops): the next step's keys and values
+  // are loaded into registers, as 16-byte chunks (thread t takes chunks t, t + 128, ... of the step's 32 rows of
+  // hd / kChunk chunks; the launch checks that rows are whole chunks), while the current step computes, and written
+  // to shared memory after the barrier, so a block has a whole step of loads in flight during its compute. That
+  // costs registers, which prefill, latency-bound on its dot-product chains, needs for warps: it loads element by
+  // element in place after the barrier. Shared memory gets the same values either way, so the results are the same
+  // bit for bit.
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(P));
+  constexpr int kMaxChunks = kPipe ? kKeys * 32 * NC / kChunk / (kWarps * 32) : 1;
+  uint4 k_reg[kMaxChunks], v_reg[kMaxChunks];
+  const int cpr = hd / kChunk, n_chunks = kKeys * cpr;
   auto load_step = [&](int64_t k0) {
 #pragma unroll
-    for (int r = 0; r < kRows; ++r) {
-      const int64_t pos = k0 + warp + kWarps * r;
-      const bool in = pos < k_end;
-      const P* kr = in ? kv_at<P>(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, false) : nullptr;
-      const P* vr = in ? kv_at<P>(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, true) : nullptr;
-#pragma unroll
-      for (int c = 0; c < NC; ++c) {
-        const int d = lane + 32 * c;
-        k_reg[r][c] = in && d < hd ? kr[d] : from_f32<P>(0.0f);
-        v_reg[r][c] = in && d < hd ? vr[d] : from_f32<P>(0.0f);
+    for (int i = 0; i < kMaxChunks; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + kWarps * 32 * i;
+      const int j = idx / cpr, c = idx - j * cpr;
+      const int64_t pos = k0 + j;
+      if (idx < n_chunks && pos < k_end) {
+        k_reg[i] = *reinterpret_cast<const uint4*>(kv_at<P>(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, false) +
+                                                   c * kChunk);
+        v_reg[i] = *reinterpret_cast<const uint4*>(kv_at<P>(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, true) +
+                                                   c * kChunk);
+      } else {
+        k_reg[i] = make_uint4(0u, 0u, 0u, 0u);  // +0.0 in f32 and in bf16
+        v_reg[i] = make_uint4(0u, 0u, 0u, 0u);
       }
     }
   };
@@ -174,15 +199,17 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionLaunch 
       }
     } else {
 #pragma unroll
-      for (int r = 0; r < kRows; ++r) {
-        const int j = warp + kWarps * r;
+      for (int i = 0; i < kMaxChunks; ++i) {
+        const int idx = static_cast<int>(threadIdx.x) + kWarps * 32 * i;
+        if (idx >= n_chunks) continue;
+        const int j = idx / cpr, c = idx - j * cpr;
+        float kf[kChunk], vf[kChunk];
+        unpack(k_reg[i], kf, P());
+        unpack(v_reg[i], vf, P());
 #pragma unroll
-        for (int c = 0; c < NC; ++c) {
-          const int d = lane + 32 * c;
-          if (d < hd) {
-            k_s[j * (hd + 1) + d] = to_f32(k_reg[r][c]);
-            v_s[j * vw + d] = to_f32(v_reg[r][c]);
-          }
+        for (int e = 0; e < kChunk; ++e) {
+          k_s[j * (hd + 1) + c * kChunk + e] = kf[e];
+          v_s[j * vw + c * kChunk + e] = vf[e];
         }
       }
       if (k0 + kKeys < k_end) load_step(k0 + kKeys);  // in flight during this step's compute
