@@ -9,6 +9,7 @@
 // 1e-5, as does a batch member against itself alone; snapshots, copies and state files reproduce a slot exactly.
 #include <gtest/gtest.h>
 
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -120,13 +121,16 @@ TEST(HybridFixtures, AnySplitEqualsOnePass) {
 }
 
 TEST(HybridFixtures, BatchMemberEqualsItselfAlone) {
-  for (const std::string& dir : hybrid_dirs()) {
-    SCOPED_TRACE(dir);
-    auto model = load_cpu(dir, 16);  // several pieces, sequences split across them
+  for (const std::string& dir : hybrid_dirs())
+  for (DType sd : {DType::F32, DType::BF16}) {  // a bf16 state (its KV rows too) is as batch-invariant
+    SCOPED_TRACE(dir + " state " + dtype_name(sd));
+    // f32: several pieces, sequences split across them. A bf16 state is rounded where a piece ends, so a sequence
+    // cut elsewhere in the batch than alone differs by that rounding (~1e-3): there, one piece holds the batch.
+    auto model = load_cpu(dir, sd == DType::F32 ? 16 : 2048);
     const auto ids = test::read_token_ids(dir + "/tokens.txt");
     const std::vector<int32_t> a(ids.begin(), ids.begin() + 30), b(ids.begin() + 5, ids.begin() + 17),
         c(ids.rbegin(), ids.rbegin() + 23);
-    auto st = model->create_state(4);
+    auto st = model->create_state(4, sd);
     // Slot 3 first holds another sequence's tokens (different KV lengths per slot).
     all_logits(*model, *st, std::span<const int32_t>(ids).subspan(0, 9), 3);
     std::vector<Sequence> seqs = {Sequence::tokens(a, 2), Sequence::tokens(b, 0), Sequence::tokens(c, 3)};
@@ -134,7 +138,7 @@ TEST(HybridFixtures, BatchMemberEqualsItselfAlone) {
     const int64_t V = model->config().vocab_size;
     int64_t row = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
-      auto alone = model->create_state(1);
+      auto alone = model->create_state(1, sd);
       if (i == 2) all_logits(*model, *alone, std::span<const int32_t>(ids).subspan(0, 9));
       const auto want = all_logits(*model, *alone, seqs[i].token_ids);
       const std::vector<float> got(r.values.begin() + row * V, r.values.begin() + (row + seqs[i].length()) * V);
@@ -278,8 +282,9 @@ TEST(HybridFixtures, PrefixCacheHitEqualsMissInLogprobs) {
 }
 
 TEST(HybridState, SnapshotCopySaveLoadReproduceASlot) {
-  for (const std::string& dir : hybrid_dirs()) {
-    SCOPED_TRACE(dir);
+  for (const std::string& dir : hybrid_dirs())
+  for (DType sd : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dir + " state " + dtype_name(sd));
     auto model = load_cpu(dir, 2048, 16);
     const auto fixture_ids = test::read_token_ids(dir + "/tokens.txt");
     std::vector<int32_t> ids;
@@ -287,7 +292,7 @@ TEST(HybridState, SnapshotCopySaveLoadReproduceASlot) {
     ids.resize(100);
     const std::span<const int32_t> head = std::span<const int32_t>(ids).subspan(0, 70);  // 4 pages and a part
     const std::span<const int32_t> tail = std::span<const int32_t>(ids).subspan(head.size());
-    auto st = model->create_state(3);
+    auto st = model->create_state(3, sd);
     all_logits(*model, *st, head, 0);
     const SlotSnapshot snap = st->snapshot(0);
     EXPECT_EQ(snap.bytes(), st->slot_bytes() + head.size() * st->kv_bytes_per_token());
@@ -300,7 +305,7 @@ TEST(HybridState, SnapshotCopySaveLoadReproduceASlot) {
     EXPECT_EQ(st->tokens_held(1), static_cast<int64_t>(head.size()));
     EXPECT_LE(test::max_rel_diff(all_logits(*model, *st, tail, 1), want), 0.0) << "restore";
 
-    auto other = model->create_state(2);
+    auto other = model->create_state(2, sd);
     all_logits(*model, *other, ids, 1);  // a longer history to be replaced
     EXPECT_EQ(other->load(1, tmp.file("s.state")), std::vector<int32_t>(head.begin(), head.end()));
     EXPECT_LE(test::max_rel_diff(all_logits(*model, *other, tail, 1), want), 0.0) << "state file";
@@ -311,7 +316,7 @@ TEST(HybridState, SnapshotCopySaveLoadReproduceASlot) {
 
     st->reset(0);
     EXPECT_EQ(st->tokens_held(0), 0);
-    auto fresh = model->create_state(1);
+    auto fresh = model->create_state(1, sd);
     EXPECT_LE(test::max_rel_diff(all_logits(*model, *st, tail, 0), all_logits(*model, *fresh, tail)), 0.0) << "reset";
   }
 }
@@ -333,6 +338,79 @@ TEST(HybridState, StateFileOfAnotherShapeIsRefused) {
   const auto size = fs::file_size(tmp.file("a.state"));
   fs::resize_file(tmp.file("a.state"), size - 8);
   EXPECT_NE(test::error_of([&] { st->load(0, tmp.file("a.state")); }).find("truncated"), std::string::npos);
+}
+
+// A bf16 state holds the KV rows in bf16 too: half the bytes per token, every cached value a bf16 one, and logits
+// within the bf16 error of the f32 state's. Error model: each cached key, value and SSM state entry is rounded once
+// per write (2^-9 relative); through 5-6 layers of these tiny models that moves logits by well under 1e-2 of the
+// largest, while a KV row read as the wrong type (f32 bits as bf16 pairs) or a lost rounding moves them by O(1) or
+// not at all.
+TEST(HybridState, Bf16StateHoldsBf16KvRows) {
+  for (const std::string& dir : hybrid_dirs()) {
+    SCOPED_TRACE(dir);
+    auto model = load_cpu(dir);
+    const auto ids = test::read_token_ids(dir + "/tokens.txt");
+    auto f32 = model->create_state(1);
+    auto bf = model->create_state(1, DType::BF16);
+    EXPECT_EQ(2 * bf->kv_bytes_per_token(), f32->kv_bytes_per_token());
+    const auto want = all_logits(*model, *f32, ids);
+    const auto got = all_logits(*model, *bf, ids);
+    const double err = test::max_rel_diff(got, want);
+    std::printf("[hybrid] %s: bf16 state vs f32 state, max |logit diff| / max |logit| = %.3g\n",
+                fs::path(dir).filename().c_str(), err);
+    EXPECT_LE(err, 1e-2);
+    EXPECT_GT(err, 0.0);
+    const std::vector<float> held = bf->read_slot(0);
+    EXPECT_EQ(held.size(), f32->read_slot(0).size());
+    for (float v : held) ASSERT_EQ(bf16_to_f32(f32_to_bf16(v)), v);
+  }
+}
+
+// Version 3 state files held KV rows in f32 whatever the state dtype. A version-3 bf16 file (made here from a
+// version-4 one by widening its KV rows) still loads, its rows rounded back to bf16: the same slot exactly.
+TEST(HybridState, Version3Bf16FileLoadsWithItsKvRowsRounded) {
+  auto model = load_cpu(hybrid_dirs()[0]);
+  const auto ids = test::read_token_ids(hybrid_dirs()[0] + "/tokens.txt");
+  auto st = model->create_state(1, DType::BF16);
+  all_logits(*model, *st, ids);
+  test::TempDir tmp;
+  st->save(0, tmp.file("v4.state"), ids);
+  std::ifstream in(tmp.file("v4.state"), std::ios::binary);
+  const std::string v4((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  const int64_t n = st->tokens_held(0);
+  const size_t data_bytes = st->slot_bytes() + static_cast<size_t>(n) * st->kv_bytes_per_token();
+  ASSERT_GT(v4.size(), data_bytes);
+  std::string v3 = v4.substr(0, v4.size() - data_bytes);
+  const uint32_t three = 3;
+  v3.replace(16, 4, reinterpret_cast<const char*>(&three), 4);
+  const char* at = v4.data() + (v4.size() - data_bytes);
+  int kv_layers = 0;
+  for (const LayerCache& l : st->layers()) {
+    for (const TensorView* t : {&l.conv, &l.ssm}) {
+      if (l.kind != LayerCacheKind::Ssm) continue;
+      const size_t nb = t->nbytes() / static_cast<size_t>(t->dim(0));  // one slot
+      v3.append(at, nb);
+      at += nb;
+    }
+    if (l.kind != LayerCacheKind::Kv) continue;
+    ++kv_layers;
+    for (int64_t i = 0; i < 2 * n * l.kv_dim; ++i, at += 2) {
+      uint16_t h;
+      std::memcpy(&h, at, 2);
+      const float f = bf16_to_f32(h);
+      v3.append(reinterpret_cast<const char*>(&f), 4);
+    }
+  }
+  ASSERT_GT(kv_layers, 0);
+  ASSERT_EQ(at, v4.data() + v4.size());
+  std::ofstream(tmp.file("v3.state"), std::ios::binary).write(v3.data(), static_cast<std::streamsize>(v3.size()));
+  auto other = model->create_state(1, DType::BF16);
+  EXPECT_EQ(other->load(0, tmp.file("v3.state")), ids);
+  EXPECT_EQ(other->read_slot(0), st->read_slot(0));
+  // A state file of the other dtype is refused, naming both.
+  auto f32 = model->create_state(1);
+  const std::string err = test::error_of([&] { f32->load(0, tmp.file("v4.state")); });
+  EXPECT_NE(err.find("holds bf16 state; this state cache is f32"), std::string::npos) << err;
 }
 
 TEST(HybridState, KvMemoryFollowsTheTokensHeld) {

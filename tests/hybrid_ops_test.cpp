@@ -122,6 +122,91 @@ TEST(HybridOps, AttentionF32MatchesReference) {
   for (size_t i = 0; i < kCases.size(); ++i) EXPECT_LE(run_attention_case<float>(kCases[i], 200 + i), 1e-5) << i;
 }
 
+// bf16 pages (a bf16 state): each k and v row is rounded to bf16 (nearest even) as it is appended, and everything after
+// the load is f32. So the backend's output equals, bit for bit, its f32-page output for the rounded rows, and the fp64
+// reference on the rounded rows within the f32 tolerance above; the pages hold exactly the rounded bits.
+TEST(HybridOps, BackendAttentionBf16PagesAreRoundedF32Pages) {
+  auto be = make_cpu_backend(2);
+  for (size_t ci = 0; ci < kCases.size(); ++ci) {
+    const AttnCase& c = kCases[ci];
+    std::mt19937_64 rng(300 + ci);
+    const int64_t kvd = c.KV * c.HD, qd = c.NH * c.HD;
+    BatchLayout b;
+    int64_t T = 0;
+    for (size_t i = 0; i < c.lens.size(); ++i) b.seqs.push_back({T, c.lens[i], static_cast<int64_t>(i)}), T += c.lens[i];
+    b.total_tokens = T;
+    auto round = [](Vec x) {
+      for (double& e : x) e = bf16_to_f32(f32_to_bf16(static_cast<float>(e)));
+      return x;
+    };
+    const Vec q = random_vec(rng, T * qd), k = random_vec(rng, T * kvd), v = random_vec(rng, T * kvd);
+    std::vector<Vec> hk, hv;
+    for (size_t si = 0; si < b.seqs.size(); ++si) {
+      hk.push_back(round(random_vec(rng, c.pasts[si] * kvd)));
+      hv.push_back(round(random_vec(rng, c.pasts[si] * kvd)));
+    }
+    // Runs the backend with pages of `bf16` elements (history written in it) on inputs k_in, v_in.
+    auto run = [&](bool bf16, const Vec& k_in, const Vec& v_in, std::vector<std::vector<uint16_t>>* bf16_pages) {
+      std::vector<std::vector<float>> f32_pages;
+      std::vector<std::vector<uint16_t>> h_pages;
+      AttentionArgs a;
+      for (size_t si = 0; si < b.seqs.size(); ++si) {
+        KvSequence seq;
+        seq.past = c.pasts[si];
+        const int64_t n_pages = (c.pasts[si] + c.lens[si] + c.page - 1) / c.page;
+        for (int64_t pg = 0; pg < n_pages; ++pg) {
+          const size_t n = static_cast<size_t>(2 * c.page * kvd);
+          if (bf16) h_pages.emplace_back(n, uint16_t{0x7fc0});  // NaN where nothing was written
+          else f32_pages.emplace_back(n, NAN);
+        }
+        a.cache.push_back(seq);
+      }
+      size_t next = 0;
+      for (size_t si = 0; si < b.seqs.size(); ++si) {
+        const int64_t n_pages = (c.pasts[si] + c.lens[si] + c.page - 1) / c.page;
+        for (int64_t pg = 0; pg < n_pages; ++pg, ++next)
+          a.cache[si].pages.push_back(bf16 ? static_cast<void*>(h_pages[next].data()) : f32_pages[next].data());
+        for (int64_t j = 0; j < c.pasts[si]; ++j)
+          for (int64_t d = 0; d < kvd; ++d)
+            for (bool value : {false, true}) {
+              const float x = static_cast<float>((value ? hv : hk)[si][j * kvd + d]);
+              const int64_t at = ((value ? c.page : 0) + j % c.page) * kvd + d;
+              void* page = a.cache[si].pages[static_cast<size_t>(j / c.page)];
+              if (bf16) static_cast<uint16_t*>(page)[at] = f32_to_bf16(x);
+              else static_cast<float*>(page)[at] = x;
+            }
+      }
+      std::vector<float> qf(q.begin(), q.end()), kf(k_in.begin(), k_in.end()), vf(v_in.begin(), v_in.end());
+      std::vector<float> out(static_cast<size_t>(T * qd), -7.0f);
+      a.q = TensorView(qf.data(), DType::F32, {T, qd});
+      a.k = TensorView(kf.data(), DType::F32, {T, kvd});
+      a.v = TensorView(vf.data(), DType::F32, {T, kvd});
+      a.out = TensorView(out.data(), DType::F32, {T, qd});
+      a.n_heads = c.NH, a.n_kv_heads = c.KV, a.head_dim = c.HD, a.page_tokens = c.page, a.scale = 0.37f;
+      a.kv_dtype = bf16 ? DType::BF16 : DType::F32;
+      be->attention(a, b);
+      if (bf16_pages) *bf16_pages = h_pages;
+      return out;
+    };
+    std::vector<std::vector<uint16_t>> pages;
+    const std::vector<float> got = run(true, k, v, &pages);
+    const Vec kr = round(k), vr = round(v);
+    EXPECT_EQ(got, run(false, kr, vr, nullptr)) << ci;
+    const Vec want = attention_ref(q, kr, vr, hk, hv, b.seqs, c.NH, c.KV, c.HD, static_cast<double>(0.37f));
+    EXPECT_LE(test::max_rel_diff(std::span<const double>(Vec(got.begin(), got.end())), std::span<const double>(want)),
+              1e-5) << ci;
+    // The appended rows are the rounded bits (sequence 0's first new row, key and value).
+    const int64_t pos = c.pasts[0];
+    const uint16_t* page = pages[static_cast<size_t>(pos / c.page)].data();
+    for (int64_t d = 0; d < kvd; ++d) {
+      EXPECT_EQ(page[(pos % c.page) * kvd + d], f32_to_bf16(static_cast<float>(k[d]))) << ci;
+      EXPECT_EQ(page[(c.page + pos % c.page) * kvd + d], f32_to_bf16(static_cast<float>(v[d]))) << ci;
+    }
+    // And the rounding is not the identity: bf16 rows differ from f32 ones (the test above could fail).
+    EXPECT_NE(got, run(false, k, v, nullptr)) << ci;
+  }
+}
+
 TEST(HybridOps, BackendAttentionChecksItsPages) {
   auto be = make_cpu_backend(1);
   std::vector<float> q(2 * 8), kv(2 * 4), out(2 * 8), page(2 * 1 * 4);

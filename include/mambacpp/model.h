@@ -92,7 +92,8 @@ class Model {
   const std::string& directory() const;
   const LoadOptions& load_options() const;
 
-  // A state cache with `n_slots` independent sequences, all fresh (zero state).
+  // A state cache with `n_slots` independent sequences, all fresh (zero state). state_dtype (f32 or bf16) is that of
+  // the Mamba layers' conv/SSM state and of the attention layers' KV rows.
   std::unique_ptr<StateCache> create_state(int64_t n_slots, DType state_dtype = DType::F32) const;
 
   // Runs each sequence from its slot's state, updates the state, and returns the requested output.

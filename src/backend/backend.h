@@ -82,21 +82,25 @@ struct Mamba2ScanArgs {
 
 // One sequence's cached keys and values for Backend::attention. The cache grows by fixed-size pages of
 // `page_tokens` rows (so memory follows the tokens held, not a maximum context); each page holds K rows
-// [page_tokens, kv_dim] followed by V rows [page_tokens, kv_dim], f32, kv_dim = n_kv_heads * head_dim.
+// [page_tokens, kv_dim] followed by V rows [page_tokens, kv_dim], kv_dim = n_kv_heads * head_dim, elements of
+// AttentionArgs::kv_dtype (the state dtype: f32, or bf16 which halves the bytes a decode step reads).
 struct KvSequence {
-  std::vector<float*> pages;  // host array of device pointers, enough pages for past + this call's rows
+  std::vector<void*> pages;  // host array of device pointers, enough pages for past + this call's rows
   int64_t past = 0;           // rows cached before this call
 };
 
 // Causal self-attention of one layer with a KV cache (GQA: query head h reads key/value head
 // h / (n_heads / n_kv_heads)). Row i of sequence k (position past + i) attends to cached positions [0, past + i]:
 //   out[i, h] = sum_j softmax_j(scale * q[i, h] . K[j, g]) V[j, g]
-// The call first appends its k and v rows to the sequence's pages at positions [past, past + len).
+// The call first appends its k and v rows to the sequence's pages at positions [past, past + len), rounded to
+// kv_dtype (bf16: round to nearest even), and reads every key and value from the pages: with bf16 pages the result
+// is the f32 result for the rounded k and v rows.
 struct AttentionArgs {
   TensorView q;     // [T, n_heads * head_dim] (RoPE already applied)
   TensorView k, v;  // [T, n_kv_heads * head_dim] this call's keys (RoPE applied) and values
   int64_t n_heads = 0, n_kv_heads = 0, head_dim = 0, page_tokens = 0;
   float scale = 0.0f;
+  DType kv_dtype = DType::F32;    // the pages' elements: f32 or bf16
   std::vector<KvSequence> cache;  // one per BatchLayout::seqs entry, in order
   TensorView out;   // [T, n_heads * head_dim]
   // Optional, instead of `cache` (decode steps captured as graphs: nothing here is read on the host, so a replay sees
@@ -104,7 +108,7 @@ struct AttentionArgs {
   // device_pages[s * max_pages + p] (device arrays). The keys are split for a context of max_pages * page_tokens
   // rows, so the launch does not depend on the lengths. Backends without it answer false to supports_device_kv().
   const int64_t* device_lengths = nullptr;
-  float* const* device_pages = nullptr;
+  void* const* device_pages = nullptr;
   int64_t max_pages = 0;
 };
 

@@ -39,6 +39,7 @@ void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Im
   a.n_kv_heads = c.n_kv_heads;
   a.head_dim = c.attn_head_dim;
   a.page_tokens = st.page_tokens;
+  a.kv_dtype = st.dtype;
   a.scale = static_cast<float>(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(static_cast<double>(c.attn_head_dim)));
   if (device_kv) {
     a.device_lengths = lengths;

@@ -62,14 +62,18 @@ struct StateCache::Impl {
   int64_t table_pages = 0;
   DeviceBuffer kv_table, kv_lengths;
   std::vector<int64_t> kv_table_index;  // per layer: its table among the attention layers, or -1
-  std::vector<float*> kv_table_host;    // what kv_table holds
+  std::vector<void*> kv_table_host;     // what kv_table holds
   // Brings the device mirror up to date for the slots of `seqs` (the caller has fitted their pages).
   void sync_device_kv(const std::vector<SeqSpan>& seqs);
   // Layer li's [n_slots, table_pages] page table on the device.
-  float* const* device_pages(size_t li) const;
+  void* const* device_pages(size_t li) const;
 
   bool has_kv() const { return !positions.empty(); }
-  size_t page_bytes(const LayerCache& l) const { return static_cast<size_t>(2 * page_tokens * l.kv_dim) * 4; }
+  // KV rows are held in the state dtype (f32 or bf16), like the Mamba layers' state.
+  size_t kv_elem_bytes() const { return dtype_size(dtype); }
+  size_t page_bytes(const LayerCache& l) const {
+    return static_cast<size_t>(2 * page_tokens * l.kv_dim) * kv_elem_bytes();
+  }
   // Grows (or shrinks) every KV layer's pages of `slot` to hold exactly enough pages for `tokens` positions.
   void fit_kv(int64_t slot, int64_t tokens);
   // Layer li's cache of `slot` as the attention op takes it (past = positions[slot]).

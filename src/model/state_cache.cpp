@@ -11,7 +11,10 @@ namespace mambacpp {
 
 namespace {
 constexpr char kMagic[16] = "MAMBACPP-STATE";
-constexpr uint32_t kVersion = 3;
+constexpr uint32_t kVersion = 4;
+// Version 3 held KV rows in f32 whatever the state dtype; it is otherwise version 4 and is still read (its KV rows
+// rounded to bf16 for a bf16 state).
+constexpr uint32_t kOldestVersion = 3;
 }  // namespace
 
 TensorView slot_view(const TensorView& t, int64_t slot) { return t.rows(slot, 1); }
@@ -42,7 +45,7 @@ void StateCache::Impl::fit_kv(int64_t slot, int64_t tokens) {
 
 KvSequence StateCache::Impl::kv_sequence(size_t li, int64_t slot) const {
   KvSequence s;
-  for (const DeviceBuffer& b : kv_pages[li][static_cast<size_t>(slot)]) s.pages.push_back(static_cast<float*>(b.data()));
+  for (const DeviceBuffer& b : kv_pages[li][static_cast<size_t>(slot)]) s.pages.push_back(b.data());
   s.past = positions[static_cast<size_t>(slot)];
   return s;
 }
@@ -64,38 +67,39 @@ void StateCache::Impl::sync_device_kv(const std::vector<SeqSpan>& seqs) {
     int64_t pages = std::max<int64_t>(table_pages, 16);
     while (pages < need) pages *= 2;
     table_pages = pages;
-    kv_table = DeviceBuffer(*backend, static_cast<size_t>(n_tables * n_slots * table_pages) * sizeof(float*));
+    kv_table = DeviceBuffer(*backend, static_cast<size_t>(n_tables * n_slots * table_pages) * sizeof(void*));
     kv_table_host.assign(static_cast<size_t>(n_tables * n_slots * table_pages), nullptr);
     backend->fill_zero(kv_table.data(), kv_table.size());
     if (!kv_lengths.data()) kv_lengths = DeviceBuffer(*backend, static_cast<size_t>(n_slots) * sizeof(int64_t));
   }
   // Rows of the batch's slots whose pages changed since the last upload.
-  std::vector<float*> row;
+  std::vector<void*> row;
   for (const SeqSpan& sp : seqs)
     for (size_t li = 0; li < layers.size(); ++li) {
       if (kv_table_index[li] < 0) continue;
       const auto& pages = kv_pages[li][static_cast<size_t>(sp.slot)];
       const size_t at = static_cast<size_t>((kv_table_index[li] * n_slots + sp.slot) * table_pages);
       row.clear();
-      for (const DeviceBuffer& b : pages) row.push_back(static_cast<float*>(b.data()));
+      for (const DeviceBuffer& b : pages) row.push_back(b.data());
       if (std::equal(row.begin(), row.end(), kv_table_host.begin() + static_cast<std::ptrdiff_t>(at))) continue;
       std::copy(row.begin(), row.end(), kv_table_host.begin() + static_cast<std::ptrdiff_t>(at));
-      backend->copy_from_host(static_cast<float**>(kv_table.data()) + at, row.data(), row.size() * sizeof(float*));
+      backend->copy_from_host(static_cast<void**>(kv_table.data()) + at, row.data(), row.size() * sizeof(void*));
     }
   backend->copy_from_host(kv_lengths.data(), positions.data(), positions.size() * sizeof(int64_t));
 }
 
-float* const* StateCache::Impl::device_pages(size_t li) const {
-  return static_cast<float* const*>(kv_table.data()) + kv_table_index[li] * n_slots * table_pages;
+void* const* StateCache::Impl::device_pages(size_t li) const {
+  return static_cast<void* const*>(kv_table.data()) + kv_table_index[li] * n_slots * table_pages;
 }
 
 namespace {
 
 // Copies `rows` KV rows (keys or values) between a slot's pages and a packed [rows, kv_dim] buffer, page by page.
-// The packed buffer is the backend's memory, or host memory when `host` (read_slot; pages to host only).
+// The packed buffer is the backend's memory, or host memory when `host` (read_slot; pages to host only). Elements
+// are `elem` bytes (the state dtype's) on both sides.
 void copy_kv_rows(Backend& be, const std::vector<DeviceBuffer>& pages, int64_t page_tokens, int64_t kv_dim,
-                  bool values, int64_t rows, char* packed, bool to_pages, bool host = false) {
-  const size_t row_bytes = static_cast<size_t>(kv_dim) * 4;
+                  size_t elem, bool values, int64_t rows, char* packed, bool to_pages, bool host = false) {
+  const size_t row_bytes = static_cast<size_t>(kv_dim) * elem;
   for (int64_t r0 = 0; r0 < rows; r0 += page_tokens) {
     const int64_t n = std::min(page_tokens, rows - r0);
     char* page = static_cast<char*>(pages[static_cast<size_t>(r0 / page_tokens)].data()) +
@@ -119,7 +123,7 @@ int64_t StateCache::kv_page_tokens() const { return impl_->page_tokens; }
 size_t StateCache::kv_bytes_per_token() const {
   size_t n = 0;
   for (const LayerCache& l : impl_->layers)
-    if (l.kind == LayerCacheKind::Kv) n += static_cast<size_t>(2 * l.kv_dim) * 4;
+    if (l.kind == LayerCacheKind::Kv) n += static_cast<size_t>(2 * l.kv_dim) * impl_->kv_elem_bytes();
   return n;
 }
 
@@ -183,10 +187,12 @@ std::vector<float> StateCache::read_slot(int64_t slot) const {
     if (l.kind == LayerCacheKind::Kv) {
       const int64_t n = impl_->positions[static_cast<size_t>(slot)];
       for (bool values : {false, true}) {
+        bytes.resize(static_cast<size_t>(n * l.kv_dim) * impl_->kv_elem_bytes());
+        copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
+                     impl_->kv_elem_bytes(), values, n, bytes.data(), false, /*host=*/true);
         const size_t at = out.size();
         out.resize(at + static_cast<size_t>(n * l.kv_dim));
-        copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
-                     values, n, reinterpret_cast<char*>(out.data() + at), false, /*host=*/true);
+        convert_to_f32(bytes.data(), impl_->dtype, out.data() + at, n * l.kv_dim);
       }
       continue;
     }
@@ -265,8 +271,8 @@ SlotSnapshot StateCache::snapshot(int64_t slot) const {
     if (l.kind != LayerCacheKind::Kv) continue;
     for (bool values : {false, true}) {
       copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
-                   values, impl->kv_tokens, at, false);
-      at += static_cast<size_t>(impl->kv_tokens * l.kv_dim) * 4;
+                   impl_->kv_elem_bytes(), values, impl->kv_tokens, at, false);
+      at += static_cast<size_t>(impl->kv_tokens * l.kv_dim) * impl_->kv_elem_bytes();
     }
   }
   return SlotSnapshot(std::move(impl));
@@ -293,20 +299,21 @@ void StateCache::restore(int64_t slot, const SlotSnapshot& snap) {
     if (l.kind != LayerCacheKind::Kv) continue;
     for (bool values : {false, true}) {
       copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
-                   values, n, const_cast<char*>(at), true);
-      at += static_cast<size_t>(n * l.kv_dim) * 4;
+                   impl_->kv_elem_bytes(), values, n, const_cast<char*>(at), true);
+      at += static_cast<size_t>(n * l.kv_dim) * impl_->kv_elem_bytes();
     }
   }
 }
 
-// State file layout (little-endian), version 3:
+// State file layout (little-endian), version 4:
 //   "MAMBACPP-STATE\0\0" (16 bytes) | u32 version | u32 dtype | u64 weights hash | u64 config length | config JSON
 //   | i64 first layer | i64 layer count
 //   | per layer: u32 cache-entry kind, u32 tensor count, per tensor: u32 ndim, i64 dims[ndim] (one slot's shape)
 //   | u64 token count | i32 tokens[count] (the tokens the state stands for)
 //   | per layer, per tensor: its bytes (one slot, in the state dtype)
-// Kinds: 0 Ssm (conv [C, K-1], ssm [...]), 1 Kv (keys and values, each [tokens held, kv_dim], f32), 2 Stateless
-// (MLP layers: no tensors). A reader refuses kinds and shapes it does not hold.
+// Kinds: 0 Ssm (conv [C, K-1], ssm [...]), 1 Kv (keys and values, each [tokens held, kv_dim], in the state dtype;
+// f32 in version 3), 2 Stateless (MLP layers: no tensors). A reader refuses kinds and shapes it does not hold, and
+// a state dtype other than its state cache's.
 void StateCache::save_snapshot(const SlotSnapshot& snap, const std::string& path,
                                const std::vector<int32_t>& tokens) const {
   const int64_t n_kv = snap.impl_ ? snap.impl_->kv_tokens : 0;
@@ -366,10 +373,13 @@ SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int3
   in.read(magic, 16);
   if (!in || std::memcmp(magic, kMagic, 16) != 0) fail("'", path, "' is not a mambacpp state file (bad magic)");
   const auto version = get<uint32_t>(in, path, "header");
-  if (version < kVersion)
+  if (version < kOldestVersion)
     fail("state file '", path, "' has version ", version, ", which records neither the layers' cache-entry kinds nor ",
-         "the tokens it stands for; this mambacpp reads version ", kVersion, ". Rerun the prompt to make a new one");
-  if (version != kVersion) fail("state file '", path, "': version ", version, ", expected ", kVersion);
+         "the tokens it stands for; this mambacpp reads versions ", kOldestVersion, " to ", kVersion,
+         ". Rerun the prompt to make a new one");
+  if (version > kVersion)
+    fail("state file '", path, "': version ", version, " is newer than this mambacpp reads (", kOldestVersion, " to ",
+         kVersion, ")");
   const auto dtype = get<uint32_t>(in, path, "header");
   const auto hash = get<uint64_t>(in, path, "header");
   const auto config_len = get<uint64_t>(in, path, "header");
@@ -440,11 +450,36 @@ SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int3
     if (t < 0 || t >= impl_->model->config().vocab_size)
       fail("state file '", path, "': token ", t, " outside [0, ", impl_->model->config().vocab_size, ")");
   const int64_t n_kv = std::max<int64_t>(kv_tokens, 0);
-  const size_t data_bytes = slot_bytes() + static_cast<size_t>(n_kv) * kv_bytes_per_token();
-  if (data_bytes > file_size) fail("state file '", path, "' is truncated (state data)");
-  std::vector<char> data(data_bytes);
+  // KV rows as the file holds them (version 3: f32), converted to the state dtype.
+  const DType file_kv = version == 3 ? DType::F32 : impl_->dtype;
+  const size_t per_token = kv_bytes_per_token() / impl_->kv_elem_bytes() * dtype_size(file_kv);
+  const size_t file_bytes = slot_bytes() + static_cast<size_t>(n_kv) * per_token;
+  if (file_bytes > file_size) fail("state file '", path, "' is truncated (state data)");
+  std::vector<char> data(file_bytes);
   read_exact(in, data.data(), data.size(), path, "state data");
   if (in.peek() != std::char_traits<char>::eof()) fail("state file '", path, "' has trailing bytes");
+  if (file_kv != impl_->dtype && n_kv > 0) {
+    std::vector<char> converted;
+    converted.reserve(slot_bytes() + static_cast<size_t>(n_kv) * kv_bytes_per_token());
+    const char* at = data.data();
+    std::vector<float> rows;
+    for (const LayerCache& l : impl_->layers) {
+      for (const TensorView* t : entry_tensors(l)) {
+        const size_t nb = slot_view(*t, 0).nbytes();
+        converted.insert(converted.end(), at, at + nb);
+        at += nb;
+      }
+      if (l.kind != LayerCacheKind::Kv) continue;
+      const int64_t n = 2 * n_kv * l.kv_dim;  // keys then values
+      rows.resize(static_cast<size_t>(n));
+      convert_to_f32(at, file_kv, rows.data(), n);
+      at += static_cast<size_t>(n) * dtype_size(file_kv);
+      const size_t was = converted.size();
+      converted.resize(was + static_cast<size_t>(n) * impl_->kv_elem_bytes());
+      convert_from_f32(rows.data(), converted.data() + was, impl_->dtype, n);
+    }
+    data = std::move(converted);
+  }
   auto impl = std::make_unique<SlotSnapshot::Impl>();
   impl->kv_tokens = n_kv;
   impl->buffer = DeviceBuffer(*impl_->backend, data.size());

@@ -403,14 +403,13 @@ void CpuBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
   if (a.cache.size() != batch.seqs.size())
     fail(op, ": ", a.cache.size(), " KV caches for ", batch.seqs.size(), " sequences");
   check_spans(op, batch, T);
-  std::vector<cpu::KvPages<float>> pages(a.cache.size());
+  if (a.kv_dtype != DType::F32 && a.kv_dtype != DType::BF16)
+    fail(op, ": KV pages must be f32 or bf16, found ", dtype_name(a.kv_dtype));
   for (size_t s = 0; s < a.cache.size(); ++s) {
     const int64_t need = a.cache[s].past + batch.seqs[s].len;
     if (a.cache[s].past < 0 || static_cast<int64_t>(a.cache[s].pages.size()) * a.page_tokens < need)
       fail(op, ": sequence ", s, " has ", a.cache[s].pages.size(), " pages of ", a.page_tokens, " rows for ", need,
            " positions");
-    pages[s].pages = a.cache[s].pages;
-    pages[s].past = a.cache[s].past;
   }
   cpu::AttentionParams<float> p;
   p.q = crows<float>(a.q);
@@ -423,7 +422,16 @@ void CpuBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
   p.page_tokens = a.page_tokens;
   p.scale = a.scale;
   p.threads = threads_;
-  cpu::attention(p, std::span<const SeqSpan>(batch.seqs), std::span<const cpu::KvPages<float>>(pages));
+  auto run = [&]<class P>() {
+    std::vector<cpu::KvPages<P>> pages(a.cache.size());
+    for (size_t s = 0; s < a.cache.size(); ++s) {
+      for (void* pg : a.cache[s].pages) pages[s].pages.push_back(static_cast<P*>(pg));
+      pages[s].past = a.cache[s].past;
+    }
+    cpu::attention<float, P>(p, std::span<const SeqSpan>(batch.seqs), std::span<const cpu::KvPages<P>>(pages));
+  };
+  if (a.kv_dtype == DType::BF16) run.template operator()<cpu::Bf16>();
+  else run.template operator()<float>();
 }
 
 void CpuBackend::rope(TensorView x, int64_t n_heads, int64_t head_dim, int64_t rope_dim, double theta,

@@ -4,7 +4,7 @@
 // query head of g's group) pair: the GQA group's heads share every key and value the block stages in shared
 // memory, so a decode step (one row, rep heads) still fills the block's warps, and prefill rows reuse each staged
 // tile of keys kTileItems times. Keys go through shared memory 32 at a time (lane j scores key j: no shuffles in
-// the dot products); each warp keeps its items' running max, sum and output (online softmax, all in f32), items
+// the dot products; the next 32 are loaded into registers while these are used); each warp keeps its items' running max, sum and output (online softmax, all in f32), items
 // assigned round-robin over the warps.
 //
 // Long contexts with few blocks (decode) split the keys over grid.z: each split writes its unnormalised output with
@@ -12,7 +12,11 @@
 // result depends only on its keys and the split length, never on the other sequences of the batch (batch
 // invariance) or on how its sequence was cut into calls, as long as the split count is the same (prefill-sized
 // calls never split).
+//
+// Pages hold f32 or bf16 elements (the kernels are templates on the element type P): the append rounds to bf16,
+// staging widens to f32, so everything after the load is the f32 kernel on the rounded rows.
 #include <cfloat>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -30,11 +34,40 @@ __device__ __forceinline__ float warp_max(float v) {
   return v;
 }
 
+__device__ __forceinline__ float to_f32(float v) { return v; }
+__device__ __forceinline__ float to_f32(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <class P>
+__device__ __forceinline__ P from_f32(float v) {
+  if constexpr (std::is_same_v<P, __nv_bfloat16>) return __float2bfloat16_rn(v);
+  else return v;
+}
+
 // Position pos of a sequence's cache: the K row (value = false) or the V row of KV head g.
-__device__ __forceinline__ float* kv_at(float* const* pages, const AttnSeq& s, int64_t pos, int64_t page_tokens,
-                                        int64_t kv_dim, int64_t g, int64_t hd, bool value) {
-  float* page = pages[s.page0 + pos / page_tokens];
-  return page + ((value ? page_tokens : 0) + pos % page_tokens) * kv_dim + g * hd;
+// Positions and page sizes fit 32 bits (a context of 2^32 rows would be terabytes of pages): the page division in
+// 32 bits costs a fraction of a 64-bit one, and decode computes it for every row it stages.
+template <class P>
+__device__ __forceinline__ const P* kv_at(void* const* pages, const AttnSeq& s, int64_t pos, int64_t page_tokens,
+                                          int64_t kv_dim, int64_t g, int64_t hd, bool value) {
+  const uint32_t pos32 = static_cast<uint32_t>(pos), pt = static_cast<uint32_t>(page_tokens);
+  const uint32_t pg = pos32 / pt, row = pos32 - pg * pt;
+  const P* page = static_cast<const P*>(pages[s.page0 + pg]);
+  return page + ((value ? page_tokens : 0) + row) * kv_dim + g * hd;
+}
+
+// The 16 / sizeof(P) elements of a 16-byte chunk as floats (bf16: element 0 in the low half of each word).
+__device__ __forceinline__ void unpack(const uint4& c, float* out, float) {
+  out[0] = __uint_as_float(c.x);
+  out[1] = __uint_as_float(c.y);
+  out[2] = __uint_as_float(c.z);
+  out[3] = __uint_as_float(c.w);
+}
+__device__ __forceinline__ void unpack(const uint4& c, float* out, __nv_bfloat16) {
+  const uint32_t w[4] = {c.x, c.y, c.z, c.w};
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    out[2 * i] = __uint_as_float(w[i] << 16);
+    out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
+  }
 }
 
 // Sequence k of the call, from the uploaded table or (device-resident mode) from the prepared spans and lengths.
@@ -50,27 +83,28 @@ __device__ __forceinline__ AttnSeq seq_of(const AttentionLaunch& p, int64_t k) {
 }
 
 // grid: one block per row of this call; copies its k and v rows into the pages at position past + i.
+template <class P>
 __global__ void kv_append_kernel(AttentionLaunch p) {
   const int64_t t = blockIdx.x;
   const int32_t si = p.token_seq[t];
   if (si < 0) return;
   const AttnSeq s = seq_of(p, si);
   const int64_t kv_dim = p.n_kv_heads * p.head_dim, pos = s.past + (t - s.start);
-  float* page = p.pages[s.page0 + pos / p.page_tokens];
-  float* krow = page + (pos % p.page_tokens) * kv_dim;
-  float* vrow = page + (p.page_tokens + pos % p.page_tokens) * kv_dim;
+  P* page = static_cast<P*>(p.pages[s.page0 + pos / p.page_tokens]);
+  P* krow = page + (pos % p.page_tokens) * kv_dim;
+  P* vrow = page + (p.page_tokens + pos % p.page_tokens) * kv_dim;
   const float* k = p.k.data + t * p.k.stride;
   const float* v = p.v.data + t * p.v.stride;
   for (int64_t c = threadIdx.x; c < kv_dim; c += blockDim.x) {
-    krow[c] = k[c];
-    vrow[c] = v[c];
+    krow[c] = from_f32<P>(k[c]);
+    vrow[c] = from_f32<P>(v[c]);
   }
 }
 
 // NC = ceil(head_dim / 32) rounded up to a template size: lane owns output channels lane + 32 c.
 // Shared memory: q [kTileItems][hd] (pre-scaled), K [32][hd + 1] (padded: lane j reads row j), V [32][32 NC]
 // (padded columns zero), p [kWarps][32].
-template <int NC>
+template <int NC, class P, bool kPipe>
 __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionLaunch p) {
   extern __shared__ float smem[];
   const int hd = static_cast<int>(p.head_dim), vw = 32 * NC;
@@ -115,23 +149,70 @@ __global__ void __launch_bounds__(kWarps * 32) attention_kernel(AttentionLaunch 
     for (int c = 0; c < NC; ++c) o[r][c] = 0.0f;
   }
 
+  // Staging. Pipelined (decode-shaped calls: few items per block, long key loops): the next step's keys and values
+  // are loaded into registers, as 16-byte chunks (thread t takes chunks t, t + 128, ... of the step's 32 rows of
+  // hd / kChunk chunks; the launch checks that rows are whole chunks), while the current step computes, and written
+  // to shared memory after the barrier, so a block has a whole step of loads in flight during its compute. That
+  // costs registers, which prefill, latency-bound on its dot-product chains, needs for warps: it loads element by
+  // element in place after the barrier. Shared memory gets the same values either way, so the results are the same
+  // bit for bit.
+  constexpr int kChunk = 16 / static_cast<int>(sizeof(P));
+  constexpr int kMaxChunks = kPipe ? kKeys * 32 * NC / kChunk / (kWarps * 32) : 1;
+  uint4 k_reg[kMaxChunks], v_reg[kMaxChunks];
+  const int cpr = hd / kChunk, n_chunks = kKeys * cpr;
+  auto load_step = [&](int64_t k0) {
+#pragma unroll
+    for (int i = 0; i < kMaxChunks; ++i) {
+      const int idx = static_cast<int>(threadIdx.x) + kWarps * 32 * i;
+      const int j = idx / cpr, c = idx - j * cpr;
+      const int64_t pos = k0 + j;
+      if (idx < n_chunks && pos < k_end) {
+        k_reg[i] = *reinterpret_cast<const uint4*>(kv_at<P>(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, false) +
+                                                   c * kChunk);
+        v_reg[i] = *reinterpret_cast<const uint4*>(kv_at<P>(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, true) +
+                                                   c * kChunk);
+      } else {
+        k_reg[i] = make_uint4(0u, 0u, 0u, 0u);  // +0.0 in f32 and in bf16
+        v_reg[i] = make_uint4(0u, 0u, 0u, 0u);
+      }
+    }
+  };
+  if (kPipe && k_begin < k_end) load_step(k_begin);
   for (int64_t k0 = k_begin; k0 < k_end; k0 += kKeys) {
     __syncthreads();  // the previous step's keys are no longer read (and q_s / v_s padding are written)
-    for (int j = warp; j < kKeys; j += kWarps) {
-      const int64_t pos = k0 + j;
-      if (pos < k_end) {
-        const float* kr = kv_at(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, false);
-        const float* vr = kv_at(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, true);
-        for (int d = lane; d < hd; d += 32) {
-          k_s[j * (hd + 1) + d] = kr[d];
-          v_s[j * vw + d] = vr[d];
-        }
-      } else {
-        for (int d = lane; d < hd; d += 32) {
-          k_s[j * (hd + 1) + d] = 0.0f;
-          v_s[j * vw + d] = 0.0f;
+    if constexpr (!kPipe) {
+      for (int j = warp; j < kKeys; j += kWarps) {
+        const int64_t pos = k0 + j;
+        if (pos < k_end) {
+          const P* kr = kv_at<P>(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, false);
+          const P* vr = kv_at<P>(p.pages, s, pos, p.page_tokens, kv_dim, g, hd, true);
+          for (int d = lane; d < hd; d += 32) {
+            k_s[j * (hd + 1) + d] = to_f32(kr[d]);
+            v_s[j * vw + d] = to_f32(vr[d]);
+          }
+        } else {
+          for (int d = lane; d < hd; d += 32) {
+            k_s[j * (hd + 1) + d] = 0.0f;
+            v_s[j * vw + d] = 0.0f;
+          }
         }
       }
+    } else {
+#pragma unroll
+      for (int i = 0; i < kMaxChunks; ++i) {
+        const int idx = static_cast<int>(threadIdx.x) + kWarps * 32 * i;
+        if (idx >= n_chunks) continue;
+        const int j = idx / cpr, c = idx - j * cpr;
+        float kf[kChunk], vf[kChunk];
+        unpack(k_reg[i], kf, P());
+        unpack(v_reg[i], vf, P());
+#pragma unroll
+        for (int e = 0; e < kChunk; ++e) {
+          k_s[j * (hd + 1) + c * kChunk + e] = kf[e];
+          v_s[j * vw + c * kChunk + e] = vf[e];
+        }
+      }
+      if (k0 + kKeys < k_end) load_step(k0 + kKeys);  // in flight during this step's compute
     }
     __syncthreads();
 #pragma unroll
@@ -214,33 +295,42 @@ __global__ void attention_combine_kernel(AttentionLaunch p) {
   }
 }
 
-template <int NC>
+template <int NC, class P, bool kPipe>
 void launch_nc(const AttentionLaunch& p, cudaStream_t stream) {
   const int hd = static_cast<int>(p.head_dim);
   const size_t smem = sizeof(float) * (kAttnTileItems * hd + kKeys * (hd + 1) + kKeys * 32 * NC + kWarps * 32);
   MAMBACPP_CUDA_CHECK(
-      cudaFuncSetAttribute(attention_kernel<NC>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+      cudaFuncSetAttribute(attention_kernel<NC, P, kPipe>, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.n_tiles), static_cast<unsigned>(p.n_kv_heads),
                   static_cast<unsigned>(p.n_splits));
-  attention_kernel<NC><<<grid, kWarps * 32, smem, stream>>>(p);
+  attention_kernel<NC, P, kPipe><<<grid, kWarps * 32, smem, stream>>>(p);
   MAMBACPP_CUDA_LAUNCHED();
+}
+
+template <class P, bool kPipe>
+void launch_p(const AttentionLaunch& p, cudaStream_t stream) {
+  const int64_t nc = (p.head_dim + 31) / 32;
+  if (nc <= 1) launch_nc<1, P, kPipe>(p, stream);
+  else if (nc <= 2) launch_nc<2, P, kPipe>(p, stream);
+  else if (nc <= 4) launch_nc<4, P, kPipe>(p, stream);
+  else launch_nc<8, P, kPipe>(p, stream);
 }
 
 }  // namespace
 
 void launch_kv_append(const AttentionLaunch& p, cudaStream_t stream) {
   if (p.T <= 0) return;
-  kv_append_kernel<<<static_cast<unsigned>(p.T), 128, 0, stream>>>(p);
+  if (p.kv_bf16) kv_append_kernel<__nv_bfloat16><<<static_cast<unsigned>(p.T), 128, 0, stream>>>(p);
+  else kv_append_kernel<float><<<static_cast<unsigned>(p.T), 128, 0, stream>>>(p);
   MAMBACPP_CUDA_LAUNCHED();
 }
 
 void launch_attention(const AttentionLaunch& p, cudaStream_t stream) {
   if (p.T <= 0 || p.n_tiles <= 0) return;
-  const int64_t nc = (p.head_dim + 31) / 32;
-  if (nc <= 1) launch_nc<1>(p, stream);
-  else if (nc <= 2) launch_nc<2>(p, stream);
-  else if (nc <= 4) launch_nc<4>(p, stream);
-  else launch_nc<8>(p, stream);
+  if (p.kv_bf16 && p.pipelined) launch_p<__nv_bfloat16, true>(p, stream);
+  else if (p.kv_bf16) launch_p<__nv_bfloat16, false>(p, stream);
+  else if (p.pipelined) launch_p<float, true>(p, stream);
+  else launch_p<float, false>(p, stream);
   if (p.n_splits > 1) {
     attention_combine_kernel<<<dim3(static_cast<unsigned>(p.T), static_cast<unsigned>(p.n_heads)), 128, 0, stream>>>(p);
     MAMBACPP_CUDA_LAUNCHED();

@@ -672,6 +672,8 @@ class CudaBackend final : public Backend {
          ", n_kv_heads ", KV, ", head_dim ", HD, ", page_tokens ", a.page_tokens,
          " (all positive, n_kv_heads dividing n_heads)");
     need(HD <= 256, op, ": head_dim ", HD, " is above the GPU kernel's limit of 256");
+    need(a.kv_dtype == DType::F32 || a.kv_dtype == DType::BF16, op, ": KV pages must be f32 or bf16, found ",
+         dtype_name(a.kv_dtype));
     for (const TensorView* v : {&a.q, &a.k, &a.v, &a.out}) check_f32_2d(*v, "attention: q/k/v/out");
     const int64_t T = a.q.dim(0);
     need(a.q.dim(1) == NH * HD && a.out.dim(0) == T && a.out.dim(1) == NH * HD, op, ": q ", a.q.shape_string(),
@@ -693,6 +695,8 @@ class CudaBackend final : public Backend {
     p.head_dim = HD;
     p.page_tokens = a.page_tokens;
     p.scale = a.scale;
+    p.kv_bf16 = a.kv_dtype == DType::BF16;
+    const int64_t elem = static_cast<int64_t>(dtype_size(a.kv_dtype));
     if (a.device_pages) {
       need(a.device_lengths && a.max_pages > 0, op, ": device_pages needs device_lengths and max_pages > 0");
       int64_t max_len = 0;
@@ -702,10 +706,11 @@ class CudaBackend final : public Backend {
       p.pages = a.device_pages;
       p.max_pages = a.max_pages;
       p.tiles_per_seq = (max_len * rep + kAttnTileItems - 1) / kAttnTileItems;
+      p.pipelined = p.tiles_per_seq == 1 && HD * elem % 16 == 0;
       p.n_tiles = static_cast<int64_t>(batch.seqs.size()) * p.tiles_per_seq;
       need(p.n_tiles <= INT32_MAX, op, ": too many query tiles in one call");
       if (p.n_tiles == 0) return;
-      set_splits(p, a.max_pages * a.page_tokens);
+      set_splits(p, a.max_pages * a.page_tokens, p.tiles_per_seq == 1);
       launch_kv_append(p, stream());
       launch_attention(p, stream());
       return;
@@ -714,8 +719,8 @@ class CudaBackend final : public Backend {
          " sequences");
     std::vector<AttnSeq> seqs(batch.seqs.size());
     std::vector<AttnTile> tiles;
-    std::vector<float*> pages;
-    int64_t max_keys = 0;
+    std::vector<void*> pages;
+    int64_t max_keys = 0, max_len = 0;
     for (size_t i = 0; i < seqs.size(); ++i) {
       const KvSequence& c = a.cache[i];
       const SeqSpan& sp = batch.seqs[i];
@@ -729,35 +734,45 @@ class CudaBackend final : public Backend {
         tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(it)});
       }
       max_keys = std::max(max_keys, keys);
+      max_len = std::max(max_len, sp.len);
     }
+    // One tile per sequence (decode steps, short pieces): the block's compute is short against its key loads. The
+    // pipelined staging moves 16-byte chunks: rows of whole chunks, pages 16-byte aligned (cudaMalloc'd: 256).
+    const bool decode_shaped = max_len * rep <= kAttnTileItems;
+    bool aligned = HD * elem % 16 == 0;
+    for (void* pg : pages) aligned = aligned && reinterpret_cast<uintptr_t>(pg) % 16 == 0;
+    p.pipelined = decode_shaped && aligned;
     need(tiles.size() <= INT32_MAX, op, ": too many query tiles in one call");
     if (tiles.empty()) return;
 
     const size_t tiles_at = align(seqs.size() * sizeof(AttnSeq));
     const size_t pages_at = tiles_at + align(tiles.size() * sizeof(AttnTile));
-    std::vector<unsigned char> host(pages_at + pages.size() * sizeof(float*));
+    std::vector<unsigned char> host(pages_at + pages.size() * sizeof(void*));
     std::memcpy(host.data(), seqs.data(), seqs.size() * sizeof(AttnSeq));
     std::memcpy(host.data() + tiles_at, tiles.data(), tiles.size() * sizeof(AttnTile));
-    if (!pages.empty()) std::memcpy(host.data() + pages_at, pages.data(), pages.size() * sizeof(float*));
+    if (!pages.empty()) std::memcpy(host.data() + pages_at, pages.data(), pages.size() * sizeof(void*));
     auto* meta = static_cast<unsigned char*>(grow(attn_meta_, host.size()));
     copy_from_host(meta, host.data(), host.size());
     p.seqs = reinterpret_cast<const AttnSeq*>(meta);
     p.tiles = reinterpret_cast<const AttnTile*>(meta + tiles_at);
     p.n_tiles = static_cast<int64_t>(tiles.size());
-    p.pages = reinterpret_cast<float* const*>(meta + pages_at);
-    set_splits(p, max_keys);
+    p.pages = reinterpret_cast<void* const*>(meta + pages_at);
+    set_splits(p, max_keys, decode_shaped);
     launch_kv_append(p, stream());
     launch_attention(p, stream());
   }
 
-  // Splits the keys (up to max_keys per sequence) over grid.z when the blocks would not fill the GPU twice over and
-  // the contexts are long: at least 256 keys per split (a split costs its partial row and a share of the combine).
-  // The partials' buffer grows here, so a captured step finds it sized by its eager first run.
-  void set_splits(AttentionLaunch& p, int64_t max_keys) {
+  // Splits the keys (up to max_keys per sequence) over grid.z when the blocks would not fill the GPU twice over
+  // (decode-shaped calls: kDecodeBlocksPerSm times over, as such a block streams its keys with little compute and an
+  // SM needs many of them to keep enough loads in flight; prefill-sized calls never split) and the contexts are
+  // long: at least 256 keys per split (a split costs its partial row and a share of the combine). The partials'
+  // buffer grows here, so a captured step finds it sized by its eager first run.
+  static constexpr int64_t kDecodeBlocksPerSm = 16;
+  void set_splits(AttentionLaunch& p, int64_t max_keys, bool decode_shaped) {
     const int64_t blocks = p.n_tiles * p.n_kv_heads;
+    const int64_t target = (decode_shaped ? kDecodeBlocksPerSm : 2) * sm_count_;
     int64_t splits = 1;
-    if (blocks < 2 * sm_count_ && max_keys > 512)
-      splits = std::min((2 * sm_count_ + blocks - 1) / blocks, (max_keys + 255) / 256);
+    if (blocks < target && max_keys > 512) splits = std::min((target + blocks - 1) / blocks, (max_keys + 255) / 256);
     const int64_t split_keys = ((max_keys + splits - 1) / splits + 31) / 32 * 32;
     splits = (max_keys + split_keys - 1) / split_keys;
     p.n_splits = static_cast<int>(splits);

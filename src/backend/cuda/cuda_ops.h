@@ -170,7 +170,8 @@ void launch_row_logsumexp(ConstF32Rows logits, const int32_t* limits, int64_t n_
 
 // ---- attention.cu -----------------------------------------------------------------------------------------------
 // One sequence of an attention call as the kernels read it: rows [start, start + len) of q/k/v/out, `past` rows
-// already cached, its page pointers at pages[page0 ...] (K rows [page_tokens, kv_dim] then V rows per page, f32).
+// already cached, its page pointers at pages[page0 ...] (K rows [page_tokens, kv_dim] then V rows per page, f32 or
+// bf16: AttentionLaunch::kv_bf16).
 struct AttnSeq {
   int64_t start = 0;
   int64_t len = 0;
@@ -192,7 +193,9 @@ struct AttentionLaunch {
   const int32_t* token_seq = nullptr; // device, [T]: sequence index of each row (-1: none)
   const AttnTile* tiles = nullptr;    // device
   int64_t n_tiles = 0;
-  float* const* pages = nullptr;      // device
+  void* const* pages = nullptr;       // device
+  bool kv_bf16 = false;               // page elements: bf16 (rounded to nearest even on append), else f32
+  bool pipelined = false;             // stage keys with the next step's loads in flight (decode-shaped calls)
   // Device-resident mode (AttentionArgs::device_lengths): seqs and tiles are null; sequence k is spans[k] with
   // past = lengths[slot] and its pages at pages[slot * max_pages ...]; block x is tile x % tiles_per_seq of
   // sequence x / tiles_per_seq (tiles past the sequence's items exit).
