@@ -437,8 +437,8 @@ void linear_case(int64_t T, int64_t in, int64_t out, DType wdtype, bool bias, ui
   }
 }
 
-// On every SIMD target (each forced in turn): T <= 4 streams W in its stored dtype, larger T widens blocks of W to
-// f32 first; the batch-invariance check below ties the two paths bit for bit.
+// On every SIMD target (each forced in turn): T <= 4 streams W in its stored dtype (the GEMV), larger T runs the
+// packed GEMM (gemm.h); the batch-invariance check below ties the two paths bit for bit.
 TEST(CpuKernels, Linear) {
   for (const std::string& target : cpu::simd::available_targets()) {
     SCOPED_TRACE("SIMD target " + target);
@@ -449,7 +449,8 @@ TEST(CpuKernels, Linear) {
       linear_case(37, 67, 37, dt, true, 402);
       linear_case(37, 300, 50, dt, false, 403);
     }
-    linear_case(130, 96, 70, DType::BF16, true, 404);  // more than one token tile
+    linear_case(130, 96, 70, DType::BF16, true, 404);   // one W panel: the tokens split between the threads
+    linear_case(45, 1500, 100, DType::F16, true, 406);  // several L2 panels of W rows, split between the threads
   }
   cpu::simd::force_target("");
 }

@@ -1,0 +1,157 @@
+// The prefill GEMM of gemm.h, compiled per SIMD target like simd_kernels.cpp. A register tile of MR token rows by
+// NR weight rows keeps MR * NR vector accumulators: per vector block of the packed rows it loads NR weight vectors and
+// MR token vectors and issues MR * NR MulAdds, so each load feeds several FMAs (the GEMV feeds one). The lanes run
+// along the inner dimension, as in dot_rows: each element's four chains are the GEMV's chains, run one after the
+// other over the contiguous phase of the packed rows, and reduced in the GEMV's order.
+#undef HWY_TARGET_INCLUDE
+#define HWY_TARGET_INCLUDE "backend/cpu/gemm_kernels.cpp"
+#include "hwy/foreach_target.h"  // IWYU pragma: keep
+
+#include "hwy/highway.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/simd_load-inl.h"
+#include "mambacpp/error.h"
+
+HWY_BEFORE_NAMESPACE();
+namespace mambacpp::cpu::simd {
+namespace HWY_NAMESPACE {
+namespace hn = hwy::HWY_NAMESPACE;
+
+// Tile shape by register file: 16 vector registers (AVX2, SSE4) hold 4 x 3 accumulators, 3 weight vectors and one
+// token vector; AVX-512's 32 hold 8 x 3.
+#if HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
+constexpr int kMR = 8;
+#else
+constexpr int kMR = 4;
+#endif
+constexpr int kNR = 3;
+
+// Vector blocks of a packed row per chain (block b of the row feeds chain b % 4), and where each chain starts.
+struct Phases {
+  int64_t count[4];
+  int64_t offset[4];  // in floats
+  explicit Phases(int64_t in) {
+    const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+    const int64_t nb = (in + L - 1) / L;
+    int64_t off = 0;
+    for (int c = 0; c < 4; ++c) {
+      count[c] = nb > c ? (nb - c + 3) / 4 : 0;
+      offset[c] = off;
+      off += count[c] * L;
+    }
+  }
+};
+
+int64_t PackedRowFloats(int64_t in) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  return (in + L - 1) / L * L;
+}
+int64_t GemmTileTokens() { return kMR; }
+int64_t GemmTileRows() { return kNR; }
+
+template <class W>
+void pack_rows_t(const W* src, int64_t src_stride, int64_t rows, int64_t in, float* dst) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df)), Kp = PackedRowFloats(in), nb = Kp / L;
+  const Phases ph(in);
+  for (int64_t r = 0; r < rows; ++r) {
+    const W* s = src + r * src_stride;
+    float* d = dst + r * Kp;
+    for (int64_t b = 0; b < nb; ++b) {
+      float* db = d + ph.offset[b % 4] + (b / 4) * L;
+      const int64_t i = b * L;
+      if (i + L <= in) {
+        hn::StoreU(load_w(df, s + i), df, db);
+      } else {
+        for (int64_t k = 0; k < L; ++k) db[k] = i + k < in ? weight_scalar(s, i + k) : 0.0f;
+      }
+    }
+  }
+}
+
+void PackRows(const void* src, DType dtype, int64_t src_stride, int64_t rows, int64_t in, float* dst) {
+  switch (dtype) {
+    case DType::F32: return pack_rows_t(static_cast<const float*>(src), src_stride, rows, in, dst);
+    case DType::BF16: return pack_rows_t(static_cast<const hwy::bfloat16_t*>(src), src_stride, rows, in, dst);
+    case DType::F16: return pack_rows_t(static_cast<const hwy::float16_t*>(src), src_stride, rows, in, dst);
+    default: fail("pack_rows: rows must be f32, bf16 or f16, found ", dtype_name(dtype));
+  }
+}
+
+// out[m * kNR + n] = x row m . w row n for one register tile: the four chains one after the other, their partial
+// vectors kept in `part`, then dot_rows' reduction (a0 + a1) + (a2 + a3) and SumOfLanes.
+HWY_INLINE void tile(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT wp, int64_t Kp, const Phases& ph,
+                     float* HWY_RESTRICT out) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  HWY_ALIGN float part[4 * kMR * kNR * kMaxLanes];
+  for (int c = 0; c < 4; ++c) {
+    VF acc[kMR][kNR];
+    for (int m = 0; m < kMR; ++m)
+      for (int n = 0; n < kNR; ++n) acc[m][n] = hn::Zero(df);
+    const float* xk = xp + ph.offset[c];
+    const float* wk = wp + ph.offset[c];
+    for (int64_t j = 0; j < ph.count[c]; ++j, xk += L, wk += L) {
+      VF wv[kNR];
+      for (int n = 0; n < kNR; ++n) wv[n] = hn::LoadU(df, wk + n * Kp);
+      for (int m = 0; m < kMR; ++m) {
+        const VF xv = hn::LoadU(df, xk + m * Kp);
+        for (int n = 0; n < kNR; ++n) acc[m][n] = hn::MulAdd(xv, wv[n], acc[m][n]);
+      }
+    }
+    for (int m = 0; m < kMR; ++m)
+      for (int n = 0; n < kNR; ++n) hn::Store(acc[m][n], df, part + ((c * kMR + m) * kNR + n) * L);
+  }
+  const int64_t stride = kMR * kNR * L;
+  for (int e = 0; e < kMR * kNR; ++e) {
+    const float* p = part + e * L;
+    const VF s = hn::Add(hn::Add(hn::Load(df, p), hn::Load(df, p + stride)),
+                         hn::Add(hn::Load(df, p + 2 * stride), hn::Load(df, p + 3 * stride)));
+    out[e] = hn::GetLane(hn::SumOfLanes(df, s));
+  }
+}
+
+void GemmPacked(const float* xp, int64_t T, const float* wp, int64_t R, int64_t in, float* y, int64_t y_stride) {
+  const int64_t Kp = PackedRowFloats(in);
+  const Phases ph(in);
+  for (int64_t t0 = 0; t0 < T; t0 += kMR) {
+    const int64_t mt = std::min<int64_t>(kMR, T - t0);
+    for (int64_t r0 = 0; r0 < R; r0 += kNR) {
+      const int64_t nr = std::min<int64_t>(kNR, R - r0);
+      float out[kMR * kNR];
+      tile(xp + t0 * Kp, wp + r0 * Kp, Kp, ph, out);
+      for (int64_t m = 0; m < mt; ++m)
+        for (int64_t n = 0; n < nr; ++n) y[(t0 + m) * y_stride + r0 + n] = out[m * kNR + n];
+    }
+  }
+}
+
+}  // namespace HWY_NAMESPACE
+}  // namespace mambacpp::cpu::simd
+HWY_AFTER_NAMESPACE();
+
+#if HWY_ONCE
+namespace mambacpp::cpu::simd {
+
+HWY_EXPORT(PackedRowFloats);
+HWY_EXPORT(GemmTileTokens);
+HWY_EXPORT(GemmTileRows);
+HWY_EXPORT(PackRows);
+HWY_EXPORT(GemmPacked);
+
+int64_t packed_row_floats(int64_t in) { return HWY_DYNAMIC_DISPATCH(PackedRowFloats)(in); }
+int64_t gemm_tile_tokens() { return HWY_DYNAMIC_DISPATCH(GemmTileTokens)(); }
+int64_t gemm_tile_rows() { return HWY_DYNAMIC_DISPATCH(GemmTileRows)(); }
+void pack_rows(const void* src, DType dtype, int64_t src_stride, int64_t rows, int64_t in, float* dst) {
+  HWY_DYNAMIC_DISPATCH(PackRows)(src, dtype, src_stride, rows, in, dst);
+}
+void gemm_packed(const float* xp, int64_t T, const float* wp, int64_t R, int64_t in, float* y, int64_t y_stride) {
+  HWY_DYNAMIC_DISPATCH(GemmPacked)(xp, T, wp, R, in, y, y_stride);
+}
+
+}  // namespace mambacpp::cpu::simd
+#endif  // HWY_ONCE
