@@ -26,4 +26,15 @@ void pack_rows(const void* src, DType dtype, int64_t src_stride, int64_t rows, i
 // tiles of gemm_tile_tokens(); wp: packed w rows, R rounded up to whole tiles of gemm_tile_rows().
 void gemm_packed(const float* xp, int64_t T, const float* wp, int64_t R, int64_t in, float* y, int64_t y_stride);
 
+// The SSD's chunk products (ssd.h), vectors along C's rows: C[m, n] (+)= sum_{k < K} A[m, k] * B[k, n] for m < M,
+// n < N (row strides lda, ldb, ldc). causal: row m sums only k < m rounded up to its tile of 4 rows (A must be zero
+// beyond the diagonal there), for lower-triangular A.
+void matmul(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+            int64_t ldc, bool accumulate, bool causal);
+
+// One row i of the SSD's decay-weighted chunk matrix: for j < i, seg[j] += a and out[j] = exp(seg[j]) * cb[j] * dt[j];
+// then seg[i] = 0, out[i] = cb[i] * dt[i] and out[i + 1 .. n) = 0. Called for i = 0, 1, ... it keeps
+// seg[j] = a_{j+1} + ... + a_i, summed term by term (never a difference of running sums).
+void ssd_decay_row(int64_t i, int64_t n, float a, float* seg, const float* cb, const float* dt, float* out);
+
 }  // namespace mambacpp::cpu::simd

@@ -8,6 +8,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "hwy/highway.h"
+#include "hwy/contrib/math/math-inl.h"
 
 #include <algorithm>
 #include <cstring>
@@ -130,6 +131,82 @@ void GemmPacked(const float* xp, int64_t T, const float* wp, int64_t R, int64_t 
   }
 }
 
+// ---- Outer-product matmul for the SSD's chunk products ----------------------------------------------------------
+
+// C tile [MR rows, NV vectors] (+)= A[:, :k_end] B[:k_end, :]: per k, NV vectors of B's row k and MR broadcasts of A.
+template <int MR, int NV>
+HWY_INLINE void mm_tile(int64_t k_end, const float* HWY_RESTRICT A, int64_t lda, const float* HWY_RESTRICT B,
+                        int64_t ldb, float* HWY_RESTRICT C, int64_t ldc, bool accumulate) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  VF acc[MR][NV];
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) acc[m][v] = accumulate ? hn::LoadU(df, C + m * ldc + v * L) : hn::Zero(df);
+  for (int64_t k = 0; k < k_end; ++k) {
+    VF b[NV];
+    for (int v = 0; v < NV; ++v) b[v] = hn::LoadU(df, B + k * ldb + v * L);
+    for (int m = 0; m < MR; ++m) {
+      const VF a = hn::Set(df, A[m * lda + k]);
+      for (int v = 0; v < NV; ++v) acc[m][v] = hn::MulAdd(a, b[v], acc[m][v]);
+    }
+  }
+  for (int m = 0; m < MR; ++m)
+    for (int v = 0; v < NV; ++v) hn::StoreU(acc[m][v], df, C + m * ldc + v * L);
+}
+
+template <int MR>
+HWY_INLINE void mm_rows(int64_t N, int64_t k_end, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+                        int64_t ldc, bool accumulate) {
+  const int64_t L = static_cast<int64_t>(hn::Lanes(DF()));
+  int64_t n = 0;
+  for (; n + 2 * L <= N; n += 2 * L) mm_tile<MR, 2>(k_end, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  for (; n + L <= N; n += L) mm_tile<MR, 1>(k_end, A, lda, B + n, ldb, C + n, ldc, accumulate);
+  for (; n < N; ++n) {  // columns past the last whole vector
+    for (int m = 0; m < MR; ++m) {
+      float s = accumulate ? C[m * ldc + n] : 0.0f;
+      for (int64_t k = 0; k < k_end; ++k) s += A[m * lda + k] * B[k * ldb + n];
+      C[m * ldc + n] = s;
+    }
+  }
+}
+
+void MatMul(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+            int64_t ldc, bool accumulate, bool causal) {
+  constexpr int64_t MR = 4;
+  int64_t m = 0;
+  for (; m + MR <= M; m += MR) {
+    const int64_t k_end = causal ? std::min(K, m + MR) : K;
+    mm_rows<MR>(N, k_end, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+  }
+  for (; m < M; ++m) {
+    const int64_t k_end = causal ? std::min(K, m + 1) : K;
+    mm_rows<1>(N, k_end, A + m * lda, lda, B, ldb, C + m * ldc, ldc, accumulate);
+  }
+}
+
+// out[j] = exp(seg[j] += a) * cb[j] * dt[j] for j < i, then out[i] = cb[i] * dt[i], out[i + 1 .. n) = 0.
+void SsdDecayRow(int64_t i, int64_t n, float a, float* seg, const float* cb, const float* dt, float* out) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const VF va = hn::Set(df, a);
+  int64_t j = 0;
+  for (; j + L <= i; j += L) {
+    const VF s = hn::Add(hn::LoadU(df, seg + j), va);
+    hn::StoreU(s, df, seg + j);
+    hn::StoreU(hn::Mul(hn::Mul(hn::Exp(df, s), hn::LoadU(df, cb + j)), hn::LoadU(df, dt + j)), df, out + j);
+  }
+  if (j < i) {
+    HWY_ALIGN float st[kMaxLanes] = {}, ct[kMaxLanes] = {}, dtt[kMaxLanes] = {}, ot[kMaxLanes];
+    const int64_t r = i - j;
+    for (int64_t k = 0; k < r; ++k) st[k] = seg[j + k] + a, ct[k] = cb[j + k], dtt[k] = dt[j + k];
+    hn::Store(hn::Mul(hn::Mul(hn::Exp(df, hn::Load(df, st)), hn::Load(df, ct)), hn::Load(df, dtt)), df, ot);
+    for (int64_t k = 0; k < r; ++k) seg[j + k] = st[k], out[j + k] = ot[k];
+  }
+  seg[i] = 0.0f;
+  out[i] = cb[i] * dt[i];
+  for (int64_t k = i + 1; k < n; ++k) out[k] = 0.0f;
+}
+
 }  // namespace HWY_NAMESPACE
 }  // namespace mambacpp::cpu::simd
 HWY_AFTER_NAMESPACE();
@@ -142,6 +219,8 @@ HWY_EXPORT(GemmTileTokens);
 HWY_EXPORT(GemmTileRows);
 HWY_EXPORT(PackRows);
 HWY_EXPORT(GemmPacked);
+HWY_EXPORT(MatMul);
+HWY_EXPORT(SsdDecayRow);
 
 int64_t packed_row_floats(int64_t in) { return HWY_DYNAMIC_DISPATCH(PackedRowFloats)(in); }
 int64_t gemm_tile_tokens() { return HWY_DYNAMIC_DISPATCH(GemmTileTokens)(); }
@@ -151,6 +230,14 @@ void pack_rows(const void* src, DType dtype, int64_t src_stride, int64_t rows, i
 }
 void gemm_packed(const float* xp, int64_t T, const float* wp, int64_t R, int64_t in, float* y, int64_t y_stride) {
   HWY_DYNAMIC_DISPATCH(GemmPacked)(xp, T, wp, R, in, y, y_stride);
+}
+
+void matmul(int64_t M, int64_t N, int64_t K, const float* A, int64_t lda, const float* B, int64_t ldb, float* C,
+            int64_t ldc, bool accumulate, bool causal) {
+  HWY_DYNAMIC_DISPATCH(MatMul)(M, N, K, A, lda, B, ldb, C, ldc, accumulate, causal);
+}
+void ssd_decay_row(int64_t i, int64_t n, float a, float* seg, const float* cb, const float* dt, float* out) {
+  HWY_DYNAMIC_DISPATCH(SsdDecayRow)(i, n, a, seg, cb, dt, out);
 }
 
 }  // namespace mambacpp::cpu::simd

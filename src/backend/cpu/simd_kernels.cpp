@@ -154,7 +154,8 @@ void SsdStepHead(void* H, DType sdt, const float* x, const float* B, const float
   ssd_step_head_t(static_cast<float*>(H), x, B, C, dt, dA, D, P, N, y);
 }
 
-template <class S>
+// kNegA: the caller passes A = -exp(A_log) itself (prefill computes it once per block of channels, not per token).
+template <class S, bool kNegA = false>
 void mamba1_step_t(S* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A_log,
                    const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y) {
   const DF df;
@@ -175,7 +176,7 @@ void mamba1_step_t(S* h, const float* x, const float* dt_raw, const float* dt_bi
       VF acc = hn::Zero(df);
       int64_t j = 0;
       for (; j + L <= N; j += L) {
-        const VF A = hn::Neg(hn::Exp(df, hn::LoadU(df, Al + j)));
+        const VF A = kNegA ? hn::LoadU(df, Al + j) : hn::Neg(hn::Exp(df, hn::LoadU(df, Al + j)));
         const VF dA = hn::Exp(df, hn::Mul(vdt, A));
         const VF hv = hn::MulAdd(dA, load_state(df, hc + j), hn::Mul(vdtx, hn::LoadU(df, B + j)));
         store_state(df, hv, hc + j);
@@ -183,7 +184,7 @@ void mamba1_step_t(S* h, const float* x, const float* dt_raw, const float* dt_bi
       }
       float sum = hn::GetLane(hn::SumOfLanes(df, acc));
       for (; j < N; ++j) {
-        const float hv = std::exp(dtv * -std::exp(Al[j])) * state_at(hc, j) + dtx * B[j];
+        const float hv = std::exp(dtv * (kNegA ? Al[j] : -std::exp(Al[j]))) * state_at(hc, j) + dtx * B[j];
         if constexpr (std::is_same_v<S, float>) hc[j] = hv;
         else reinterpret_cast<uint16_t*>(hc)[j] = f32_to_bf16(hv);
         sum += hv * C[j];
@@ -200,6 +201,11 @@ void Mamba1Step(void* h, DType sdt, const float* x, const float* dt_raw, const f
   mamba1_step_t(static_cast<float*>(h), x, dt_raw, dt_bias, A_log, B, C, D, z, n, N, y);
 }
 
+void Mamba1ScanToken(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
+                     const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y) {
+  mamba1_step_t<float, true>(h, x, dt_raw, dt_bias, A, B, C, D, z, n, N, y);
+}
+
 const char* TargetNameHere() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -214,6 +220,7 @@ HWY_EXPORT(ToF32);
 HWY_EXPORT(Silu);
 HWY_EXPORT(SsdStepHead);
 HWY_EXPORT(Mamba1Step);
+HWY_EXPORT(Mamba1ScanToken);
 HWY_EXPORT(TargetNameHere);
 
 namespace {
@@ -284,6 +291,11 @@ void mamba1_step(void* h, DType state_dtype, const float* x, const float* dt_raw
                  const float* A_log, const float* B, const float* C, const float* D, const float* z, int64_t n,
                  int64_t N, float* y) {
   HWY_DYNAMIC_DISPATCH(Mamba1Step)(h, state_dtype, x, dt_raw, dt_bias, A_log, B, C, D, z, n, N, y);
+}
+
+void mamba1_scan_token(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
+                       const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y) {
+  HWY_DYNAMIC_DISPATCH(Mamba1ScanToken)(h, x, dt_raw, dt_bias, A, B, C, D, z, n, N, y);
 }
 
 }  // namespace mambacpp::cpu::simd
