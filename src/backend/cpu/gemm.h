@@ -23,7 +23,8 @@ int64_t gemm_tile_rows();
 void pack_rows(const void* src, DType dtype, int64_t src_stride, int64_t rows, int64_t in, float* dst);
 
 // y[t * y_stride + r] = x[t] . w[r] for t < T, r < R (in dot_rows' order); xp: packed x rows, T rounded up to whole
-// tiles of gemm_tile_tokens(); wp: packed w rows, R rounded up to whole tiles of gemm_tile_rows().
+// tiles of gemm_tile_tokens(); wp: packed w rows, R rounded up to whole tiles of gemm_tile_rows(). Any alignment
+// works; 64-byte aligned buffers (linear.cpp) keep every vector load within one cache line.
 void gemm_packed(const float* xp, int64_t T, const float* wp, int64_t R, int64_t in, float* y, int64_t y_stride);
 
 // The SSD's chunk products (ssd.h), vectors along C's rows: C[m, n] (+)= sum_{k < K} A[m, k] * B[k, n] for m < M,

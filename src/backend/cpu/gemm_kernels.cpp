@@ -8,6 +8,7 @@
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
 
 #include "hwy/highway.h"
+#include "hwy/aligned_allocator.h"
 #include "hwy/contrib/math/math-inl.h"
 
 #include <algorithm>
@@ -83,50 +84,59 @@ void PackRows(const void* src, DType dtype, int64_t src_stride, int64_t rows, in
   }
 }
 
-// out[m * kNR + n] = x row m . w row n for one register tile: the four chains one after the other, their partial
-// vectors kept in `part`, then dot_rows' reduction (a0 + a1) + (a2 + a3) and SumOfLanes.
-HWY_INLINE void tile(const float* HWY_RESTRICT xp, const float* HWY_RESTRICT wp, int64_t Kp, const Phases& ph,
-                     float* HWY_RESTRICT out) {
+// Chain c of one register tile: part[(m * kNR + n) * L ...] = the partial vector of x row m . w row n over the
+// chain's blocks (a plain chain of MulAdds from zero, as in dot_rows).
+HWY_INLINE void tile_chain(const float* HWY_RESTRICT xk, const float* HWY_RESTRICT wk, int64_t Kp, int64_t count,
+                           float* HWY_RESTRICT part) {
   const DF df;
   const int64_t L = static_cast<int64_t>(hn::Lanes(df));
-  HWY_ALIGN float part[4 * kMR * kNR * kMaxLanes];
-  for (int c = 0; c < 4; ++c) {
-    VF acc[kMR][kNR];
-    for (int m = 0; m < kMR; ++m)
-      for (int n = 0; n < kNR; ++n) acc[m][n] = hn::Zero(df);
-    const float* xk = xp + ph.offset[c];
-    const float* wk = wp + ph.offset[c];
-    for (int64_t j = 0; j < ph.count[c]; ++j, xk += L, wk += L) {
-      VF wv[kNR];
-      for (int n = 0; n < kNR; ++n) wv[n] = hn::LoadU(df, wk + n * Kp);
-      for (int m = 0; m < kMR; ++m) {
-        const VF xv = hn::LoadU(df, xk + m * Kp);
-        for (int n = 0; n < kNR; ++n) acc[m][n] = hn::MulAdd(xv, wv[n], acc[m][n]);
-      }
+  VF acc[kMR][kNR];
+  for (int m = 0; m < kMR; ++m)
+    for (int n = 0; n < kNR; ++n) acc[m][n] = hn::Zero(df);
+  for (int64_t j = 0; j < count; ++j, xk += L, wk += L) {
+    VF wv[kNR];
+    for (int n = 0; n < kNR; ++n) wv[n] = hn::LoadU(df, wk + n * Kp);
+    for (int m = 0; m < kMR; ++m) {
+      const VF xv = hn::LoadU(df, xk + m * Kp);
+      for (int n = 0; n < kNR; ++n) acc[m][n] = hn::MulAdd(xv, wv[n], acc[m][n]);
     }
-    for (int m = 0; m < kMR; ++m)
-      for (int n = 0; n < kNR; ++n) hn::Store(acc[m][n], df, part + ((c * kMR + m) * kNR + n) * L);
   }
-  const int64_t stride = kMR * kNR * L;
-  for (int e = 0; e < kMR * kNR; ++e) {
-    const float* p = part + e * L;
-    const VF s = hn::Add(hn::Add(hn::Load(df, p), hn::Load(df, p + stride)),
-                         hn::Add(hn::Load(df, p + 2 * stride), hn::Load(df, p + 3 * stride)));
-    out[e] = hn::GetLane(hn::SumOfLanes(df, s));
-  }
+  for (int m = 0; m < kMR; ++m)
+    for (int n = 0; n < kNR; ++n) hn::Store(acc[m][n], df, part + (m * kNR + n) * L);
 }
 
+// A tile of x rows runs chain by chain over all the w tiles of the panel, so the chain's quarter of the x rows stays
+// in L1 while the w rows stream from L2; the four partial vectors of every element are kept (part: per w tile, per
+// chain, kMR * kNR vectors) and reduced as dot_rows does: (a0 + a1) + (a2 + a3), then SumOfLanes.
 void GemmPacked(const float* xp, int64_t T, const float* wp, int64_t R, int64_t in, float* y, int64_t y_stride) {
-  const int64_t Kp = PackedRowFloats(in);
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  const int64_t Kp = PackedRowFloats(in), n_wt = (R + kNR - 1) / kNR, tile_floats = kMR * kNR * L;
   const Phases ph(in);
+  thread_local hwy::AlignedFreeUniquePtr<float[]> part_buf;
+  thread_local int64_t part_size = 0;
+  if (part_size < n_wt * 4 * tile_floats) {
+    part_size = n_wt * 4 * tile_floats;
+    part_buf = hwy::AllocateAligned<float>(static_cast<size_t>(part_size));
+    if (!part_buf) fail("gemm_packed: out of memory for ", part_size, " partial sums");
+  }
+  float* part = part_buf.get();
   for (int64_t t0 = 0; t0 < T; t0 += kMR) {
     const int64_t mt = std::min<int64_t>(kMR, T - t0);
-    for (int64_t r0 = 0; r0 < R; r0 += kNR) {
-      const int64_t nr = std::min<int64_t>(kNR, R - r0);
-      float out[kMR * kNR];
-      tile(xp + t0 * Kp, wp + r0 * Kp, Kp, ph, out);
+    for (int c = 0; c < 4; ++c)
+      for (int64_t wt = 0; wt < n_wt; ++wt)
+        tile_chain(xp + t0 * Kp + ph.offset[c], wp + wt * kNR * Kp + ph.offset[c], Kp, ph.count[c],
+                   part + (wt * 4 + c) * tile_floats);
+    for (int64_t wt = 0; wt < n_wt; ++wt) {
+      const float* p = part + wt * 4 * tile_floats;
+      const int64_t r0 = wt * kNR, nr = std::min<int64_t>(kNR, R - r0);
       for (int64_t m = 0; m < mt; ++m)
-        for (int64_t n = 0; n < nr; ++n) y[(t0 + m) * y_stride + r0 + n] = out[m * kNR + n];
+        for (int64_t n = 0; n < nr; ++n) {
+          const float* e = p + (m * kNR + n) * L;
+          const VF s = hn::Add(hn::Add(hn::Load(df, e), hn::Load(df, e + tile_floats)),
+                               hn::Add(hn::Load(df, e + 2 * tile_floats), hn::Load(df, e + 3 * tile_floats)));
+          y[(t0 + m) * y_stride + r0 + n] = hn::GetLane(hn::SumOfLanes(df, s));
+        }
     }
   }
 }
