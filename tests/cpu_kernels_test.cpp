@@ -389,6 +389,18 @@ TEST(CpuKernels, Mamba2SsdRealShapes) {
   mamba2_case({3, 64, 1, 128, 256}, {600, 1, 2, 257}, {3, 0, 2, 1}, DType::F32, 301);
 }
 
+// The f32 prefill kernels (the SSD's matmuls and decay rows, the Mamba-1 scan's per-token kernel) on every SIMD
+// target, on sizes that leave whole vectors and a tail on each (19 = 16 + 3, 20 = 16 + 4, 37 channels).
+TEST(CpuKernels, PrefillKernelsOnEveryTarget) {
+  for (const std::string& target : cpu::simd::available_targets()) {
+    SCOPED_TRACE("SIMD target " + target);
+    cpu::simd::force_target(target);
+    mamba2_case({3, 20, 1, 19, 7}, {1, 2, 23, 9}, {2, 0, 1, 3}, DType::F32, 250);
+    mamba1_case(37, 19, {1, 9, 30}, {2, 0, 1}, DType::F32, 106);
+  }
+  cpu::simd::force_target("");
+}
+
 TEST(CpuKernels, Mamba2SsdStableSegmentSums) {
   // Decays of 0.5 to 5 per step over 256-long chunks: |S| reaches several hundred while the terms that matter are the
   // few nearest the diagonal, so each output is a short sum of O(1) products and f32 rounding bounds its error by
