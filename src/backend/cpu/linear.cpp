@@ -5,7 +5,6 @@
 // W widened to f32 once per L2-sized panel). Both paths compute each output element in dot_rows' order (widening is
 // exact; gemm.h reproduces the order), so neither the number of tokens nor an element's neighbours change its bits.
 #include <algorithm>
-#include <vector>
 
 #include "hwy/aligned_allocator.h"
 
@@ -20,7 +19,7 @@ namespace {
 
 constexpr int64_t kRowsPerBlock = 16;        // GEMV: W rows per unit of work
 constexpr int64_t kPanelBytes = 192 * 1024;  // GEMM: a packed f32 panel of W rows stays in L2 (512 KiB on Zen 3)
-constexpr int64_t kStreamTokens = 4;    // up to this many tokens, W is read in place in its stored dtype
+constexpr int64_t kStreamTokens = 4;         // up to this many tokens, W is read in place in its stored dtype
 
 // A reusable 64-byte aligned f32 buffer (packed rows are read with whole-vector loads).
 struct AlignedFloats {
@@ -66,7 +65,7 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
   // threads (a narrow projection): the tokens are split too, and a panel is packed once per token range.
   const int64_t Kp = simd::packed_row_floats(in), MR = simd::gemm_tile_tokens(), NR = simd::gemm_tile_rows();
   const int64_t Tp = (T + MR - 1) / MR * MR;
-  thread_local AlignedFloats xbuf;  // reused across calls: no page faults per projection
+  thread_local AlignedFloats xbuf;  // reused across calls (no page faults per projection); grows to the largest call
   float* xp = xbuf.get(Tp * Kp);
   parallel_for(threads, T, 16, [&](int64_t t0, int64_t t1) {
     for (int64_t t = t0; t < t1; ++t) simd::pack_rows(x[t], DType::F32, 0, 1, in, xp + t * Kp);
