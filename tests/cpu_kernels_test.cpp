@@ -389,6 +389,18 @@ TEST(CpuKernels, Mamba2SsdRealShapes) {
   mamba2_case({3, 64, 1, 128, 256}, {600, 1, 2, 257}, {3, 0, 2, 1}, DType::F32, 301);
 }
 
+// The f32 prefill kernels (the SSD's matmuls and decay rows, the Mamba-1 scan's per-token kernel) on every SIMD
+// target, on sizes that leave whole vectors and a tail on each (19 = 16 + 3, 20 = 16 + 4, 37 channels).
+TEST(CpuKernels, PrefillKernelsOnEveryTarget) {
+  for (const std::string& target : cpu::simd::available_targets()) {
+    SCOPED_TRACE("SIMD target " + target);
+    cpu::simd::force_target(target);
+    mamba2_case({3, 20, 1, 19, 7}, {1, 2, 23, 9}, {2, 0, 1, 3}, DType::F32, 250);
+    mamba1_case(37, 19, {1, 9, 30}, {2, 0, 1}, DType::F32, 106);
+  }
+  cpu::simd::force_target("");
+}
+
 TEST(CpuKernels, Mamba2SsdStableSegmentSums) {
   // Decays of 0.5 to 5 per step over 256-long chunks: |S| reaches several hundred while the terms that matter are the
   // few nearest the diagonal, so each output is a short sum of O(1) products and f32 rounding bounds its error by
@@ -437,8 +449,8 @@ void linear_case(int64_t T, int64_t in, int64_t out, DType wdtype, bool bias, ui
   }
 }
 
-// On every SIMD target (each forced in turn): T <= 4 streams W in its stored dtype, larger T widens blocks of W to
-// f32 first; the batch-invariance check below ties the two paths bit for bit.
+// On every SIMD target (each forced in turn): T <= 4 streams W in its stored dtype (the GEMV), larger T runs the
+// packed GEMM (gemm.h); the batch-invariance check below ties the two paths bit for bit.
 TEST(CpuKernels, Linear) {
   for (const std::string& target : cpu::simd::available_targets()) {
     SCOPED_TRACE("SIMD target " + target);
@@ -449,7 +461,8 @@ TEST(CpuKernels, Linear) {
       linear_case(37, 67, 37, dt, true, 402);
       linear_case(37, 300, 50, dt, false, 403);
     }
-    linear_case(130, 96, 70, DType::BF16, true, 404);  // more than one token tile
+    linear_case(130, 96, 70, DType::BF16, true, 404);   // one W panel: the tokens split between the threads
+    linear_case(45, 1500, 100, DType::F16, true, 406);  // several L2 panels of W rows, split between the threads
   }
   cpu::simd::force_target("");
 }

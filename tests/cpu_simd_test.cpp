@@ -16,6 +16,7 @@
 #include <string>
 #include <vector>
 
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 #include "mambacpp/dtype.h"
@@ -99,6 +100,52 @@ TEST(CpuSimd, DotRowsMatchesFp64OverOddShapes) {
             float alone = 0.0f;
             simd::dot_rows(x.data(), static_cast<const char*>(w.data(dt)) + r * in * dtype_size(dt), dt, in, 1, &alone);
             EXPECT_EQ(alone, out[static_cast<size_t>(r)]) << "row " << r;
+          }
+        }
+      }
+    }
+  });
+}
+
+// The prefill GEMM over packed rows gives dot_rows' bits for every element (the order is the shared contract), and
+// hence the same fp64 bound; odd token and row counts exercise the zero-padded tiles, odd `in` the padded blocks and
+// every split of the four accumulator chains.
+TEST(CpuSimd, GemmPackedEqualsDotRowsBitForBit) {
+  on_every_target([] {
+    const int64_t MR = simd::gemm_tile_tokens(), NR = simd::gemm_tile_rows();
+    for (DType dt : {DType::F32, DType::BF16, DType::F16}) {
+      for (int64_t in : {1, 5, 8, 13, 31, 64, 67, 130}) {
+        for (int64_t T : {1, 2, 5, 9}) {
+          for (int64_t R : {1, 3, 4, 8}) {
+            SCOPED_TRACE(std::string(dtype_name(dt)) + " in=" + std::to_string(in) + " T=" + std::to_string(T) +
+                         " R=" + std::to_string(R));
+            const std::vector<float> x = uniform(static_cast<size_t>(T * in), 17 + in * T);
+            const StoredWeights w = stored(uniform(static_cast<size_t>(R * in), 19 + in * R), dt);
+            const int64_t Kp = simd::packed_row_floats(in);
+            ASSERT_GE(Kp, in);
+            const int64_t Tp = (T + MR - 1) / MR * MR, Rp = (R + NR - 1) / NR * NR;
+            std::vector<float> xp(static_cast<size_t>(Tp * Kp), 0.0f), wp(static_cast<size_t>(Rp * Kp), 0.0f);
+            simd::pack_rows(x.data(), DType::F32, in, T, in, xp.data());
+            simd::pack_rows(w.data(dt), dt, in, R, in, wp.data());
+            const int64_t ys = R + 2;  // a row stride wider than R: the gap must stay untouched
+            std::vector<float> y(static_cast<size_t>(T * ys), -7.0f);
+            simd::gemm_packed(xp.data(), T, wp.data(), R, in, y.data(), ys);
+            for (int64_t t = 0; t < T; ++t) {
+              std::vector<float> want(static_cast<size_t>(R));
+              simd::dot_rows(x.data() + t * in, w.data(dt), dt, in, R, want.data());
+              for (int64_t r = 0; r < R; ++r) {
+                EXPECT_EQ(y[static_cast<size_t>(t * ys + r)], want[static_cast<size_t>(r)]) << "t " << t << " r " << r;
+                double exact = 0.0, mag = 0.0;
+                for (int64_t i = 0; i < in; ++i) {
+                  const double p = static_cast<double>(x[static_cast<size_t>(t * in + i)]) * w.f32[static_cast<size_t>(r * in + i)];
+                  exact += p;
+                  mag += std::fabs(p);
+                }
+                EXPECT_LE(std::fabs(y[static_cast<size_t>(t * ys + r)] - exact), (in + 16) * kU * mag);
+              }
+              EXPECT_EQ(y[static_cast<size_t>(t * ys + R)], -7.0f);
+              EXPECT_EQ(y[static_cast<size_t>(t * ys + R + 1)], -7.0f);
+            }
           }
         }
       }

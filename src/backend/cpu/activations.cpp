@@ -1,7 +1,9 @@
 // Elementwise ops of the hybrid models' MLPs and multipliers on the CPU: relu2, silu(gate) * up, scaling.
 #include <algorithm>
+#include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
@@ -20,11 +22,12 @@ void relu2_f32(Rows<float> x, int64_t T, int64_t D, int threads) {
 
 void silu_mul_f32(Rows<const float> gate, Rows<const float> up, Rows<float> out, int64_t T, int64_t D, int threads) {
   parallel_for(threads, T, 65536 / std::max<int64_t>(D, 1) + 1, [&](int64_t t0, int64_t t1) {
+    std::vector<float> s(static_cast<size_t>(D));  // silu(gate) by the vector kernel; out may alias gate or up
     for (int64_t t = t0; t < t1; ++t) {
-      const float* g = gate[t];
       const float* u = up[t];
       float* o = out[t];
-      for (int64_t i = 0; i < D; ++i) o[i] = silu(g[i]) * u[i];
+      simd::silu(gate[t], s.data(), D);
+      for (int64_t i = 0; i < D; ++i) o[i] = s[static_cast<size_t>(i)] * u[i];
     }
   });
 }

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernel_common.h"
+#include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
@@ -28,6 +29,17 @@ struct Conv1dParams {
   int threads = 1;
 };
 
+namespace detail {
+
+// out[c] = silu(in[c]) for c < n: plain for any T (the fp64 tests), the vector kernel in f32.
+template <class T>
+void silu_row(const T* in, T* out, int64_t n) {
+  for (int64_t c = 0; c < n; ++c) out[c] = silu(in[c]);
+}
+inline void silu_row(const float* in, float* out, int64_t n) { simd::silu(in, out, n); }
+
+}  // namespace detail
+
 template <class T>
 void conv1d_silu(const Conv1dParams<T>& p, std::span<const SeqSpan> seqs) {
   constexpr int64_t kBlock = 64;  // channels per task: one pass over time touches a few cache lines per row
@@ -40,22 +52,27 @@ void conv1d_silu(const Conv1dParams<T>& p, std::span<const SeqSpan> seqs) {
     if (seq.len <= 0) return;
     const int64_t c0 = (task % n_blocks) * kBlock, nc = std::min(kBlock, C - c0);
     T w[kBlock * kConvMaxKernel];
-    T b[kBlock];
+    T wt[kConvMaxKernel * kBlock];  // tap-major: the loop over channels reads it contiguously
+    T b[kBlock], acc[kBlock];
     weight_load(p.w, c0 * K, nc * K, w);
+    for (int64_t c = 0; c < nc; ++c)
+      for (int64_t k = 0; k < K; ++k) wt[k * kBlock + c] = w[c * K + k];
     for (int64_t c = 0; c < nc; ++c) b[c] = p.bias.present() ? weight_at<T>(p.bias, c0 + c) : T(0);
     T* st = p.state + seq.slot * C * S + c0 * S;  // [nc, S] of this slot
 
     for (int64_t t = 0; t < seq.len; ++t) {
-      T* yr = p.out[seq.start + t] + c0;
-      for (int64_t c = 0; c < nc; ++c) {
-        T acc = b[c];
-        for (int64_t k = 0; k < K; ++k) {
-          const int64_t pos = t - S + k;  // input position relative to the sequence start
-          const T v = pos >= 0 ? p.x[seq.start + pos][c0 + c] : st[c * S + S + pos];
-          acc += w[c * K + k] * v;
+      for (int64_t c = 0; c < nc; ++c) acc[c] = b[c];
+      for (int64_t k = 0; k < K; ++k) {  // taps in order: each channel sums bias + w0 v0 + w1 v1 + ...
+        const int64_t pos = t - S + k;     // input position relative to the sequence start
+        const T* wk = wt + k * kBlock;
+        if (pos >= 0) {
+          const T* xr = p.x[seq.start + pos] + c0;
+          for (int64_t c = 0; c < nc; ++c) acc[c] += wk[c] * xr[c];
+        } else {
+          for (int64_t c = 0; c < nc; ++c) acc[c] += wk[c] * st[c * S + S + pos];
         }
-        yr[c] = silu(acc);
       }
+      detail::silu_row(acc, p.out[seq.start + t] + c0, nc);
     }
     // New state: the last S inputs. Ascending j reads old entries (j + len > j) before they are overwritten.
     for (int64_t c = 0; c < nc; ++c) {

@@ -1,14 +1,15 @@
 // y = x W^T (+ b) on the CPU, W [out, in] in f32/f16/bf16, through the vector dot products of simd.h.
 // Few tokens (decode): the rows of W are split into contiguous blocks per thread and streamed once, read in their
 // stored dtype and widened in registers, each block dotted against every token while it is in L1 — the pass over
-// W is the bound. More tokens (prefill): work is split into (tile of tokens, block of W rows); a task widens its
-// block of W rows to f32 once (f32 weights are used in place) and dots it against every token row of its tile.
-// Both paths compute each output element with the same dot_rows order (widening is exact), so neither the number
-// of tokens nor an element's neighbours change its bits.
+// W is the bound. More tokens (prefill): the register-tiled GEMM of gemm.h over packed rows (x packed once per call,
+// W widened to f32 once per L2-sized panel). Both paths compute each output element in dot_rows' order (widening is
+// exact; gemm.h reproduces the order), so neither the number of tokens nor an element's neighbours change its bits.
 #include <algorithm>
-#include <vector>
+
+#include "hwy/aligned_allocator.h"
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/gemm.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 #include "mambacpp/error.h"
@@ -16,9 +17,23 @@
 namespace mambacpp::cpu {
 namespace {
 
-constexpr int64_t kRowsPerBlock = 16;   // W rows per task: their f32 copy stays in L1/L2 across the token tile
-constexpr int64_t kTokensPerTile = 64;  // token rows per task: the x tile stays in L2 across W blocks
-constexpr int64_t kStreamTokens = 4;    // up to this many tokens, W is read in place in its stored dtype
+constexpr int64_t kRowsPerBlock = 16;        // GEMV: W rows per unit of work
+constexpr int64_t kPanelBytes = 192 * 1024;  // GEMM: a packed f32 panel of W rows stays in L2 (512 KiB on Zen 3)
+constexpr int64_t kStreamTokens = 4;         // up to this many tokens, W is read in place in its stored dtype
+
+// A reusable 64-byte aligned f32 buffer (packed rows are read with whole-vector loads).
+struct AlignedFloats {
+  hwy::AlignedFreeUniquePtr<float[]> data;
+  int64_t size = 0;
+  float* get(int64_t n) {
+    if (n > size) {
+      data = hwy::AllocateAligned<float>(static_cast<size_t>(n));
+      if (!data) fail("linear: out of memory for a packed buffer of ", n, " floats");
+      size = n;
+    }
+    return data.get();
+  }
+};
 
 void add_bias(WeightRef bias, int64_t o0, int64_t nr, float* yt) {
   if (!bias.present()) return;
@@ -45,23 +60,33 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
     return;
   }
 
-  const int64_t n_tiles = (T + kTokensPerTile - 1) / kTokensPerTile;
-  const bool f32 = w.dtype == DType::F32;
-  parallel_for(threads, n_tiles * n_blocks, 1, [&](int64_t task0, int64_t task1) {
-    std::vector<float> wbuf(f32 ? 0 : static_cast<size_t>(kRowsPerBlock * in));
+  // Prefill: x packed once (shared by all threads); W in panels of rows that fit L2, each panel packed (widened to
+  // f32) by the task that uses it. Enough panels: each task takes one panel and every token; too few for the
+  // threads (a narrow projection): the tokens are split too, and a panel is packed once per token range.
+  const int64_t Kp = simd::packed_row_floats(in), MR = simd::gemm_tile_tokens(), NR = simd::gemm_tile_rows();
+  const int64_t Tp = (T + MR - 1) / MR * MR;
+  thread_local AlignedFloats xbuf;  // reused across calls (no page faults per projection); grows to the largest call
+  float* xp = xbuf.get(Tp * Kp);
+  parallel_for(threads, T, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) simd::pack_rows(x[t], DType::F32, 0, 1, in, xp + t * Kp);
+  });
+  std::fill(xp + T * Kp, xp + Tp * Kp, 0.0f);
+  const int64_t panel = std::max(NR, kPanelBytes / (Kp * static_cast<int64_t>(sizeof(float))) / NR * NR);
+  const int64_t n_panels = (out + panel - 1) / panel;
+  const int64_t n_ranges = n_panels >= 2 * threads ? 1 : std::max<int64_t>(1, std::min<int64_t>(threads, Tp / MR));
+  const int64_t range = (Tp / MR + n_ranges - 1) / n_ranges * MR;  // tokens per range, whole tiles
+  parallel_for(threads, n_panels * n_ranges, 1, [&](int64_t task0, int64_t task1) {
+    thread_local AlignedFloats wbuf;
     for (int64_t task = task0; task < task1; ++task) {
-      const int64_t tile = task / n_blocks, blk = task % n_blocks;
-      const int64_t o0 = blk * kRowsPerBlock, nr = std::min(kRowsPerBlock, out - o0);
-      const float* wb = reinterpret_cast<const float*>(block_ptr(o0));
-      if (!f32) {
-        simd::to_f32(block_ptr(o0), w.dtype, wbuf.data(), nr * in);
-        wb = wbuf.data();
-      }
-      const int64_t t1 = std::min(T, (tile + 1) * kTokensPerTile);
-      for (int64_t t = tile * kTokensPerTile; t < t1; ++t) {
-        simd::dot_rows(x[t], wb, DType::F32, in, nr, y[t] + o0);
-        add_bias(bias, o0, nr, y[t] + o0);
-      }
+      const int64_t p = task / n_ranges, t0 = (task % n_ranges) * range;
+      if (t0 >= T) continue;
+      const int64_t o0 = p * panel, nr = std::min(panel, out - o0), nrp = (nr + NR - 1) / NR * NR;
+      const int64_t nt = std::min(range, T - t0);
+      float* wp = wbuf.get(nrp * Kp);
+      simd::pack_rows(block_ptr(o0), w.dtype, in, nr, in, wp);
+      std::fill(wp + nr * Kp, wp + nrp * Kp, 0.0f);
+      simd::gemm_packed(xp + t0 * Kp, nt, wp, nr, in, y[t0] + o0, y.stride);
+      for (int64_t t = t0; t < t0 + nt; ++t) add_bias(bias, o0, nr, y[t] + o0);
     }
   });
 }

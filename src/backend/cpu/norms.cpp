@@ -1,9 +1,11 @@
-// RMSNorm and Mamba-2's gated RMSNorm on the CPU, one token row per iteration. Sums of squares accumulate in
-// double: exact enough that the result is the f32 rounding of the true norm for any width.
+// RMSNorm and Mamba-2's gated RMSNorm on the CPU, one token row per iteration; the gate's SiLU by the vector kernel.
+// Sums of squares accumulate in double: exact enough that the result is the f32 rounding of the true norm for any
+// width.
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
@@ -33,9 +35,10 @@ void gated_rmsnorm_f32(Rows<const float> y, Rows<const float> z, WeightRef w, in
       const float* zt = z[t];
       float* ot = out[t];
       for (int64_t c0 = 0; c0 < D; c0 += group_size) {
+        simd::silu(zt + c0, g.data(), group_size);
         double ss = 0.0;
         for (int64_t i = 0; i < group_size; ++i) {
-          const float v = yt[c0 + i] * silu(zt[c0 + i]);
+          const float v = yt[c0 + i] * g[static_cast<size_t>(i)];
           g[static_cast<size_t>(i)] = v;
           ss += static_cast<double>(v) * v;
         }

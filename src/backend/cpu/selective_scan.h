@@ -3,7 +3,8 @@
 //   h[c, n] = exp(dt * A[c, n]) * h[c, n] + dt * B[t, n] * x[t, c]
 //   y[t, c] = (sum_n C[t, n] * h[c, n] + D[c] * x[t, c]) * silu(z[t, c])
 // The state h lives in the slot's state row and is updated in place. Parallel over (sequence, block of channels):
-// a block walks time once and reads each row's B and C once.
+// a block walks time once and reads each row's B and C once; in f32 a token of a block is one vector kernel
+// (simd::mamba1_scan_token: exp over d_state, softplus and the gate over vectors of channels).
 #pragma once
 
 #include <algorithm>
@@ -12,6 +13,7 @@
 
 #include "backend/backend.h"
 #include "backend/cpu/kernel_common.h"
+#include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
@@ -32,9 +34,37 @@ struct Mamba1Params {
   int threads = 1;
 };
 
+namespace detail {
+
+// One token of channels [0, nc) of a block: h [nc, N] and A [nc, N] (= -exp(A_log)) of the block, the other pointers
+// at the block's first channel. Plain loops for any T (the fp64 tests run these); the vector kernel of simd.h in f32.
+template <class T>
+void mamba1_token(T* h0, const T* x, const T* dt_raw, const T* bias, const T* A, const T* Bt, const T* Ct, const T* D,
+                  const T* z, int64_t nc, int64_t N, T* y) {
+  for (int64_t c = 0; c < nc; ++c) {
+    const T dtv = softplus(dt_raw[c] + bias[c]);
+    const T dtx = dtv * x[c];
+    const T* Ac = A + c * N;
+    T* h = h0 + c * N;
+    T acc = 0;
+    for (int64_t n = 0; n < N; ++n) {
+      h[n] = std::exp(dtv * Ac[n]) * h[n] + dtx * Bt[n];
+      acc += Ct[n] * h[n];
+    }
+    y[c] = (acc + D[c] * x[c]) * silu(z[c]);
+  }
+}
+inline void mamba1_token(float* h0, const float* x, const float* dt_raw, const float* bias, const float* A,
+                         const float* Bt, const float* Ct, const float* D, const float* z, int64_t nc, int64_t N,
+                         float* y) {
+  simd::mamba1_scan_token(h0, x, dt_raw, bias, A, Bt, Ct, D, z, nc, N, y);
+}
+
+}  // namespace detail
+
 template <class T>
 void mamba1_scan(const Mamba1Params<T>& p, std::span<const SeqSpan> seqs) {
-  constexpr int64_t kBlock = 16;  // channels per task
+  constexpr int64_t kBlock = 64;  // channels per task: vectors of channels for softplus and the gate
   const int64_t DI = p.d_inner, N = p.d_state;
   const int64_t n_blocks = (DI + kBlock - 1) / kBlock;
   const int64_t n_seqs = static_cast<int64_t>(seqs.size());
@@ -51,24 +81,9 @@ void mamba1_scan(const Mamba1Params<T>& p, std::span<const SeqSpan> seqs) {
       bias[c] = weight_at<T>(p.dt_bias, c0 + c);
     }
     T* h0 = p.state + (seq.slot * DI + c0) * N;  // [nc, N]
-
-    for (int64_t t = seq.start; t < seq.start + seq.len; ++t) {
-      const T* Bt = p.B[t];
-      const T* Ct = p.C[t];
-      for (int64_t c = 0; c < nc; ++c) {
-        const T xv = p.x[t][c0 + c];
-        const T dtv = softplus(p.dt[t][c0 + c] + bias[c]);
-        const T dtx = dtv * xv;
-        const T* Ac = A.data() + c * N;
-        T* h = h0 + c * N;
-        T acc = 0;
-        for (int64_t n = 0; n < N; ++n) {
-          h[n] = std::exp(dtv * Ac[n]) * h[n] + dtx * Bt[n];
-          acc += Ct[n] * h[n];
-        }
-        p.y[t][c0 + c] = (acc + D[c] * xv) * silu(p.z[t][c0 + c]);
-      }
-    }
+    for (int64_t t = seq.start; t < seq.start + seq.len; ++t)
+      detail::mamba1_token(h0, p.x[t] + c0, p.dt[t] + c0, bias, A.data(), p.B[t], p.C[t], D, p.z[t] + c0, nc, N,
+                           p.y[t] + c0);
   });
 }
 

@@ -43,4 +43,8 @@ void mamba1_step(void* h, DType state_dtype, const float* x, const float* dt_raw
                  const float* A_log, const float* B, const float* C, const float* D, const float* z, int64_t n,
                  int64_t N, float* y);
 
+// mamba1_step on an f32 state with A = -exp(A_log) given ([n, N] f32): one token of a prefill scan's block of channels.
+void mamba1_scan_token(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
+                       const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y);
+
 }  // namespace mambacpp::cpu::simd

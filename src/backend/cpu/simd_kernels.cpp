@@ -15,6 +15,7 @@
 #include <cstring>
 
 #include "backend/cpu/simd.h"
+#include "backend/cpu/simd_load-inl.h"
 #include "mambacpp/error.h"
 
 HWY_BEFORE_NAMESPACE();
@@ -22,62 +23,12 @@ namespace mambacpp::cpu::simd {
 namespace HWY_NAMESPACE {
 namespace hn = hwy::HWY_NAMESPACE;
 
-using DF = hn::ScalableTag<float>;
-using DU = hn::RebindToUnsigned<DF>;
-using DI = hn::RebindToSigned<DF>;
-using DBF = hn::Rebind<hwy::bfloat16_t, DF>;
-using DH = hn::Rebind<hwy::float16_t, DF>;
-using DU16 = hn::Rebind<uint16_t, DF>;
-using VF = hn::Vec<DF>;
-constexpr size_t kMaxLanes = HWY_MAX_BYTES / sizeof(float);
-
-// Loads Lanes(df) weights at p as f32.
-HWY_INLINE VF load_w(DF df, const float* p) { return hn::LoadU(df, p); }
-HWY_INLINE VF load_w(DF df, const hwy::bfloat16_t* p) { return hn::PromoteTo(df, hn::LoadU(DBF(), p)); }
-#if HWY_TARGET == HWY_AVX2 || HWY_TARGET == HWY_AVX3 || HWY_TARGET == HWY_AVX3_DL
-HWY_INLINE VF load_w(DF df, const hwy::float16_t* p) { return hn::PromoteTo(df, hn::LoadU(DH(), p)); }  // vcvtph2ps
-#else
-// Without F16C (Highway's emulation there maps inf/NaN halves to finite numbers): the exponent and mantissa
-// shifted into place and scaled by 2^112 (exact for normal and subnormal halves), inf/NaN given the f32 exponent.
-HWY_INLINE VF load_w(DF df, const hwy::float16_t* p) {
-  const DU du;
-  const auto h = hn::PromoteTo(du, hn::LoadU(DU16(), reinterpret_cast<const uint16_t*>(p)));
-  const auto em = hn::And(h, hn::Set(du, 0x7fffu));
-  const VF finite = hn::Mul(hn::BitCast(df, hn::ShiftLeft<13>(em)), hn::Set(df, 0x1p112f));
-  const VF special = hn::BitCast(df, hn::Or(hn::ShiftLeft<13>(em), hn::Set(du, 0x7f800000u)));
-  const auto is_special = hn::Gt(hn::BitCast(DI(), em), hn::Set(DI(), 0x7bff));  // signed: em < 2^15
-  const VF mag = hn::IfThenElse(hn::RebindMask(df, is_special), special, finite);
-  return hn::Or(mag, hn::BitCast(df, hn::ShiftLeft<16>(hn::And(h, hn::Set(du, 0x8000u)))));
-}
-#endif
-
-// f32 <-> bf16 state, rounding to nearest even (NaN stays a quiet NaN), as mambacpp::f32_to_bf16.
-HWY_INLINE VF load_state(DF df, const float* p) { return hn::LoadU(df, p); }
-HWY_INLINE VF load_state(DF df, const hwy::bfloat16_t* p) { return load_w(df, p); }
-HWY_INLINE void store_state(DF df, VF v, float* p) { hn::StoreU(v, df, p); }
-HWY_INLINE void store_state(DF df, VF v, hwy::bfloat16_t* p) {
-  const DU du;
-  const auto bits = hn::BitCast(du, v);
-  const auto lsb = hn::And(hn::ShiftRight<16>(bits), hn::Set(du, 1u));
-  auto r = hn::ShiftRight<16>(hn::Add(bits, hn::Add(hn::Set(du, 0x7fffu), lsb)));
-  const auto nan = hn::Or(hn::ShiftRight<16>(bits), hn::Set(du, 0x40u));
-  r = hn::IfThenElse(hn::RebindMask(du, hn::IsNaN(v)), nan, r);
-  hn::StoreU(hn::DemoteTo(DU16(), hn::BitCast(DI(), r)), DU16(), reinterpret_cast<uint16_t*>(p));
-}
-HWY_INLINE float state_at(const float* p, int64_t i) { return p[i]; }
-HWY_INLINE float state_at(const hwy::bfloat16_t* p, int64_t i) { return bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]); }
-
-template <class W>
-HWY_INLINE float weight_scalar(const W* p, int64_t i) {
-  if constexpr (std::is_same_v<W, float>) return p[i];
-  else if constexpr (std::is_same_v<W, hwy::bfloat16_t>) return bf16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
-  else return f16_to_f32(reinterpret_cast<const uint16_t*>(p)[i]);
-}
-
 // x . w over one row with four independent accumulators (four FMA chains in flight), the row read front to back:
 // a single linear stream per thread is what the hardware prefetcher follows best (4 rows interleaved ran at half the
-// bandwidth on Zen 3 without software prefetch). Leftover vectors go into the first accumulator, the zero-padded tail
-// into the second; the accumulators are added in a fixed tree.
+// bandwidth on Zen 3 without software prefetch). The order is the contract shared with the prefill GEMM
+// (gemm_kernels.cpp), which reproduces it bit for bit: vector block b of the row (the last one zero-padded) goes into
+// accumulator b % 4, each accumulator a plain chain of MulAdds in block order, then (a0 + a1) + (a2 + a3) and
+// SumOfLanes.
 template <class W>
 HWY_INLINE float dot_row(const float* HWY_RESTRICT x, const W* HWY_RESTRICT w, int64_t in) {
   const DF df;
@@ -90,11 +41,20 @@ HWY_INLINE float dot_row(const float* HWY_RESTRICT x, const W* HWY_RESTRICT w, i
     a2 = hn::MulAdd(hn::LoadU(df, x + i + 2 * L), load_w(df, w + i + 2 * L), a2);
     a3 = hn::MulAdd(hn::LoadU(df, x + i + 3 * L), load_w(df, w + i + 3 * L), a3);
   }
-  for (; i + L <= in; i += L) a0 = hn::MulAdd(hn::LoadU(df, x + i), load_w(df, w + i), a0);
+  // Up to three full vectors and a partial one are left: blocks 4m, 4m+1, 4m+2, 4m+3 in turn.
+  const int64_t rest = in - i, full = rest / L;
+  if (full > 0) a0 = hn::MulAdd(hn::LoadU(df, x + i), load_w(df, w + i), a0);
+  if (full > 1) a1 = hn::MulAdd(hn::LoadU(df, x + i + L), load_w(df, w + i + L), a1);
+  if (full > 2) a2 = hn::MulAdd(hn::LoadU(df, x + i + 2 * L), load_w(df, w + i + 2 * L), a2);
+  i += full * L;
   if (i < in) {
     HWY_ALIGN float xt[kMaxLanes] = {}, wt[kMaxLanes] = {};
     for (int64_t k = 0; k < in - i; ++k) xt[k] = x[i + k], wt[k] = weight_scalar(w, i + k);
-    a1 = hn::MulAdd(hn::Load(df, xt), hn::Load(df, wt), a1);
+    const VF xv = hn::Load(df, xt), wv = hn::Load(df, wt);
+    if (full == 0) a0 = hn::MulAdd(xv, wv, a0);
+    else if (full == 1) a1 = hn::MulAdd(xv, wv, a1);
+    else if (full == 2) a2 = hn::MulAdd(xv, wv, a2);
+    else a3 = hn::MulAdd(xv, wv, a3);
   }
   return hn::GetLane(hn::SumOfLanes(df, hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
 }
@@ -194,7 +154,8 @@ void SsdStepHead(void* H, DType sdt, const float* x, const float* B, const float
   ssd_step_head_t(static_cast<float*>(H), x, B, C, dt, dA, D, P, N, y);
 }
 
-template <class S>
+// kNegA: the caller passes A = -exp(A_log) itself (prefill computes it once per block of channels, not per token).
+template <class S, bool kNegA = false>
 void mamba1_step_t(S* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A_log,
                    const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y) {
   const DF df;
@@ -215,7 +176,7 @@ void mamba1_step_t(S* h, const float* x, const float* dt_raw, const float* dt_bi
       VF acc = hn::Zero(df);
       int64_t j = 0;
       for (; j + L <= N; j += L) {
-        const VF A = hn::Neg(hn::Exp(df, hn::LoadU(df, Al + j)));
+        const VF A = kNegA ? hn::LoadU(df, Al + j) : hn::Neg(hn::Exp(df, hn::LoadU(df, Al + j)));
         const VF dA = hn::Exp(df, hn::Mul(vdt, A));
         const VF hv = hn::MulAdd(dA, load_state(df, hc + j), hn::Mul(vdtx, hn::LoadU(df, B + j)));
         store_state(df, hv, hc + j);
@@ -223,7 +184,7 @@ void mamba1_step_t(S* h, const float* x, const float* dt_raw, const float* dt_bi
       }
       float sum = hn::GetLane(hn::SumOfLanes(df, acc));
       for (; j < N; ++j) {
-        const float hv = std::exp(dtv * -std::exp(Al[j])) * state_at(hc, j) + dtx * B[j];
+        const float hv = std::exp(dtv * (kNegA ? Al[j] : -std::exp(Al[j]))) * state_at(hc, j) + dtx * B[j];
         if constexpr (std::is_same_v<S, float>) hc[j] = hv;
         else reinterpret_cast<uint16_t*>(hc)[j] = f32_to_bf16(hv);
         sum += hv * C[j];
@@ -240,6 +201,11 @@ void Mamba1Step(void* h, DType sdt, const float* x, const float* dt_raw, const f
   mamba1_step_t(static_cast<float*>(h), x, dt_raw, dt_bias, A_log, B, C, D, z, n, N, y);
 }
 
+void Mamba1ScanToken(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
+                     const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y) {
+  mamba1_step_t<float, true>(h, x, dt_raw, dt_bias, A, B, C, D, z, n, N, y);
+}
+
 const char* TargetNameHere() { return hwy::TargetName(HWY_TARGET); }
 
 }  // namespace HWY_NAMESPACE
@@ -254,6 +220,7 @@ HWY_EXPORT(ToF32);
 HWY_EXPORT(Silu);
 HWY_EXPORT(SsdStepHead);
 HWY_EXPORT(Mamba1Step);
+HWY_EXPORT(Mamba1ScanToken);
 HWY_EXPORT(TargetNameHere);
 
 namespace {
@@ -324,6 +291,11 @@ void mamba1_step(void* h, DType state_dtype, const float* x, const float* dt_raw
                  const float* A_log, const float* B, const float* C, const float* D, const float* z, int64_t n,
                  int64_t N, float* y) {
   HWY_DYNAMIC_DISPATCH(Mamba1Step)(h, state_dtype, x, dt_raw, dt_bias, A_log, B, C, D, z, n, N, y);
+}
+
+void mamba1_scan_token(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
+                       const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y) {
+  HWY_DYNAMIC_DISPATCH(Mamba1ScanToken)(h, x, dt_raw, dt_bias, A, B, C, D, z, n, N, y);
 }
 
 }  // namespace mambacpp::cpu::simd
