@@ -81,7 +81,9 @@ def main():
     put("regressions", "config", "nan_size.json", '{"model_type": "mamba", "hidden_size": NaN}')
     put("regressions", "config", "float_object.json", '{"d_model": {"__float__": ' + deep(3000) + "}}")
     put("regressions", "config", "eos_out_of_vocab.json",
-        json.dumps({"d_model": 16, "n_layer": 1, "vocab_size": 32, "eos_token_id": 100000000}))
+        json.dumps({"d_model": 16, "n_layer": 1, "vocab_size": 32, "eos_token_id": 100000000}))  # accepted
+    put("regressions", "config", "eos_not_int32.json",
+        json.dumps({"d_model": 16, "n_layer": 1, "vocab_size": 32, "eos_token_id": 1 << 31}))  # refused
 
     # ---- safetensors ----
     f32 = struct.pack("<4f", 1, 2, 3, 4)
@@ -183,6 +185,11 @@ def main():
     put("regressions", "completion_request", "deep_content.json",
         b"\1" + ('{"messages": [{"role": "user", "content": ' + deep(5000) + "}]}").encode())
     put("regressions", "completion_request", "number_overflow.json", b"\0" + b'{"prompt": "a", "max_tokens": 1e705}')
+    # A number where a string belongs: nlohmann's value(key, "") threw its own type_error (a 500, not a 400).
+    put("regressions", "completion_request", "content_part_type_number.json",
+        b'1{"messages":[{"role":"user","content":[{"type":1,"text":"a"}]}],"response_format":{"type":2}}')
+    put("regressions", "completion_request", "response_format_type_number.json",
+        b'1{"messages":[{"role":"user","content":"a"}],"response_format":{"type":2}}')
 
     # ---- state_file: byte 0 picks the model (0: mamba2_f32_groups_bias, 1: nemotron_h_f32) ----
     if args.binary:
