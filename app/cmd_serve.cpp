@@ -2,6 +2,7 @@
 // It listens first (/health answers 503 while the model loads), prints its URL once the model is ready, and on
 // SIGINT/SIGTERM stops accepting, ends the streams in flight and exits 0.
 #include <condition_variable>
+#include <cstdint>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -122,10 +123,10 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--max-tokens", s.max_tokens, "largest max_tokens a request may ask for")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}))  // a request's max_new_tokens is an int
       ->capture_default_str();
   cmd->add_option("--max-body-mb", s.max_body_mb, "refuse request bodies larger than this (413)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, server::kMaxBodyMb))
       ->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0: parallel + max-queue + 8)")
       ->check(CLI::Range(int64_t{0}, server::kMaxHttpThreads))

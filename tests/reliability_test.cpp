@@ -432,7 +432,8 @@ TEST_F(ReliabilityCli, PromptsFileOfThousandsOfLinesRunsInBoundedSlots) {
 TEST_F(ReliabilityCli, ServeBoundsItsSlotsAndThreadsBeforeAllocating) {
   for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
            {"--parallel 100000", "--parallel"}, {"--parallel 0", "--parallel"}, {"--max-queue 100000", "--max-queue"},
-           {"--http-threads 5000", "--http-threads"},
+           {"--http-threads 5000", "--http-threads"}, {"--max-tokens 4294967297", "--max-tokens"},
+           {"--max-body-mb 100000000000000", "--max-body-mb"},
            // 4000 + 256 + 8 worker threads by default: past the limit, the message says what to change.
            {"--parallel 4000", "--http-threads"}}) {
     const test::CliResult r = test::run_cli("serve" + model() + " --port 0 " + args);

@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 
@@ -73,6 +74,10 @@ Server::Server(const ServerOptions& options) : options_(options), http_(std::mak
     fail("--parallel must be in [1, ", kMaxParallel, "], found ", options_.parallel);
   if (options_.max_queue < 0 || options_.max_queue > kMaxQueue)
     fail("--max-queue must be in [0, ", kMaxQueue, "], found ", options_.max_queue);
+  if (options_.max_body_mb < 1 || options_.max_body_mb > kMaxBodyMb)
+    fail("--max-body-mb must be in [1, ", kMaxBodyMb, "], found ", options_.max_body_mb);
+  if (options_.max_tokens < 0 || options_.max_tokens > INT32_MAX)
+    fail("--max-tokens must be in [0, 2^31), found ", options_.max_tokens);
   if (options_.http_threads < 0 || options_.http_threads > kMaxHttpThreads)
     fail("--http-threads must be in [0, ", kMaxHttpThreads, "], found ", options_.http_threads);
   if (options_.http_threads == 0 && options_.parallel + options_.max_queue + 8 > kMaxHttpThreads)

@@ -34,6 +34,7 @@ class RequestChannel;
 constexpr int64_t kMaxParallel = 65536;
 constexpr int64_t kMaxQueue = 65536;
 constexpr int64_t kMaxHttpThreads = 4096;
+constexpr int64_t kMaxBodyMb = 4096;  // --max-body-mb: a body is held whole, with a JSON document of up to 8 times it
 
 struct ServerOptions {
   std::string host = "127.0.0.1";
