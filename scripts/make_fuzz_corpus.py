@@ -191,6 +191,19 @@ def main():
     put("regressions", "completion_request", "response_format_type_number.json",
         b'1{"messages":[{"role":"user","content":"a"}],"response_format":{"type":2}}')
 
+    # ---- chat_template: tokenizer_config.json as `serve --chat-template auto` reads it ----
+    configs = [
+        {"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"},
+        {"chat_template": [{"name": "default", "template": "<|im_start|>"}, {"name": "tool_use", "template": "x"}]},
+        {"chat_template": "{{ bos_token }}[INST] {{ m }} [/INST]", "model_max_length": 1e30, "bos_token": "<s>"},
+        {"added_tokens_decoder": {"0": {"content": "<|endoftext|>", "special": True}}},
+    ]
+    for i, c in enumerate(configs):
+        put("corpus", "chat_template", "config%d.json" % i, json.dumps(c))
+    put("regressions", "chat_template", "name_is_a_number.json",
+        json.dumps({"chat_template": [{"name": 1, "template": "x"}, {"name": "default", "template": "<|im_start|>"}]}))
+    put("regressions", "chat_template", "deep_nesting.json", '{"chat_template": ' + deep(100000) + "}")
+
     # ---- state_file: byte 0 picks the model (0: mamba2_f32_groups_bias, 1: nemotron_h_f32) ----
     if args.binary:
         tmp = tempfile.mkdtemp()
