@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -93,6 +94,25 @@ LoadOptions load_options(const ModelOptions& opts) {
 }
 
 bool stderr_is_terminal() { return isatty(STDERR_FILENO) != 0; }
+
+int64_t running_slots(int64_t n_prompts, int64_t max_seqs) {
+  return std::min(n_prompts, max_seqs > 0 ? max_seqs : kDefaultMaxSeqs);
+}
+
+void check_state_slots(const Model& model, int64_t n_slots, DType state_dtype, const std::string& option) {
+  if (model.device() != Device::CPU) return;  // a GPU allocation that does not fit fails cleanly (no overcommit)
+  const double slot = static_cast<double>(model.create_state(1, state_dtype)->slot_bytes());
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  const double need = slot * static_cast<double>(n_slots);
+  if (have > 0 && need > have) {
+    std::ostringstream os;
+    os.precision(3);
+    os << option << " " << n_slots << ": " << n_slots << " state slots of " << slot / (1 << 20) << " MiB each need "
+       << need / (1 << 30) << " GiB, more than this machine's " << have / (1 << 30)
+       << " GiB of memory (they are allocated up front); lower " << option;
+    fail(os.str());
+  }
+}
 
 std::unique_ptr<Model> load_model(const ModelOptions& opts) {
   const LoadOptions lo = load_options(opts);

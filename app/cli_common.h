@@ -27,9 +27,6 @@ struct ModelOptions {
   DType state() const { return parse_dtype(state_dtype); }
 };
 
-// Largest --threads: beyond this OpenMP fails to create threads (and no machine needs more).
-constexpr int kMaxThreads = 1024;
-
 // A floating-point option in [lo, hi]. CLI11's Range lets NaN through (every comparison with NaN is false); this
 // refuses NaN and, with finite bounds, the infinities.
 CLI::Validator FiniteRange(double lo, double hi);
@@ -55,5 +52,16 @@ std::vector<std::string> read_prompt_lines(const std::string& path);
 std::vector<int64_t> parse_chunks(const std::string& text, const std::string& option);
 
 bool stderr_is_terminal();
+
+// `generate`'s state slots for `n_prompts` prompts and --max-seqs `max_seqs` (0: the default): never more than the
+// prompts, and by default at most kDefaultMaxSeqs, so that a prompts file of many thousand lines does not allocate a
+// state for each line up front (the rest wait for a slot).
+constexpr int64_t kDefaultMaxSeqs = 64;
+int64_t running_slots(int64_t n_prompts, int64_t max_seqs);
+
+// Refuses `n_slots` state slots (allocated and zeroed up front, one per running sequence) that would not fit in the
+// machine's memory, on the CPU; an Error names `option`, the flag that chose n_slots. A GPU allocation that does
+// not fit fails by itself, cleanly.
+void check_state_slots(const Model& model, int64_t n_slots, DType state_dtype, const std::string& option);
 
 }  // namespace mambacpp::cli

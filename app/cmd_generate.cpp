@@ -20,8 +20,6 @@ namespace mambacpp::cli {
 
 namespace {
 
-constexpr int64_t kDefaultMaxSeqs = 64;
-
 struct GenerateCliOptions {
   ModelOptions model;
   std::string prompt;
@@ -115,9 +113,9 @@ void run_generate(const GenerateCliOptions& o) {
     }
   };
   EngineOptions eo;
-  // Every running prompt holds a state slot: by default at most kDefaultMaxSeqs run at once and the rest wait, so
-  // that a prompts file of many thousand lines does not allocate a state for each of them up front.
-  eo.max_seqs = o.max_seqs > 0 ? o.max_seqs : std::min<int64_t>(static_cast<int64_t>(prompts.size()), kDefaultMaxSeqs);
+  // Every running prompt holds a state slot, allocated up front: bounded by running_slots, then by the memory.
+  eo.max_seqs = running_slots(static_cast<int64_t>(prompts.size()), o.max_seqs);
+  check_state_slots(*model, eo.max_seqs, o.model.state(), "--max-seqs");
   eo.max_queue = static_cast<int64_t>(prompts.size());
   eo.max_prompt = o.max_prompt;
   eo.state_dtype = o.model.state();

@@ -2,6 +2,7 @@
 // It listens first (/health answers 503 while the model loads), prints its URL once the model is ready, and on
 // SIGINT/SIGTERM stops accepting, ends the streams in flight and exits 0.
 #include <condition_variable>
+#include <cstdint>
 #include <csignal>
 #include <cstdio>
 #include <filesystem>
@@ -74,6 +75,7 @@ void run_serve(const ServeCliOptions& o) {
   const std::string device = model->device_description();
   const std::string chat_template_name = chat_template ? chat_template->name : "none";
 
+  check_state_slots(*model, o.server.parallel, o.model.state(), "--parallel");
   EngineOptions eo;
   eo.max_seqs = o.server.parallel;
   eo.max_queue = o.server.parallel + o.server.max_queue;  // the server enforces --max-queue itself (server.cpp)
@@ -107,11 +109,11 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--port", s.port, "TCP port (0: any free one, printed when ready)")
       ->check(CLI::Range(0, 65535))
       ->capture_default_str();
-  cmd->add_option("--parallel", s.parallel, "requests generating at once (state slots)")
-      ->check(CLI::PositiveNumber)
+  cmd->add_option("--parallel", s.parallel, "requests generating at once (state slots, allocated up front)")
+      ->check(CLI::Range(int64_t{1}, server::kMaxParallel))
       ->capture_default_str();
   cmd->add_option("--max-queue", s.max_queue, "requests waiting for a slot; more get 503")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, server::kMaxQueue))
       ->capture_default_str();
   cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
@@ -121,13 +123,13 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
   cmd->add_option("--max-tokens", s.max_tokens, "largest max_tokens a request may ask for")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}))  // a request's max_new_tokens is an int
       ->capture_default_str();
   cmd->add_option("--max-body-mb", s.max_body_mb, "refuse request bodies larger than this (413)")
-      ->check(CLI::PositiveNumber)
+      ->check(CLI::Range(int64_t{1}, server::kMaxBodyMb))
       ->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0: parallel + max-queue + 8)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(CLI::Range(int64_t{0}, server::kMaxHttpThreads))
       ->capture_default_str();
   cmd->add_option("--chat-template", o->chat_template,
                   "auto (chatml when tokenizer_config.json's template uses it), chatml, or none")

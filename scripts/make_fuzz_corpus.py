@@ -81,7 +81,9 @@ def main():
     put("regressions", "config", "nan_size.json", '{"model_type": "mamba", "hidden_size": NaN}')
     put("regressions", "config", "float_object.json", '{"d_model": {"__float__": ' + deep(3000) + "}}")
     put("regressions", "config", "eos_out_of_vocab.json",
-        json.dumps({"d_model": 16, "n_layer": 1, "vocab_size": 32, "eos_token_id": 100000000}))
+        json.dumps({"d_model": 16, "n_layer": 1, "vocab_size": 32, "eos_token_id": 100000000}))  # accepted
+    put("regressions", "config", "eos_not_int32.json",
+        json.dumps({"d_model": 16, "n_layer": 1, "vocab_size": 32, "eos_token_id": 1 << 31}))  # refused
 
     # ---- safetensors ----
     f32 = struct.pack("<4f", 1, 2, 3, 4)
@@ -183,6 +185,24 @@ def main():
     put("regressions", "completion_request", "deep_content.json",
         b"\1" + ('{"messages": [{"role": "user", "content": ' + deep(5000) + "}]}").encode())
     put("regressions", "completion_request", "number_overflow.json", b"\0" + b'{"prompt": "a", "max_tokens": 1e705}')
+    # A number where a string belongs: nlohmann's value(key, "") threw its own type_error (a 500, not a 400).
+    put("regressions", "completion_request", "content_part_type_number.json",
+        b'1{"messages":[{"role":"user","content":[{"type":1,"text":"a"}]}],"response_format":{"type":2}}')
+    put("regressions", "completion_request", "response_format_type_number.json",
+        b'1{"messages":[{"role":"user","content":"a"}],"response_format":{"type":2}}')
+
+    # ---- chat_template: tokenizer_config.json as `serve --chat-template auto` reads it ----
+    configs = [
+        {"chat_template": "{% for m in messages %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n{% endfor %}"},
+        {"chat_template": [{"name": "default", "template": "<|im_start|>"}, {"name": "tool_use", "template": "x"}]},
+        {"chat_template": "{{ bos_token }}[INST] {{ m }} [/INST]", "model_max_length": 1e30, "bos_token": "<s>"},
+        {"added_tokens_decoder": {"0": {"content": "<|endoftext|>", "special": True}}},
+    ]
+    for i, c in enumerate(configs):
+        put("corpus", "chat_template", "config%d.json" % i, json.dumps(c))
+    put("regressions", "chat_template", "name_is_a_number.json",
+        json.dumps({"chat_template": [{"name": 1, "template": "x"}, {"name": "default", "template": "<|im_start|>"}]}))
+    put("regressions", "chat_template", "deep_nesting.json", '{"chat_template": ' + deep(100000) + "}")
 
     # ---- state_file: byte 0 picks the model (0: mamba2_f32_groups_bias, 1: nemotron_h_f32) ----
     if args.binary:

@@ -4,6 +4,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstring>
 #include <filesystem>
@@ -11,17 +12,21 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "cli_common.h"
 #include "io/checkpoint.h"
 #include "io/json_relaxed.h"
 #include "io/safetensors.h"
 #include "mambacpp/config.h"
+#include "mambacpp/engine.h"
 #include "mambacpp/error.h"
 #include "mambacpp/model.h"
 #include "mambacpp/npy.h"
 #include "mambacpp/state.h"
 #include "mambacpp/tokenizer.h"
 #include "server/api_error.h"
+#include "server/chat_template.h"
 #include "server/completion_request.h"
 #include "support/test_support.h"
 
@@ -149,11 +154,54 @@ TEST(Reliability, NonFiniteValuesAreNamedAsSuch) {
   EXPECT_THAT(msg, AllOf(HasSubstr("hidden_size = NaN"), Not(HasSubstr("null"))));
 }
 
-TEST(Reliability, ConfigTokenIdsMustLieInsideTheVocabulary) {
+// Ids past vocab_size index nothing (published configs carry them: a GPT-2 with vocab_size = eos_token_id = 52000),
+// so they load; what cannot be an int32 token id is refused, naming the key.
+TEST(Reliability, ConfigTokenIdsMustBeTokenIdsButMayLiePastTheVocabulary) {
   ModelConfig c = test::tiny_mamba2_config();
-  c.eos_token_id = 100000000;
-  EXPECT_THAT(error_of([&] { parse_model_config(c.to_json(), "c.json"); }),
-              AllOf(HasSubstr("c.json"), HasSubstr("eos_token_id = 100000000"), HasSubstr("vocab_size")));
+  c.eos_token_id = c.vocab_size;
+  c.bos_token_id = 100000000;
+  const ModelConfig parsed = parse_model_config(c.to_json(), "c.json");
+  EXPECT_EQ(parsed.eos_token_id, c.vocab_size);
+  EXPECT_EQ(parsed.bos_token_id, 100000000);
+  for (const char* key : {"bos_token_id", "eos_token_id", "pad_token_id"}) {
+    for (const int64_t bad : {int64_t{1} << 31, int64_t{-2}}) {
+      nlohmann::json j = nlohmann::json::parse(test::tiny_mamba2_config().to_json());
+      j[key] = bad;
+      EXPECT_THAT(error_of([&] { parse_model_config(j.dump(), "c.json"); }),
+                  AllOf(HasSubstr("c.json"), HasSubstr(std::string(key) + " = " + std::to_string(bad)),
+                        HasSubstr("[0, 2^31)")))
+          << key << " = " << bad;
+    }
+  }
+}
+
+TEST(Reliability, AnEosPastTheVocabularyNeverStopsAndNeverIndexes) {
+  test::TempDir tmp;
+  const std::string from = test::fixture_dir() + "/models/mamba2_f32_groups_bias";
+  nlohmann::json config = nlohmann::json::parse(read_file(from + "/config.json"));
+  const int64_t vocab = config["vocab_size"].get<int64_t>();
+  config["eos_token_id"] = vocab + 5;
+  config["bos_token_id"] = vocab;
+  write_file(tmp.file("config.json"), config.dump());
+  fs::copy(from + "/model.safetensors", tmp.file("model.safetensors"));
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  auto model = Model::load(tmp.path(), lo);
+  EXPECT_EQ(model->config().eos_token_id, vocab + 5);
+  Engine engine(*model, nullptr, {});
+  GenerateRequest r;
+  r.prompt = {1, 2, 3};
+  r.max_new_tokens = 4;
+  std::vector<GenerateRequest> requests;
+  requests.push_back(r);
+  const std::vector<GenerateResult> out = engine.run(std::move(requests));
+  ASSERT_EQ(out.size(), 1u);
+  EXPECT_EQ(out[0].tokens.size(), 4u);  // the whole budget: nothing sampled can be that eos
+  for (int32_t t : out[0].tokens) EXPECT_LT(t, vocab);
+  // That bos as a prompt is refused by the prompt's vocabulary check, with an error, not an out-of-bounds read.
+  GenerateRequest b;
+  b.prompt = {static_cast<int32_t>(vocab)};
+  EXPECT_THAT(error_of([&] { engine.submit(b); }), HasSubstr("outside the vocabulary"));
 }
 
 // ---- Sizes trusted before reading ----------------------------------------------------------------------------------
@@ -328,6 +376,100 @@ TEST_F(ReliabilityCli, LogitsOutputIsBoundedWithAFlagToRaiseIt) {
   const test::CliResult r = test::run_cli(args + " --max-out-mb 1");
   EXPECT_EQ(r.exit_code, 1);
   EXPECT_THAT(r.output(), AllOf(HasSubstr("20000 tokens"), HasSubstr("--max-out-mb 1")));
+}
+
+// ---- Options the library reads itself: checked there, not only by the CLI -------------------------------------------
+
+TEST(Reliability, ThreadsAreCheckedWhereTheLibraryReadsThem) {
+  const std::string dir = test::fixture_dir() + "/models/mamba2_f32_groups_bias";
+  for (const int threads : {100000, kMaxThreads + 1, -5}) {
+    LoadOptions lo;
+    lo.device = DeviceChoice::CPU;
+    lo.threads = threads;
+    EXPECT_THAT(error_of([&] { Model::load(dir, lo); }),
+                AllOf(HasSubstr("threads"), HasSubstr(std::to_string(kMaxThreads)), HasSubstr(std::to_string(threads))));
+    EXPECT_THAT(error_of([&] { Model::random(test::tiny_mamba2_config(), lo, 1); }),
+                AllOf(HasSubstr("threads"), HasSubstr(std::to_string(threads))));
+  }
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  lo.threads = kMaxThreads;  // the limit itself loads (the backend starts its threads only when it runs)
+  EXPECT_NO_THROW(Model::load(dir, lo));
+}
+
+// ---- State slots allocated up front: bounded by the prompts, a default and the memory ------------------------------
+
+TEST(Reliability, GenerateSlotsAreBoundedByThePromptsAndADefault) {
+  EXPECT_EQ(cli::running_slots(5000, 0), cli::kDefaultMaxSeqs);  // a prompts file of 5000 lines: 64 run, the rest wait
+  EXPECT_EQ(cli::running_slots(3, 0), 3);
+  EXPECT_EQ(cli::running_slots(5000, 100), 100);                 // --max-seqs raises it
+  EXPECT_EQ(cli::running_slots(1, int64_t{1} << 40), 1);          // never more slots than prompts
+}
+
+TEST(Reliability, StateSlotsThatCannotFitInMemoryAreRefusedNamingTheFlag) {
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  auto model = Model::load(test::fixture_dir() + "/models/mamba2_f32_groups_bias", lo);
+  EXPECT_THAT(error_of([&] { cli::check_state_slots(*model, int64_t{1} << 40, DType::F32, "--parallel"); }),
+              AllOf(HasSubstr("--parallel 1099511627776"), HasSubstr("GiB"), HasSubstr("memory")));
+  EXPECT_NO_THROW(cli::check_state_slots(*model, 64, DType::F32, "--parallel"));
+}
+
+TEST_F(ReliabilityCli, PromptsFileOfThousandsOfLinesRunsInBoundedSlots) {
+  fs::copy(test::fixture_dir() + "/tokenizer/tokenizer.json", tmp_.file("tokenizer.json"));
+  std::string lines;
+  for (int i = 0; i < 3000; ++i) lines += "a\n";  // one token, inside the fixture model's 89-entry vocabulary
+  write_file(tmp_.file("many.txt"), lines);
+  const std::string gen = "generate" + model() + " --threads 1 --prompts-file " + tmp_.file("many.txt") + " -n 1 --json";
+  test::CliResult r = test::run_cli(gen);
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(std::count(r.out.begin(), r.out.end(), '\n'), 3000);  // one result per line, every one finished
+  // --max-seqs far past the prompts: as many slots as prompts (it allocated 10^12 states before).
+  r = test::run_cli("generate" + model() + " --tokens-file " + tmp_.file("t.txt") + " -n 1 --max-seqs 1000000000000");
+  EXPECT_EQ(r.exit_code, 0) << r.err;
+}
+
+TEST_F(ReliabilityCli, ServeBoundsItsSlotsAndThreadsBeforeAllocating) {
+  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+           {"--parallel 100000", "--parallel"}, {"--parallel 0", "--parallel"}, {"--max-queue 100000", "--max-queue"},
+           {"--http-threads 5000", "--http-threads"}, {"--max-tokens 4294967297", "--max-tokens"},
+           {"--max-body-mb 100000000000000", "--max-body-mb"},
+           // 4000 + 256 + 8 worker threads by default: past the limit, the message says what to change.
+           {"--parallel 4000", "--http-threads"}}) {
+    const test::CliResult r = test::run_cli("serve" + model() + " --port 0 " + args);
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output();
+    EXPECT_THAT(r.output(), HasSubstr(option)) << args;
+  }
+}
+
+// ---- The server's other inputs: tokenizer_config.json (the chat template), request bodies ---------------------------
+
+TEST(Reliability, ChatTemplateDetectionIsBoundedAndTypeSafe) {
+  test::TempDir tmp;
+  write_file(tmp.file("tokenizer_config.json"),
+             R"({"chat_template": [{"name": 1, "template": "x"}, {"name": "default", "template": "<|im_start|>"}]})");
+  const auto chatml = server::select_chat_template("auto", tmp.path());  // nlohmann's value("name", "") threw on 1
+  ASSERT_NE(chatml, nullptr);
+  EXPECT_EQ(chatml->name, "chatml");
+  fs::resize_file(tmp.file("tokenizer_config.json"), (uintmax_t{64} << 20) + 1);  // sparse: no 64 MiB written
+  EXPECT_THAT(error_of([&] { server::select_chat_template("auto", tmp.path()); }),
+              AllOf(HasSubstr("tokenizer_config.json"), HasSubstr("64 MiB")));
+}
+
+TEST(Reliability, RequestFieldsOfTheWrongTypeAreABadRequest) {
+  const auto tokenizer = Tokenizer::load(test::fixture_dir() + "/tokenizer/tokenizer.json");
+  const auto chat = server::select_chat_template("chatml", "");
+  server::RequestLimits limits;
+  limits.vocab_size = tokenizer->vocab_size();
+  for (const char* body : {R"({"messages": [{"role": "user", "content": [{"type": 1, "text": "a"}]}]})",
+                           R"({"messages": [{"role": "user", "content": "a"}], "response_format": {"type": 2}})"}) {
+    try {
+      server::parse_chat_completion(server::parse_json_body(body), tokenizer.get(), chat.get(), limits);
+      ADD_FAILURE() << body << ": accepted";
+    } catch (const server::ApiError& e) {
+      EXPECT_EQ(e.status, 400) << body;
+    }  // anything else (nlohmann's type_error was) escapes and fails the test
+  }
 }
 
 // ---- State files: the reader refuses what is not a state file of this model, and the slot stays as it was ----------

@@ -1,5 +1,6 @@
 #include "server/chat_template.h"
 
+#include <cstdint>
 #include <filesystem>
 #include <fstream>
 #include <nlohmann/json.hpp>
@@ -23,6 +24,12 @@ std::unique_ptr<ChatTemplate> chatml() {
 // The chat_template string of tokenizer_config.json (a string, or a list of {name, template}); empty when none.
 std::string config_template(const std::string& model_dir) {
   const std::filesystem::path path = std::filesystem::path(model_dir) / "tokenizer_config.json";
+  // Read whole into a DOM of many times its size: bounded (real ones hold at most a few MB).
+  constexpr uintmax_t kMaxBytes = uintmax_t{64} << 20;
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(path, ec) && std::filesystem::file_size(path, ec) > kMaxBytes && !ec)
+    fail(path.string(), ": ", std::filesystem::file_size(path, ec), " bytes, more than the limit of 64 MiB for a ",
+         "tokenizer_config.json (read for its chat_template); expected a tokenizer config of at most that size");
   std::ifstream in(path);
   if (!in) return {};
   const nlohmann::json config = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
@@ -31,7 +38,7 @@ std::string config_template(const std::string& model_dir) {
   if (t.is_string()) return t.get<std::string>();
   if (t.is_array())
     for (const nlohmann::json& entry : t)
-      if (entry.is_object() && entry.value("name", "") == "default" && entry.contains("template") &&
+      if (entry.is_object() && entry.contains("name") && entry["name"] == "default" && entry.contains("template") &&
           entry["template"].is_string())
         return entry["template"].get<std::string>();
   return {};

@@ -42,6 +42,11 @@ std::string str(const T& v) {
 
 bool present(const json& body, const char* name) { return body.contains(name) && !body[name].is_null(); }
 
+// obj[name] when it is a string, else "" (nlohmann's value(name, "") throws its own type_error for a number there).
+std::string string_field(const json& obj, const char* name) {
+  return obj.is_object() && obj.contains(name) && obj[name].is_string() ? obj[name].get<std::string>() : std::string();
+}
+
 double read_number(const json& body, const char* name, double fallback, double lo, double hi) {
   if (!present(body, name)) return fallback;
   const json& v = body[name];
@@ -280,7 +285,7 @@ CompletionRequest parse_chat_completion(const json& body, const Tokenizer* token
       msg.content = content.get<std::string>();
     } else if (content.is_array()) {  // [{type: "text", text}]: the text parts joined
       for (const json& part : content) {
-        if (!part.is_object() || part.value("type", "") != "text" || !part.contains("text") ||
+        if (!part.is_object() || string_field(part, "type") != "text" || !part.contains("text") ||
             !part["text"].is_string())
           throw bad_request(param + ".content", "only text parts ({\"type\": \"text\", \"text\": ...}) are supported");
         msg.content += part["text"].get<std::string>();
@@ -292,7 +297,7 @@ CompletionRequest parse_chat_completion(const json& body, const Tokenizer* token
   }
   require_neutral(body, "tools", json::array(), "tool calls are not implemented");
   if (present(body, "response_format") &&
-      !(body["response_format"].is_object() && body["response_format"].value("type", "") == "text"))
+      !(body["response_format"].is_object() && string_field(body["response_format"], "type") == "text"))
     throw bad_request("response_format", "only {\"type\": \"text\"} is supported");
 
   out.prompts.push_back(encode_text(chat_template->render(messages), tokenizer, limits, "messages"));

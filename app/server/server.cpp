@@ -3,6 +3,7 @@
 #include <httplib.h>
 
 #include <chrono>
+#include <cstdint>
 #include <cstdio>
 #include <sstream>
 
@@ -69,8 +70,20 @@ void guarded(httplib::Response& res, F&& f) {
 }  // namespace
 
 Server::Server(const ServerOptions& options) : options_(options), http_(std::make_unique<httplib::Server>()) {
-  if (options_.parallel < 1) fail("--parallel must be >= 1, found ", options_.parallel);
-  if (options_.max_queue < 0) fail("--max-queue must be >= 0, found ", options_.max_queue);
+  if (options_.parallel < 1 || options_.parallel > kMaxParallel)
+    fail("--parallel must be in [1, ", kMaxParallel, "], found ", options_.parallel);
+  if (options_.max_queue < 0 || options_.max_queue > kMaxQueue)
+    fail("--max-queue must be in [0, ", kMaxQueue, "], found ", options_.max_queue);
+  if (options_.max_body_mb < 1 || options_.max_body_mb > kMaxBodyMb)
+    fail("--max-body-mb must be in [1, ", kMaxBodyMb, "], found ", options_.max_body_mb);
+  if (options_.max_tokens < 0 || options_.max_tokens > INT32_MAX)
+    fail("--max-tokens must be in [0, 2^31), found ", options_.max_tokens);
+  if (options_.http_threads < 0 || options_.http_threads > kMaxHttpThreads)
+    fail("--http-threads must be in [0, ", kMaxHttpThreads, "], found ", options_.http_threads);
+  if (options_.http_threads == 0 && options_.parallel + options_.max_queue + 8 > kMaxHttpThreads)
+    fail("--parallel ", options_.parallel, " + --max-queue ", options_.max_queue, " + 8 = ",
+         options_.parallel + options_.max_queue + 8, " HTTP worker threads, more than the limit of ", kMaxHttpThreads,
+         "; lower --max-queue or give --http-threads (at most ", kMaxHttpThreads, ")");
   add_routes();
 }
 
@@ -156,7 +169,8 @@ void Server::attach(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok
   model_name_ = std::move(name);
   engine_ = std::make_unique<Engine>(*model_, tokenizer_.get(), engine_options);
   limits_.vocab_size = model_->config().vocab_size;
-  limits_.bos_token_id = model_->config().bos_token_id;
+  // A bos past the embedding rows (a config may name one) cannot be a prompt: an empty prompt is then refused.
+  limits_.bos_token_id = model_->config().bos_token_id < limits_.vocab_size ? model_->config().bos_token_id : -1;
   limits_.max_prompt = engine_options.max_prompt;
   limits_.max_new_tokens = engine_options.max_new_tokens;
   limits_.max_prompts = std::max<int64_t>(1, std::min<int64_t>(64, options_.parallel + options_.max_queue));
@@ -369,6 +383,11 @@ void Server::handle_tokenize(const httplib::Request& req, httplib::Response& res
   const bool with_pieces = read_bool(body, "with_pieces", false);
   read_bool(body, "add_special", false);  // accepted; this tokenizer adds no special tokens
   const std::vector<int32_t> ids = tokenizer_->encode(body["content"].get<std::string>());
+  // The answer's JSON takes hundreds of bytes per token (a 14 MB text of 12.5 M tokens took 8.5 GB with pieces):
+  // bounded by the longest prompt the server takes.
+  if (static_cast<int64_t>(ids.size()) > limits_.max_prompt)
+    throw bad_request("content", "encodes to " + std::to_string(ids.size()) + " tokens, more than the limit of " +
+                                     std::to_string(limits_.max_prompt) + " (the server's --max-prompt)");
   json tokens = json::array();
   for (int32_t id : ids) {
     if (with_pieces) {

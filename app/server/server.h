@@ -29,6 +29,13 @@ namespace mambacpp::server {
 class CompletionResponse;
 class RequestChannel;
 
+// Bounds of the options that size what the server creates up front (docs/reliability.md): state slots (the memory
+// they take is checked too, by `serve`) and HTTP worker threads (threads past what the process may create end it).
+constexpr int64_t kMaxParallel = 65536;
+constexpr int64_t kMaxQueue = 65536;
+constexpr int64_t kMaxHttpThreads = 4096;
+constexpr int64_t kMaxBodyMb = 4096;  // --max-body-mb: a body is held whole, with a JSON document of up to 8 times it
+
 struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;               // 0: any free port (bound_port() tells which)
@@ -38,7 +45,8 @@ struct ServerOptions {
   int64_t max_prompt = 65536;    // tokens per prompt
   int64_t max_tokens = 1 << 20;  // largest max_tokens a request may ask for
   int64_t max_body_mb = 16;      // request bodies over this: 413
-  int64_t http_threads = 0;      // 0: parallel + max_queue + 8 (each waiting or streaming request holds one)
+  int64_t http_threads = 0;      // 0: parallel + max_queue + 8 (each waiting or streaming request holds one);
+                                 // either way at most kMaxHttpThreads
 };
 
 class Server {

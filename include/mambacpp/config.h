@@ -97,7 +97,8 @@ struct ModelConfig {
   int64_t kv_dim() const { return n_kv_heads * attn_head_dim; }   // channels of one token's K (and of its V)
   int64_t q_dim() const { return n_attn_heads * attn_head_dim; }
 
-  // Tokens (-1 when absent).
+  // Tokens (-1 when absent), in [0, 2^31). An id may lie past vocab_size (a tokenizer entry without an embedding
+  // row): such an eos never stops generation and such a bos is never a prompt.
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;

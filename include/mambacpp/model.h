@@ -29,10 +29,13 @@ struct ModelWeights;
 enum class DeviceChoice : uint8_t { Auto, CPU, CUDA };
 DeviceChoice parse_device_choice(const std::string& s);  // "auto" | "cpu" | "cuda"; throws otherwise
 
+// Largest LoadOptions::threads: OpenMP fails beyond what it can create (100000 crashed), and no machine needs more.
+constexpr int kMaxThreads = 1024;
+
 struct LoadOptions {
   DeviceChoice device = DeviceChoice::Auto;
   DType weight_dtype = DType::BF16;  // GPU only: dtype of the weights on the device (CPU keeps the stored dtype)
-  int threads = 0;                   // CPU threads; 0 = all hardware threads
+  int threads = 0;                   // CPU threads in [0, kMaxThreads]; 0 = all hardware threads (load throws otherwise)
   bool progress = false;             // report loading progress on stderr
   int64_t max_batch_tokens = 2048;   // prefill runs in pieces of at most this many tokens (bounds memory)
   bool cuda_graphs = true;           // GPU decode steps replay a captured CUDA graph (false: the same kernels, eagerly)

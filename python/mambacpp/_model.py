@@ -7,7 +7,7 @@ import types
 
 from . import _checks
 from ._errors import Error, InvalidArgumentError, MissingFileError
-from ._mambacpp import _Model, default_model_dir as _native_default_model_dir
+from ._mambacpp import MAX_THREADS as _MAX_THREADS, _Model, default_model_dir as _native_default_model_dir
 from ._state import State
 from ._tokenizer import Tokenizer
 
@@ -36,7 +36,7 @@ class Model:
 
     ``path=None`` loads the shipped model. ``device``: "auto" (the GPU when usable), "cpu" or "cuda". ``dtype``:
     the weights' dtype on the GPU ("bf16", "fp16", "fp32"; None: bf16); the CPU keeps the stored dtype.
-    ``threads``: CPU threads (0: all). ``batch_tokens``: prefill runs in pieces of at most this many tokens.
+    ``threads``: CPU threads (0: all; at most 1024). ``batch_tokens``: prefill runs in pieces of at most this many tokens.
     ``precision``: how 16-bit weights meet the activations on the GPU, "fast" (activations rounded to the weight
     dtype, one tensor-core product) or "exact" (as accurate as f32); the README's "GPU precision modes".
     """
@@ -52,7 +52,7 @@ class Model:
             raise InvalidArgumentError(f"dtype: expected None, 'bf16', 'fp16' or 'fp32', found {dtype!r}")
         if precision not in ("fast", "exact"):
             raise InvalidArgumentError(f"precision: expected 'fast' or 'exact', found {precision!r}")
-        threads = _checks.integer(threads, "threads", 0)
+        threads = _checks.integer(threads, "threads", 0, _MAX_THREADS)
         batch_tokens = _checks.integer(batch_tokens, "batch_tokens", 1)
         self._native = _Model(path, device, dtype or "", threads, batch_tokens, bool(cuda_graphs), precision)
         self._config = types.MappingProxyType(_config_dict(self._native.config_json))

@@ -52,7 +52,9 @@ void bind_model(py::module_& m) {
                if (!dtype.empty()) lo.weight_dtype = parse_dtype(dtype);
                lo.precision = parse_precision(precision);
              });
-             if (threads < 0) throw InvalidArgument("threads: expected >= 0 (0: all cores), found " + std::to_string(threads));
+             if (threads < 0 || threads > kMaxThreads)
+               throw InvalidArgument("threads: expected 0 (all cores) to " + std::to_string(kMaxThreads) + ", found " +
+                                     std::to_string(threads));
              if (batch_tokens < 1)
                throw InvalidArgument("batch_tokens: expected >= 1, found " + std::to_string(batch_tokens));
              lo.threads = threads;

@@ -3,6 +3,7 @@
 #include "mambacpp/config.h"
 
 #include <cmath>
+#include <cstdint>
 
 #include <nlohmann/json.hpp>
 
@@ -113,11 +114,13 @@ void ModelConfig::validate() const {
   require_size("d_conv", d_conv);
   require_size("d_inner", d_inner);
   if (!(norm_eps > 0) || !std::isfinite(norm_eps)) fail("model config: norm_eps = ", norm_eps, ", expected > 0");
+  // An id at or past vocab_size is kept: nothing is indexed by it (the engine compares sampled ids with eos, and a
+  // bos used as a prompt goes through the prompt's vocabulary check), and published configs name ids past the
+  // embedding rows (a GPT-2 with vocab_size = eos_token_id = 52000). Only what cannot be a token id (int32) is refused.
   for (auto [field, id] : {std::pair{"bos_token_id", bos_token_id}, std::pair{"eos_token_id", eos_token_id},
                             std::pair{"pad_token_id", pad_token_id}})
-    if (id < -1 || id >= vocab_size)
-      fail("model config: ", field, " = ", id, ", expected a token id in [0, vocab_size = ", vocab_size,
-           "), or -1 for none");
+    if (id < -1 || id > INT32_MAX)
+      fail("model config: ", field, " = ", id, ", expected a token id in [0, 2^31), or -1 for none");
   if (!(mixer_rms_eps >= 0) || !std::isfinite(mixer_rms_eps) || (mixer_rms_eps > 0 && arch != Arch::Mamba1))
     fail("model config: mixer_rms_eps = ", mixer_rms_eps, ", expected >= 0 (and > 0 only for FalconMamba, a Mamba-1)");
   if (arch == Arch::Mamba1) {

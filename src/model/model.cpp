@@ -24,6 +24,9 @@ DeviceChoice parse_device_choice(const std::string& s) {
 }
 
 std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
+  // Checked here, where every loader passes, not only by the CLI: OpenMP crashes past the threads it can create.
+  if (options.threads < 0 || options.threads > kMaxThreads)
+    fail("threads (--threads): expected 0 (all hardware threads) to ", kMaxThreads, ", found ", options.threads);
   const bool use_cuda = options.device == DeviceChoice::CUDA || (options.device == DeviceChoice::Auto && cuda_available());
   return use_cuda ? make_cuda_backend(options.weight_dtype, options.precision, options.batch_invariant) : make_cpu_backend(options.threads);
 }

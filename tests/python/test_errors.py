@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 
 import mambacpp
+from mambacpp._mambacpp import _Model
 from conftest import FIXTURES
 
 
@@ -89,8 +90,12 @@ def test_bad_model_arguments(tmp_path):
     assert str(tmp_path) in str(e.value)
     with pytest.raises(mambacpp.InvalidArgumentError, match="tpu"):
         mambacpp.Model(FIXTURES / "models" / "mamba1_bf16_tied", device="tpu")
-    with pytest.raises(mambacpp.InvalidArgumentError, match="threads: expected 0 <= threads, found -2"):
+    with pytest.raises(mambacpp.InvalidArgumentError, match="threads: expected 0 <= threads <= 1024, found -2"):
         mambacpp.Model(FIXTURES / "models" / "mamba1_bf16_tied", threads=-2)
+    with pytest.raises(mambacpp.InvalidArgumentError, match="threads: expected 0 <= threads <= 1024, found 100000"):
+        mambacpp.Model(FIXTURES / "models" / "mamba1_bf16_tied", device="cpu", threads=100000)
+    with pytest.raises(mambacpp.InvalidArgumentError, match="threads: expected 0 .* to 1024, found 100000"):
+        _Model(str(FIXTURES / "models" / "mamba1_bf16_tied"), "cpu", "", 100000, 2048, True, "fast")  # no Python check
     with pytest.raises(mambacpp.InvalidArgumentError, match="dtype"):
         mambacpp.Model(FIXTURES / "models" / "mamba1_bf16_tied", device="cpu", dtype="int8")
 

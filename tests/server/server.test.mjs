@@ -319,6 +319,24 @@ describe('serve --api-key, --parallel 1 --max-queue 1, --chat-template chatml', 
     assert.match(r.json.error.message, /too large/);
   });
 
+  test('answers stay bounded: /tokenize past --max-prompt tokens, a number where a string belongs', async () => {
+    // 70000 tokens of ' a' (the default --max-prompt is 65536); with pieces the answer took hundreds of bytes a token.
+    const long = await postJson(server.url, '/tokenize', { content: ' a'.repeat(70000), with_pieces: true }, auth);
+    assert.equal(long.status, 400, long.text);
+    assert.match(long.json.error.message, /encodes to 70000 tokens, more than the limit of 65536 .*--max-prompt/);
+    const short = await postJson(server.url, '/tokenize', { content: ' a'.repeat(100), with_pieces: true }, auth);
+    assert.equal(short.status, 200, short.text);
+    assert.equal(short.json.tokens.length, 100);
+    for (const body of [
+      { messages: [{ role: 'user', content: [{ type: 1, text: 'a' }] }] },
+      { messages: [{ role: 'user', content: 'a' }], response_format: { type: 2 } },
+    ]) {
+      const r = await postJson(server.url, '/v1/chat/completions', body, auth);
+      assert.equal(r.status, 400, r.text);  // nlohmann's own type_error made it a 500
+      assert.equal(r.json.error.type, 'invalid_request_error');
+    }
+  });
+
   test('chat completions with ChatML, plain and streamed', async () => {
     const messages = [
       { role: 'system', content: 'You write Python.' },
