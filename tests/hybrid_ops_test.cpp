@@ -191,7 +191,11 @@ TEST(HybridOps, BackendAttentionBf16PagesAreRoundedF32Pages) {
     std::vector<std::vector<uint16_t>> pages;
     const std::vector<float> got = run(true, k, v, &pages);
     const Vec kr = round(k), vr = round(v);
-    EXPECT_EQ(got, run(false, kr, vr, nullptr)) << ci;
+    // The same arithmetic on the same values: bit-identical in the default build. With -march=native
+    // (MAMBACPP_NATIVE) the compiler may contract a*b+c into FMAs differently in the two instantiations, one f32
+    // rounding per term at most (measured: 1 ulp in a few elements), far inside 1e-6 for these few keys.
+    const std::vector<float> same = run(false, kr, vr, nullptr);
+    EXPECT_LE(test::max_rel_diff(std::span<const float>(got), std::span<const float>(same)), 1e-6) << ci;
     const Vec want = attention_ref(q, kr, vr, hk, hv, b.seqs, c.NH, c.KV, c.HD, static_cast<double>(0.37f));
     EXPECT_LE(test::max_rel_diff(std::span<const double>(Vec(got.begin(), got.end())), std::span<const double>(want)),
               1e-5) << ci;

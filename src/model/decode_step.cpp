@@ -41,12 +41,13 @@ void run_step(const Model::Impl& m, StateCache& state, const BatchLayout& batch,
       }
       run_hybrid_layer(m, l, state, batch, residual, /*device_kv=*/true);
     }
-  }
-  for (int64_t l = 0; !c.hybrid() && l < c.n_layer; ++l) {
-    const LayerCache& cache = state.layers()[static_cast<size_t>(l)];
-    const LayerWeights& w = m.weights.layers[static_cast<size_t>(l)];
-    if (!m.options.fused_decode || !mamba_block_decode_fused(be, c, w, cache, batch, ws, residual))
-      run_block(m, l, cache, batch, residual);
+  } else {
+    for (int64_t l = 0; l < c.n_layer; ++l) {
+      const LayerCache& cache = state.layers()[static_cast<size_t>(l)];
+      const LayerWeights& w = m.weights.layers[static_cast<size_t>(l)];
+      if (!m.options.fused_decode || !mamba_block_decode_fused(be, c, w, cache, batch, ws, residual))
+        run_block(m, l, cache, batch, residual);
+    }
   }
   if (output != Output::LastLogits) return;
   FusedLinearArgs head;  // the final norm folded into the LM head
