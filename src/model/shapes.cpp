@@ -38,22 +38,29 @@ constexpr HybridShape kGraniteShapes[] = {
     {"granite-4.0-h-350m", 768, 32, 8, 48, 32, 12, 4, 2048},
 };
 
-ModelConfig granite_hybrid(const HybridShape& s) {
+// The fields every hybrid shape here shares: a Mamba-2 mixer with d_state 128 and a conv of 4, heads of `head_dim`.
+ModelConfig hybrid_base(Family family, int64_t d_model, int64_t vocab, bool tied, int64_t mamba_heads,
+                        int64_t head_dim, int64_t n_groups, int64_t chunk) {
   ModelConfig c;
-  c.family = Family::GraniteHybrid;
+  c.family = family;
   c.arch = Arch::Mamba2;
-  c.d_model = s.d_model;
-  c.n_layer = s.n_layer;
-  c.vocab_size = 100352;
-  c.tie_embeddings = true;
+  c.d_model = d_model;
+  c.vocab_size = vocab;
+  c.tie_embeddings = tied;
   c.d_state = 128;
   c.d_conv = 4;
-  c.n_heads = s.mamba_heads;
-  c.head_dim = s.mamba_head_dim;
-  c.d_inner = s.mamba_heads * s.mamba_head_dim;
-  c.n_groups = 1;
+  c.n_heads = mamba_heads;
+  c.head_dim = head_dim;
+  c.d_inner = mamba_heads * head_dim;
+  c.n_groups = n_groups;
+  c.chunk_size = chunk;
+  return c;
+}
+
+ModelConfig granite_hybrid(const HybridShape& s) {
+  ModelConfig c = hybrid_base(Family::GraniteHybrid, s.d_model, 100352, true, s.mamba_heads, s.mamba_head_dim, 1, 256);
+  c.n_layer = s.n_layer;
   c.gated_norm_groups = 1;
-  c.chunk_size = 256;
   for (int64_t l = 0; l < s.n_layer; ++l)
     c.layers.push_back(l % s.attn_every == s.attn_every - 1 ? LayerKind::Attention : LayerKind::Mamba2);
   c.mlp_after_mixer = true;
@@ -75,19 +82,7 @@ ModelConfig granite_hybrid(const HybridShape& s) {
 // group), d_state 128, conv 4, chunk 128; attention 32 query / 8 KV heads of head_dim 128, NoPE; MLP 21504; vocab
 // 131072, untied LM head.
 ModelConfig nemotron_h_8b() {
-  ModelConfig c;
-  c.family = Family::NemotronH;
-  c.arch = Arch::Mamba2;
-  c.d_model = 4096;
-  c.vocab_size = 131072;
-  c.tie_embeddings = false;
-  c.d_state = 128;
-  c.d_conv = 4;
-  c.n_heads = 128;
-  c.head_dim = 64;
-  c.d_inner = 128 * 64;
-  c.n_groups = 8;
-  c.chunk_size = 128;
+  ModelConfig c = hybrid_base(Family::NemotronH, 4096, 131072, false, 128, 64, 8, 128);
   for (char k : std::string("M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-"))
     c.layers.push_back(k == 'M' ? LayerKind::Mamba2 : k == '*' ? LayerKind::Attention : LayerKind::MLP);
   c.n_layer = static_cast<int64_t>(c.layers.size());
@@ -105,21 +100,9 @@ ModelConfig nemotron_h_8b() {
 // query / 8 KV heads of 128 with RoPE (theta 10000) on the first half of each head (partial_rotary_factor 0.5);
 // vocab 128256, untied LM head. max_position_embeddings is not bound here (0), so 16k-token contexts run.
 ModelConfig bamba_9b() {
-  ModelConfig c;
-  c.family = Family::Bamba;
-  c.arch = Arch::Mamba2;
-  c.d_model = 4096;
+  ModelConfig c = hybrid_base(Family::Bamba, 4096, 128256, false, 128, 64, 1, 256);
   c.n_layer = 32;
-  c.vocab_size = 128256;
-  c.tie_embeddings = false;
-  c.d_state = 128;
-  c.d_conv = 4;
-  c.n_heads = 128;
-  c.head_dim = 64;
-  c.d_inner = 128 * 64;
-  c.n_groups = 1;
   c.gated_norm_groups = 1;
-  c.chunk_size = 256;
   for (int64_t l = 0; l < c.n_layer; ++l)
     c.layers.push_back(l == 9 || l == 18 || l == 27 ? LayerKind::Attention : LayerKind::Mamba2);
   c.mlp_after_mixer = true;
