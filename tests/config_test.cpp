@@ -132,7 +132,14 @@ TEST(ConfigTransformersMamba1, AutoDtRankRoundsUp) {
   EXPECT_EQ(d.dt_rank, 5);
   EXPECT_EQ(d.d_inner, 192);  // a float expand still gives an exact size
   EXPECT_FALSE(d.tie_embeddings);
-  EXPECT_EQ(d.eos_token_id, 7);   // a list: the first entry
+  EXPECT_EQ(d.eos_token_id, 7);   // a list: the first entry, the rest stop generation too
+  EXPECT_EQ(d.extra_eos_token_ids, std::vector<int64_t>{8});
+  EXPECT_EQ(parse_model_config(d.to_json()).extra_eos_token_ids, std::vector<int64_t>{8});  // canonical round trip
+  EXPECT_THAT(error_of([] {
+                parse_model_config(R"({"model_type": "mamba", "hidden_size": 96, "num_hidden_layers": 1,
+                                       "vocab_size": 10, "eos_token_id": [7, -1]})");
+              }),
+              HasSubstr("expected a list of token ids >= 0"));
   EXPECT_EQ(d.pad_token_id, -1);  // null: none
 }
 

@@ -4,6 +4,7 @@
 // the prefix cache.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <numeric>
 #include <string>
@@ -257,6 +258,19 @@ TEST(Generator, ConfigEosStopsUnlessIgnored) {
   const GenerateResult stopped = test::run_alone(*eos_model, req);
   EXPECT_EQ(stopped.finish_reason, FinishReason::Eos);
   EXPECT_EQ(stopped.tokens, std::vector<int32_t>(full.begin(), full.begin() + static_cast<std::ptrdiff_t>(k)));
+
+  // eos_token_id as a list (Llama-3-style configs): every entry stops, not only the first.
+  test::TempDir list_dir("mambacpp_gen");
+  int32_t unused = 0;
+  while (std::find(full.begin(), full.end(), unused) != full.end()) ++unused;
+  cfg.eos_token_id = unused;
+  cfg.extra_eos_token_ids = {full[k]};
+  const auto list_model = load_tiny(list_dir, cfg);
+  ASSERT_EQ(list_model->config().extra_eos_token_ids, std::vector<int64_t>{full[k]});
+  const GenerateResult listed = test::run_alone(*list_model, req);
+  EXPECT_EQ(listed.finish_reason, FinishReason::Eos);
+  EXPECT_EQ(listed.tokens, stopped.tokens);
+  EXPECT_EQ(test::run_alone(*list_model, ignoring).tokens, full);
 }
 
 TEST_F(TinyMamba2Engine, MaxNewTokens) {

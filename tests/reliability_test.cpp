@@ -415,6 +415,20 @@ TEST(Reliability, StateSlotsThatCannotFitInMemoryAreRefusedNamingTheFlag) {
   EXPECT_NO_THROW(cli::check_state_slots(*model, 64, DType::F32, "--parallel"));
 }
 
+TEST(Reliability, TheLibraryRefusesStateSlotsThatCannotFitBeforeAllocating) {
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  auto model = Model::load(test::fixture_dir() + "/models/mamba2_f32_groups_bias", lo);
+  for (int64_t n : {int64_t{1} << 40, int64_t{1} << 62})  // the second overflows a byte count in int64
+    EXPECT_THAT(error_of([&] { model->create_state(n); }),
+                AllOf(HasSubstr("create_state: " + std::to_string(n) + " state slots"), HasSubstr("GiB of memory")));
+  EngineOptions eo;
+  eo.max_seqs = int64_t{1} << 40;  // the engine allocates its slots through create_state
+  auto tokenizer = Tokenizer::load(test::fixture_dir() + "/tokenizer/tokenizer.json");
+  EXPECT_THAT(error_of([&] { Engine engine(*model, tokenizer.get(), eo); }), HasSubstr("state slots"));
+  EXPECT_EQ(model->create_state(3)->n_slots(), 3);
+}
+
 TEST_F(ReliabilityCli, PromptsFileOfThousandsOfLinesRunsInBoundedSlots) {
   fs::copy(test::fixture_dir() + "/tokenizer/tokenizer.json", tmp_.file("tokenizer.json"));
   std::string lines;

@@ -102,6 +102,8 @@ struct ModelConfig {
   int64_t bos_token_id = -1;
   int64_t eos_token_id = -1;
   int64_t pad_token_id = -1;
+  // eos_token_id given as a list: its entries after the first, which stop generation too.
+  std::vector<int64_t> extra_eos_token_ids;
 
   // Derived sizes.
   int64_t conv_channels() const {  // channels of conv1d

@@ -196,8 +196,11 @@ struct Engine::Impl {
     r.result.prompt_tokens = r.prompt_len();
     r.result.timings.queue_ms = ms_between(r.submitted, now);
     r.stop_tokens.insert(r.req.stop_tokens.begin(), r.req.stop_tokens.end());
-    const int64_t eos = model.config().eos_token_id;
-    if (!r.req.ignore_eos && eos >= 0) r.stop_tokens.insert(static_cast<int32_t>(eos));
+    if (!r.req.ignore_eos) {
+      const ModelConfig& c = model.config();
+      if (c.eos_token_id >= 0) r.stop_tokens.insert(static_cast<int32_t>(c.eos_token_id));
+      for (int64_t id : c.extra_eos_token_ids) r.stop_tokens.insert(static_cast<int32_t>(id));
+    }
     for (const std::string& s : r.req.stop_strings) r.max_stop_len = std::max(r.max_stop_len, s.size());
     // The prompt counts for the repetition penalty (as in llama.cpp); only the window's worth matters.
     const size_t window = static_cast<size_t>(r.req.sampling.repeat_last_n), L = r.req.prompt.size();

@@ -81,6 +81,7 @@ std::string ModelConfig::to_json() const {
   j["bos_token_id"] = bos_token_id;
   j["eos_token_id"] = eos_token_id;
   j["pad_token_id"] = pad_token_id;
+  if (!extra_eos_token_ids.empty()) j["extra_eos_token_ids"] = extra_eos_token_ids;  // absent: older forms unchanged
   if (hybrid()) {  // the pure models' canonical form (and so their state files) stays as it was
     j["family"] = family_name(family);
     std::vector<std::string> kinds;
@@ -121,6 +122,10 @@ void ModelConfig::validate() const {
                             std::pair{"pad_token_id", pad_token_id}})
     if (id < -1 || id > INT32_MAX)
       fail("model config: ", field, " = ", id, ", expected a token id in [0, 2^31), or -1 for none");
+  for (int64_t id : extra_eos_token_ids)
+    if (id < 0 || id > INT32_MAX) fail("model config: eos_token_id lists ", id, ", expected token ids in [0, 2^31)");
+  if (!extra_eos_token_ids.empty() && eos_token_id < 0)
+    fail("model config: extra_eos_token_ids given without an eos_token_id");
   if (!(mixer_rms_eps >= 0) || !std::isfinite(mixer_rms_eps) || (mixer_rms_eps > 0 && arch != Arch::Mamba1))
     fail("model config: mixer_rms_eps = ", mixer_rms_eps, ", expected >= 0 (and > 0 only for FalconMamba, a Mamba-1)");
   if (arch == Arch::Mamba1) {

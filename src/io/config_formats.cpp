@@ -78,12 +78,6 @@ void check_heads(const ConfigReader& r, const ModelConfig& c, const std::string&
                              " = " + std::to_string(c.n_groups));
 }
 
-void read_token_ids(const ConfigReader& r, ModelConfig& c) {
-  c.bos_token_id = r.token_id("bos_token_id");
-  c.eos_token_id = r.token_id("eos_token_id");
-  c.pad_token_id = r.token_id("pad_token_id");
-}
-
 }  // namespace
 
 namespace {
@@ -274,6 +268,7 @@ ModelConfig parse_canonical(const nlohmann::json& j, const std::string& source) 
   c.bos_token_id = r.required_int("bos_token_id");
   c.eos_token_id = r.required_int("eos_token_id");
   c.pad_token_id = r.required_int("pad_token_id");
+  if (r.has("extra_eos_token_ids")) c.extra_eos_token_ids = r.token_ids("extra_eos_token_ids");
   if (r.has("family")) parse_canonical_hybrid(j, source, c);
   return c;
 }

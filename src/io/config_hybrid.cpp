@@ -166,9 +166,7 @@ void read_common(const ConfigReader& r, ModelConfig& c) {
   c.vocab_size = r.positive_int("vocab_size");
   c.tie_embeddings = r.bool_or("tie_word_embeddings", false);
   c.residual_in_fp32 = true;
-  c.bos_token_id = r.token_id("bos_token_id");
-  c.eos_token_id = r.token_id("eos_token_id");
-  c.pad_token_id = r.token_id("pad_token_id");
+  read_token_ids(r, c);
 }
 
 }  // namespace

@@ -88,13 +88,33 @@ std::string ConfigReader::string_or(const std::string& key, const std::string& f
 int64_t ConfigReader::token_id(const std::string& key) const {
   const nlohmann::json* v = get(key);
   if (!v) return -1;
-  if (v->is_array()) {
-    if (v->empty()) return -1;
-    return as_int(key, v->front());
-  }
   const int64_t id = as_int(key, *v);
   if (id < -1) reject_value(key, *v, "expected a token id >= 0 (or -1 for none)");
   return id;
+}
+
+std::vector<int64_t> ConfigReader::token_ids(const std::string& key) const {
+  const nlohmann::json* v = get(key);
+  if (!v) return {};
+  if (!v->is_array()) {
+    const int64_t id = token_id(key);
+    return id < 0 ? std::vector<int64_t>{} : std::vector<int64_t>{id};
+  }
+  std::vector<int64_t> ids;
+  for (const nlohmann::json& e : *v) {
+    const int64_t id = as_int(key, e);
+    if (id < 0) reject_value(key, *v, "expected a list of token ids >= 0");
+    ids.push_back(id);
+  }
+  return ids;
+}
+
+void read_token_ids(const ConfigReader& r, ModelConfig& c) {
+  c.bos_token_id = r.token_id("bos_token_id");
+  c.pad_token_id = r.token_id("pad_token_id");
+  const std::vector<int64_t> eos = r.token_ids("eos_token_id");
+  c.eos_token_id = eos.empty() ? -1 : eos.front();
+  c.extra_eos_token_ids.assign(eos.begin() + (eos.empty() ? 0 : 1), eos.end());
 }
 
 }  // namespace mambacpp

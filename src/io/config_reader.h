@@ -4,8 +4,11 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
+
+#include "mambacpp/config.h"
 
 namespace mambacpp {
 
@@ -29,8 +32,10 @@ class ConfigReader {
   double number_or(const std::string& key, double fallback) const;  // any JSON number, including inf/nan
   bool bool_or(const std::string& key, bool fallback) const;
   std::string string_or(const std::string& key, const std::string& fallback) const;
-  // A token id: an integer, or a list whose first entry is used (eos_token_id may be a list); -1 when absent.
+  // A token id: an integer >= -1; -1 when absent.
   int64_t token_id(const std::string& key) const;
+  // Token ids given as one integer or a list of them (eos_token_id may be a list); empty when absent or -1.
+  std::vector<int64_t> token_ids(const std::string& key) const;
 
   // Throws: "<source>: <prefix><key> = <found>: <why>".
   [[noreturn]] void reject(const std::string& key, const std::string& why) const;
@@ -44,5 +49,8 @@ class ConfigReader {
   std::string source_;
   std::string prefix_;
 };
+
+// bos/eos/pad ids of a published config (eos_token_id may be a list: the rest go to extra_eos_token_ids).
+void read_token_ids(const ConfigReader& r, ModelConfig& c);
 
 }  // namespace mambacpp

@@ -7,12 +7,14 @@
 #include <cstdlib>
 #include <filesystem>
 #include <set>
+#include <sstream>
 
 #include "mambacpp/error.h"
 #include "model/decode_step.h"
 #include "model/layers.h"
 #include "model/mixers.h"
 #include "model/model_impl.h"
+#include "util/system_memory.h"
 
 namespace mambacpp {
 
@@ -113,11 +115,37 @@ uint64_t Model::weights_hash() const {
   return impl_->hash;
 }
 
+namespace {
+
+// Every slot's fixed-size state is allocated up front: refuse a slot count whose bytes overflow, or exceed the
+// machine's memory on the CPU (where an overcommitted allocation would succeed and the process die later). A GPU
+// allocation that does not fit fails cleanly by itself.
+void check_state_fits(const ModelConfig& c, int64_t n_slots, DType state_dtype, Device device) {
+  double slot = 0;
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerKind kind = c.layer_kind(l);
+    if (kind == LayerKind::Attention || kind == LayerKind::MLP) continue;
+    slot += static_cast<double>(c.conv_state_size() + c.ssm_state_size()) * static_cast<double>(dtype_size(state_dtype));
+  }
+  const double need = slot * static_cast<double>(n_slots);
+  const double have = device == Device::CPU ? physical_memory_bytes() : 0x1p62;
+  if (need <= have) return;
+  std::ostringstream os;
+  os.precision(3);
+  os << "create_state: " << n_slots << " state slots of " << slot / (1 << 20) << " MiB each need " << need / 0x1p30
+     << " GiB, more than " << (device == Device::CPU ? "this machine's " : "a device's ") << have / 0x1p30
+     << " GiB of memory (slots are allocated up front)";
+  fail(os.str());
+}
+
+}  // namespace
+
 std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dtype) const {
   const ModelConfig& c = impl_->config;
   if (n_slots < 1) fail("create_state: n_slots must be >= 1, found ", n_slots);
   if (state_dtype != DType::F32 && state_dtype != DType::BF16)
     fail("state dtype: expected f32 or bf16, found ", dtype_name(state_dtype));
+  check_state_fits(c, n_slots, state_dtype, impl_->backend->device());
   auto impl = std::make_unique<StateCache::Impl>();
   impl->model = this;
   impl->backend = impl_->backend.get();

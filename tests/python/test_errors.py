@@ -137,6 +137,12 @@ def test_engine_refuses_beyond_its_limits(model):
         engine.submit([1], max_tokens=1)
 
 
+def test_engine_slots_that_cannot_fit_are_refused_before_allocating(model):
+    # Slots are allocated up front: 2^40 of them would take far more than any machine's memory.
+    with pytest.raises(mambacpp.Error, match="state slots"):
+        mambacpp.Engine(model, max_seqs=2**40)
+
+
 def test_tokenizer_errors(model):
     assert model.tokenizer.decode([300, 10**6, -5]) == model.tokenizer.decode([300])  # unknown ids vanish, as in HF
     with pytest.raises(mambacpp.InvalidArgumentError, match="ids: expected 32-bit token ids, found 1099511627776"):

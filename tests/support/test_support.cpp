@@ -204,7 +204,11 @@ void write_random_model(const std::string& dir, const ModelConfig& c, uint64_t s
   j["layer_norm_epsilon"] = c.norm_eps;
   j["tie_word_embeddings"] = c.tie_embeddings;
   j["hidden_act"] = "silu";
-  if (c.eos_token_id >= 0) j["eos_token_id"] = c.eos_token_id;
+  if (c.eos_token_id >= 0 && c.extra_eos_token_ids.empty()) j["eos_token_id"] = c.eos_token_id;
+  if (!c.extra_eos_token_ids.empty()) {  // a list, as Llama-3-style configs give it
+    j["eos_token_id"] = {c.eos_token_id};
+    for (int64_t id : c.extra_eos_token_ids) j["eos_token_id"].push_back(id);
+  }
   if (c.arch == Arch::Mamba1) {
     j["model_type"] = "mamba";
     j["architectures"] = {"MambaForCausalLM"};
