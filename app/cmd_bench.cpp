@@ -302,7 +302,7 @@ void run_bench(const BenchOptions& o) {
       {"weight_dtype", dtype_name(model->weight_dtype())},
       {"state_dtype", dtype_name(state_dtype)},
       {"batch", o.batch}, {"prompt", o.prompt}, {"gen", o.gen}, {"repeat", o.repeat},
-      {"cuda_graphs", lo.cuda_graphs},
+      {"cuda_graphs", model->decode_graphs()},  // what ran: false on the CPU or with --no-cuda-graph
       {"fused_decode", lo.fused_decode},
       {"precision", precision_name(lo.precision)},
       {"batch_invariant", lo.batch_invariant},

@@ -239,6 +239,11 @@ TEST(Reliability, NpySizesAreCheckedAgainstTheFileBeforeAllocating) {
   EXPECT_THAT(error_of([] { parse_npy(npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (-1,), }", ""),
                                       "e.npy"); }),
               HasSubstr("non-negative dimension"));
+  // Found by the npy fuzzer: huge dimensions beside a zero are an empty array, and counting it must not overflow.
+  const NpyArray empty = parse_npy(
+      npy_bytes("{'descr': '<f4', 'fortran_order': False, 'shape': (4611686018427387905, 3, 0, 16), }", ""), "e.npy");
+  EXPECT_EQ(empty.numel(), 0);
+  EXPECT_TRUE(empty.values.empty());
 }
 
 TEST(Reliability, NpyReadsUnalignedDataAndEveryVersion) {

@@ -3,6 +3,7 @@
 // overflow, and the data size it implies is compared with the bytes actually there before anything is allocated.
 #include "mambacpp/npy.h"
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -94,8 +95,11 @@ void convert(const uint8_t* src, int64_t n, std::vector<double>& out) {
 }  // namespace
 
 int64_t NpyArray::numel() const {
+  // A zero dimension means no elements whatever the others are (parse_npy accepts huge ones beside a zero).
+  if (std::find(shape.begin(), shape.end(), 0) != shape.end()) return 0;
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape)
+    if (__builtin_mul_overflow(n, d, &n)) fail("npy array: shape overflows 64 bits");
   return n;
 }
 
@@ -171,8 +175,10 @@ NpyArray parse_npy(std::string_view bytes, const std::string& source) {
 
   // Element count and byte size, overflow-checked, against the bytes the file really holds.
   uint64_t n = 1, nbytes = 0;
+  const bool empty = std::find(arr.shape.begin(), arr.shape.end(), 0) != arr.shape.end();
   for (int64_t d : arr.shape)
-    if (__builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) fail(source, ": .npy shape overflows 64 bits");
+    if (!empty && __builtin_mul_overflow(n, static_cast<uint64_t>(d), &n)) fail(source, ": .npy shape overflows 64 bits");
+  if (empty) n = 0;
   const uint64_t have = bytes.size() - header_at - header_len;
   if (__builtin_mul_overflow(n, uint64_t{item}, &nbytes) || nbytes != have)
     fail(source, ": .npy data holds ", have, " bytes, expected ", n, " elements of ", item, " bytes",
