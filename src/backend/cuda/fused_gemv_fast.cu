@@ -1,0 +1,246 @@
+// The fast-precision fused linear (FusedGemvLaunch, fused_ops.h) for decode batches of 1 to kFastMaxRows rows, one
+// kernel for every row count: y = s_t * (bf16(x_t * norm_w) . W^T) (+ bias), the norm scale s_t applied after the
+// dot product (one norm group) or before the rounding (several groups), then the conv / residual epilogue.
+//
+// Batch invariance by construction: the grid's split of the reduction (`wpr` warps per 16-output tile, each taking
+// every wpr-th 32-feature step) is chosen from the weight's shape alone; a row's activations enter the tensor
+// cores as the same bf16 values whatever the batch; mma.sync computes each output element from its own row and
+// column only; the warps' partials are added in warp order. So row t's outputs are the same bits at every batch
+// size and in every position of the batch (tests/gpu/fast_fused_linear_test.cpp, precision_test.cpp).
+//
+// Layout: 256 threads = 8 warps, each warp a 16-output x (8 * NT)-row tile of mma.sync m16n8k16 products (weights
+// as A, activations as B, the fragment mapping of fused_gemv_mma.cu: every lane loads 16 contiguous bytes of two
+// weight rows and 8 contiguous activations per row). Larger batches run in chunks of 8 * NT rows, the chunks of one
+// output tile in neighbouring blocks so that the weights come from L2 after the first. Each lane keeps DEPTH steps
+// of weights in flight (loaded before the dependency wait: weights are never written).
+#include <cstring>
+#include <type_traits>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/fused_epilogue.cuh"
+#include "backend/cuda/fused_ops.h"
+
+namespace mambacpp::cuda {
+namespace {
+
+constexpr int kThreads = 256;
+constexpr int kWarps = kThreads / 32;
+
+template <class W>
+__device__ __forceinline__ uint32_t pack_round2(float a, float b) {
+  uint32_t u;
+  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    memcpy(&u, &h, 4);
+  }
+  return u;
+}
+
+template <class W>
+__device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
+                                          uint32_t b0, uint32_t b1) {
+  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+        "{%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+  }
+}
+
+// The rows [base, base + NR) of the batch as a launch of their own (the epilogue helpers index rows from 0).
+__device__ __forceinline__ FusedGemvLaunch chunk_of(const FusedGemvLaunch& p, int64_t base, int NR) {
+  FusedGemvLaunch q = p;
+  q.x.data += base * p.x.stride;
+  q.y.data += base * p.y.stride;
+  if (p.conv_channels > 0) {
+    q.conv_out.data += base * p.conv_out.stride;
+    q.seqs += base;
+  }
+  q.T = p.T - base < NR ? p.T - base : NR;
+  return q;
+}
+
+template <class W, int NT>
+__global__ void __launch_bounds__(kThreads, 2) fast_gemv_kernel(FusedGemvLaunch p, int wpr, int n_chunks) {
+  constexpr int NR = 8 * NT;                 // rows a block covers
+  constexpr int DEPTH = NT <= 2 ? 4 : 2;     // steps of weights in flight per lane
+  __shared__ float part[kWarps][16][NR];
+  __shared__ float part_ss[kWarps][NR];
+  __shared__ float group_scale[NR * kFusedMaxNormGroups];
+  allow_next_kernel();
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
+  const int tiles_per_block = kWarps / wpr;
+  const int64_t tile_block = blockIdx.x / n_chunks, chunk = blockIdx.x % n_chunks;
+  const FusedGemvLaunch c = chunk_of(p, chunk * NR, NR);
+  const int64_t o0 = (tile_block * tiles_per_block + warp / wpr) * 16;  // first output of this warp's tile
+  const int seg = warp % wpr;
+  const int64_t n_steps = (p.in + 31) / 32;
+  const bool row_lo = o0 + g < p.out, row_hi = o0 + g + 8 < p.out;
+  const W* w_lo = static_cast<const W*>(p.w.data) + (row_lo ? o0 + g : 0) * p.in;
+  const W* w_hi = static_cast<const W*>(p.w.data) + (row_hi ? o0 + g + 8 : 0) * p.in;
+  // This warp's steps are seg, seg + wpr, ...: n_mine of them.
+  const int64_t n_mine = o0 < p.out && seg < n_steps ? (n_steps - seg + wpr - 1) / wpr : 0;
+  auto load_w = [&](const W* row, bool ok, int64_t k) {  // 8 weights of step k (zeros beyond the matrix)
+    const int64_t f = (seg + k * wpr) * 32 + 8 * q;
+    return ok && k < n_mine && f < p.in ? __ldg(reinterpret_cast<const uint4*>(row + f)) : make_uint4(0, 0, 0, 0);
+  };
+  uint4 wa[DEPTH], wb[DEPTH];
+#pragma unroll
+  for (int d = 0; d < DEPTH; ++d) wa[d] = load_w(w_lo, row_lo, d), wb[d] = load_w(w_hi, row_hi, d);
+  wait_for_previous_kernel();
+
+  const bool norm = p.norm_w.data != nullptr;
+  const bool per_group = norm && p.norm_group != p.in;
+  const bool post_scale = norm && !per_group;
+  const int64_t n_groups = per_group ? p.in / p.norm_group : 1;
+  if (per_group) {
+    compute_group_scales(c, n_groups, group_scale);
+    __syncthreads();
+  }
+  const float* nw = static_cast<const float*>(p.norm_w.data);
+
+  float acc[NT][4], sq[NT];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = sq[j] = 0.0f;
+
+  for (int64_t k0 = 0; k0 < n_mine; k0 += DEPTH) {
+#pragma unroll
+    for (int d = 0; d < DEPTH; ++d) {
+      const int64_t k = k0 + d;
+      if (k >= n_mine) break;
+      const uint4 a = wa[d], b = wb[d];
+      wa[d] = load_w(w_lo, row_lo, k + DEPTH);
+      wb[d] = load_w(w_hi, row_hi, k + DEPTH);
+      const int64_t f = (seg + k * wpr) * 32 + 8 * q;  // this lane's 8 features
+      const bool f_ok = f < p.in;
+      float n8[8];
+#pragma unroll
+      for (int e = 0; e < 8; ++e) n8[e] = 1.0f;
+      if (norm && f_ok) {
+        const float4 n0 = *reinterpret_cast<const float4*>(nw + f), n1 = *reinterpret_cast<const float4*>(nw + f + 4);
+        n8[0] = n0.x, n8[1] = n0.y, n8[2] = n0.z, n8[3] = n0.w, n8[4] = n1.x, n8[5] = n1.y, n8[6] = n1.z, n8[7] = n1.w;
+      }
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const int t = 8 * j + g;
+        float xv[8];
+        if (t < c.T && f_ok) {
+          const float4 x0 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f);
+          const float4 x1 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f + 4);
+          xv[0] = x0.x, xv[1] = x0.y, xv[2] = x0.z, xv[3] = x0.w, xv[4] = x1.x, xv[5] = x1.y, xv[6] = x1.z, xv[7] = x1.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) xv[e] = 0.0f;
+        }
+        const float gs = per_group && t < c.T && f_ok ? group_scale[t * n_groups + f / p.norm_group] : 1.0f;
+        uint32_t h[4];
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          // Explicit roundings: the same operations in every instantiation (no contraction choices).
+          if (post_scale) sq[j] = __fmaf_rn(xv[e + 1], xv[e + 1], __fmaf_rn(xv[e], xv[e], sq[j]));
+          float u = __fmul_rn(xv[e], n8[e]), v = __fmul_rn(xv[e + 1], n8[e + 1]);
+          if (per_group) u = __fmul_rn(u, gs), v = __fmul_rn(v, gs);
+          h[e / 2] = pack_round2<W>(u, v);
+        }
+        mma_16816<W>(acc[j], a.x, b.x, a.y, b.y, h[0], h[1]);
+        mma_16816<W>(acc[j], a.z, b.z, a.w, b.w, h[2], h[3]);
+      }
+    }
+  }
+  // acc[j]: outputs g, g+8 of the tile for rows 8j + 2q, 8j + 2q + 1. sq[j]: row 8j + g over this lane's features.
+#pragma unroll
+  for (int j = 0; j < NT; ++j) {
+    part[warp][g][8 * j + 2 * q] = acc[j][0];
+    part[warp][g][8 * j + 2 * q + 1] = acc[j][1];
+    part[warp][g + 8][8 * j + 2 * q] = acc[j][2];
+    part[warp][g + 8][8 * j + 2 * q + 1] = acc[j][3];
+    float s = sq[j];
+    s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 1));
+    s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 2));
+    if (q == 0) part_ss[warp][8 * j + g] = s;
+  }
+  __syncthreads();
+  const int T = static_cast<int>(c.T), per_tile = 16 * T;
+  for (int idx = threadIdx.x; idx < tiles_per_block * per_tile; idx += kThreads) {
+    const int tile = idx / per_tile, r = (idx % per_tile) / T, t = idx % T;
+    const int64_t o = (tile_block * tiles_per_block + tile) * 16 + r;
+    if (o >= p.out) continue;
+    float a = 0.0f, s = 0.0f;
+    for (int k = 0; k < wpr; ++k)
+      a = __fadd_rn(a, part[tile * wpr + k][r][t]), s = __fadd_rn(s, part_ss[tile * wpr + k][t]);
+    if (post_scale) a = __fmul_rn(a, rsqrtf(__fadd_rn(__fdiv_rn(s, static_cast<float>(p.in)), p.eps)));
+    if (p.bias.data) a = __fadd_rn(a, load_f(p.bias.data, p.bias.dtype, o));
+    finish_output(c, t, o, a, load_conv_taps(c, t, o));
+  }
+}
+
+// K split: more warps per tile until the grid covers the GPU twice, keeping >= 8 steps of 32 features per warp.
+// From the weight's shape only (never the row count): the reduction order of an output must not depend on it.
+int fast_wpr(const FusedGemvLaunch& p, int sm_count) {
+  const int64_t tiles = (p.out + 15) / 16, steps = (p.in + 31) / 32;
+  int wpr = 1;
+  while (wpr < kWarps && (tiles * wpr + kWarps - 1) / kWarps < 2 * int64_t(sm_count) && steps >= 8 * wpr) wpr *= 2;
+  return wpr;
+}
+
+template <class W, int NT>
+void launch_nt(const FusedGemvLaunch& p, int wpr, cudaStream_t stream) {
+  const int64_t tiles = (p.out + 15) / 16, tiles_per_block = kWarps / wpr;
+  const int64_t n_chunks = (p.T + 8 * NT - 1) / (8 * NT);
+  const auto blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block * n_chunks);
+  launch_dependent(fast_gemv_kernel<W, NT>, dim3(blocks), dim3(kThreads), stream, p, wpr,
+                   static_cast<int>(n_chunks));
+}
+
+template <class W>
+void launch_typed(const FusedGemvLaunch& p, int wpr, cudaStream_t stream) {
+  if (p.T <= 8) {
+    launch_nt<W, 1>(p, wpr, stream);
+  } else if (p.T <= 16) {
+    launch_nt<W, 2>(p, wpr, stream);
+  } else if (p.T <= 32) {
+    launch_nt<W, 4>(p, wpr, stream);
+  } else {
+    launch_nt<W, 8>(p, wpr, stream);
+  }
+}
+
+bool aligned16(const void* ptr) { return reinterpret_cast<uintptr_t>(ptr) % 16 == 0; }
+
+}  // namespace
+
+bool fast_gemv_supported(const FusedGemvLaunch& p) {
+  if (p.T < 1 || p.T > kFastMaxRows || p.in < 1) return false;
+  if (p.w.dtype != DType::BF16 && p.w.dtype != DType::F16) return false;
+  // 8 features per lane and step: 16-byte weight, activation and norm-weight loads.
+  if (p.in % 8 != 0 || !aligned16(p.w.data) || !aligned16(p.x.data) || p.x.stride % 4 != 0) return false;
+  if (p.norm_w.data) {
+    if (!aligned16(p.norm_w.data) || p.norm_group <= 0 || p.norm_group % 8 != 0 || p.in % p.norm_group != 0 ||
+        p.in / p.norm_group > kFusedMaxNormGroups)
+      return false;
+  }
+  return true;
+}
+
+void launch_fast_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream) {
+  MAMBACPP_ASSERT(fast_gemv_supported(p));
+  if (p.out <= 0) return;
+  const int wpr = fast_wpr(p, sm_count);
+  if (p.w.dtype == DType::BF16) {
+    launch_typed<__nv_bfloat16>(p, wpr, stream);
+  } else {
+    launch_typed<__half>(p, wpr, stream);
+  }
+}
+
+}  // namespace mambacpp::cuda
