@@ -67,6 +67,7 @@ class CudaBackend final : public Backend {
     // Measurement switch (docs/benchmarks.md, v12): the decode linears of fast precision on the previous kernels
     // (norm-and-round -> pinned cuBLASLt GEMM -> conv step) instead of fused_gemv_fast.cu, to time both in one run.
     if (const char* env = std::getenv("MAMBACPP_DECODE_GEMM")) decode_gemm_lt_ = std::string(env) == "cublaslt";
+    init_fast_gemv();
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                    ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") + ")";
   }

@@ -70,12 +70,35 @@ __device__ __forceinline__ FusedGemvLaunch chunk_of(const FusedGemvLaunch& p, in
   return q;
 }
 
+constexpr int kChunk = 256;      // input features staged per block round: 8 steps of 32, 8 features per lane
+constexpr int kDepth = 8;        // steps of weights in flight per warp (cp.async ring in shared memory)
+constexpr int kActPad = 8;       // bf16 elements of padding per staged row (16 bytes: fewer bank conflicts)
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
+  const int n = valid ? 16 : 0;  // 0: writes 16 zero bytes, reads nothing
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
+__device__ __forceinline__ void cp_async_wait_ring() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(kDepth - 1) : "memory");
+}
+
+template <int NT>
+constexpr size_t fast_smem_bytes() {
+  return size_t(kWarps) * kDepth * 2 * 32 * 16 + size_t(8 * NT) * (kChunk + kActPad) * 2;
+}
+
+// Dynamic shared memory: per warp a ring of kDepth steps x (weight rows g, g+8) x 32 lanes x 16 bytes, then the
+// block's staged activations [8 * NT rows][kChunk + kActPad] in the weight dtype.
 template <class W, int NT>
-__global__ void __launch_bounds__(kThreads, 2) fast_gemv_kernel(FusedGemvLaunch p, int wpr, int n_chunks) {
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) fast_gemv_kernel(FusedGemvLaunch p, int wpr, int n_chunks) {
   constexpr int NR = 8 * NT;                 // rows a block covers
-  constexpr int DEPTH = NT <= 2 ? 4 : 2;     // steps of weights in flight per lane
+  extern __shared__ uint4 smem[];
+  uint4* ring = smem;                        // [warp][kDepth][2][32]
+  W* act = reinterpret_cast<W*>(smem + kWarps * kDepth * 2 * 32);  // [NR][kChunk + kActPad]
   __shared__ float part[kWarps][16][NR];
-  __shared__ float part_ss[kWarps][NR];
+  __shared__ float row_ss[NR];
   __shared__ float group_scale[NR * kFusedMaxNormGroups];
   allow_next_kernel();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
@@ -88,15 +111,19 @@ __global__ void __launch_bounds__(kThreads, 2) fast_gemv_kernel(FusedGemvLaunch 
   const bool row_lo = o0 + g < p.out, row_hi = o0 + g + 8 < p.out;
   const W* w_lo = static_cast<const W*>(p.w.data) + (row_lo ? o0 + g : 0) * p.in;
   const W* w_hi = static_cast<const W*>(p.w.data) + (row_hi ? o0 + g + 8 : 0) * p.in;
-  // This warp's steps are seg, seg + wpr, ...: n_mine of them.
+  // This warp's steps are seg, seg + wpr, ... (in every chunk of 8 steps, those congruent to seg): n_mine of them.
   const int64_t n_mine = o0 < p.out && seg < n_steps ? (n_steps - seg + wpr - 1) / wpr : 0;
-  auto load_w = [&](const W* row, bool ok, int64_t k) {  // 8 weights of step k (zeros beyond the matrix)
+  uint4* my_ring = ring + warp * (kDepth * 2 * 32) + lane;
+  auto issue = [&](int64_t k) {  // step k's 2 x 16 bytes of weights into ring slot k % kDepth (zeros past the end)
     const int64_t f = (seg + k * wpr) * 32 + 8 * q;
-    return ok && k < n_mine && f < p.in ? __ldg(reinterpret_cast<const uint4*>(row + f)) : make_uint4(0, 0, 0, 0);
+    const bool ok = k < n_mine && f < p.in;
+    uint4* slot = my_ring + (k % kDepth) * 64;
+    cp_async16(slot, ok && row_lo ? w_lo + f : w_lo, ok && row_lo);
+    cp_async16(slot + 32, ok && row_hi ? w_hi + f : w_hi, ok && row_hi);
+    cp_async_commit();
   };
-  uint4 wa[DEPTH], wb[DEPTH];
 #pragma unroll
-  for (int d = 0; d < DEPTH; ++d) wa[d] = load_w(w_lo, row_lo, d), wb[d] = load_w(w_hi, row_hi, d);
+  for (int d = 0; d < kDepth - 1; ++d) issue(d);
   wait_for_previous_kernel();
 
   const bool norm = p.norm_w.data != nullptr;
@@ -109,65 +136,90 @@ __global__ void __launch_bounds__(kThreads, 2) fast_gemv_kernel(FusedGemvLaunch 
   }
   const float* nw = static_cast<const float*>(p.norm_w.data);
 
-  float acc[NT][4], sq[NT];
+  // Staging: warp w stages rows w, w + 8, ...; lane l features 8l .. 8l + 7 of the chunk. The next chunk's rows are
+  // loaded into registers before this chunk's products, so their latency overlaps the math.
+  float xr[NT][8], ss[NT];
+  auto load_chunk = [&](int64_t kc) {
+    const int64_t f = kc * kChunk + 8 * lane;
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = sq[j] = 0.0f;
-
-  for (int64_t k0 = 0; k0 < n_mine; k0 += DEPTH) {
+    for (int rr = 0; rr < NT; ++rr) {
+      const int t = warp + 8 * rr;
+      if (t < c.T && f < p.in) {
+        const float4 x0 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f);
+        const float4 x1 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f + 4);
+        xr[rr][0] = x0.x, xr[rr][1] = x0.y, xr[rr][2] = x0.z, xr[rr][3] = x0.w;
+        xr[rr][4] = x1.x, xr[rr][5] = x1.y, xr[rr][6] = x1.z, xr[rr][7] = x1.w;
+      } else {
 #pragma unroll
-    for (int d = 0; d < DEPTH; ++d) {
-      const int64_t k = k0 + d;
-      if (k >= n_mine) break;
-      const uint4 a = wa[d], b = wb[d];
-      wa[d] = load_w(w_lo, row_lo, k + DEPTH);
-      wb[d] = load_w(w_hi, row_hi, k + DEPTH);
-      const int64_t f = (seg + k * wpr) * 32 + 8 * q;  // this lane's 8 features
-      const bool f_ok = f < p.in;
-      float n8[8];
-#pragma unroll
-      for (int e = 0; e < 8; ++e) n8[e] = 1.0f;
-      if (norm && f_ok) {
-        const float4 n0 = *reinterpret_cast<const float4*>(nw + f), n1 = *reinterpret_cast<const float4*>(nw + f + 4);
-        n8[0] = n0.x, n8[1] = n0.y, n8[2] = n0.z, n8[3] = n0.w, n8[4] = n1.x, n8[5] = n1.y, n8[6] = n1.z, n8[7] = n1.w;
-      }
-#pragma unroll
-      for (int j = 0; j < NT; ++j) {
-        const int t = 8 * j + g;
-        float xv[8];
-        if (t < c.T && f_ok) {
-          const float4 x0 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f);
-          const float4 x1 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f + 4);
-          xv[0] = x0.x, xv[1] = x0.y, xv[2] = x0.z, xv[3] = x0.w, xv[4] = x1.x, xv[5] = x1.y, xv[6] = x1.z, xv[7] = x1.w;
-        } else {
-#pragma unroll
-          for (int e = 0; e < 8; ++e) xv[e] = 0.0f;
-        }
-        const float gs = per_group && t < c.T && f_ok ? group_scale[t * n_groups + f / p.norm_group] : 1.0f;
-        uint32_t h[4];
-#pragma unroll
-        for (int e = 0; e < 8; e += 2) {
-          // Explicit roundings: the same operations in every instantiation (no contraction choices).
-          if (post_scale) sq[j] = __fmaf_rn(xv[e + 1], xv[e + 1], __fmaf_rn(xv[e], xv[e], sq[j]));
-          float u = __fmul_rn(xv[e], n8[e]), v = __fmul_rn(xv[e + 1], n8[e + 1]);
-          if (per_group) u = __fmul_rn(u, gs), v = __fmul_rn(v, gs);
-          h[e / 2] = pack_round2<W>(u, v);
-        }
-        mma_16816<W>(acc[j], a.x, b.x, a.y, b.y, h[0], h[1]);
-        mma_16816<W>(acc[j], a.z, b.z, a.w, b.w, h[2], h[3]);
+        for (int e = 0; e < 8; ++e) xr[rr][e] = 0.0f;
       }
     }
+  };
+  auto store_chunk = [&](int64_t kc) {
+    const int64_t f = kc * kChunk + 8 * lane;
+    float n8[8];
+#pragma unroll
+    for (int e = 0; e < 8; ++e) n8[e] = 1.0f;
+    if (norm && f < p.in) {
+      const float4 n0 = *reinterpret_cast<const float4*>(nw + f), n1 = *reinterpret_cast<const float4*>(nw + f + 4);
+      n8[0] = n0.x, n8[1] = n0.y, n8[2] = n0.z, n8[3] = n0.w, n8[4] = n1.x, n8[5] = n1.y, n8[6] = n1.z, n8[7] = n1.w;
+    }
+#pragma unroll
+    for (int rr = 0; rr < NT; ++rr) {
+      const int t = warp + 8 * rr;
+      const float gs = per_group && t < c.T && f < p.in ? group_scale[t * n_groups + f / p.norm_group] : 1.0f;
+      uint32_t h[4];
+#pragma unroll
+      for (int e = 0; e < 8; e += 2) {
+        // Explicit roundings: the same operations whatever the instantiation (no contraction choices).
+        if (post_scale) ss[rr] = __fmaf_rn(xr[rr][e + 1], xr[rr][e + 1], __fmaf_rn(xr[rr][e], xr[rr][e], ss[rr]));
+        float u = __fmul_rn(xr[rr][e], n8[e]), v = __fmul_rn(xr[rr][e + 1], n8[e + 1]);
+        if (per_group) u = __fmul_rn(u, gs), v = __fmul_rn(v, gs);
+        h[e / 2] = pack_round2<W>(u, v);
+      }
+      *reinterpret_cast<uint4*>(act + t * (kChunk + kActPad) + 8 * lane) = make_uint4(h[0], h[1], h[2], h[3]);
+    }
+  };
+
+  float acc[NT][4];
+#pragma unroll
+  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = ss[j] = 0.0f;
+  const int64_t n_kchunks = (p.in + kChunk - 1) / kChunk;
+  const int steps_per_chunk = kChunk / 32 / wpr;  // this warp's steps in each chunk
+  load_chunk(0);
+  int64_t k = 0;  // this warp's next step
+  for (int64_t kc = 0; kc < n_kchunks; ++kc) {
+    store_chunk(kc);
+    __syncthreads();
+    if (kc + 1 < n_kchunks) load_chunk(kc + 1);
+    for (int i = 0; i < steps_per_chunk && k < n_mine; ++i, ++k) {
+      issue(k + kDepth - 1);
+      cp_async_wait_ring();  // step k's weights have landed (this lane's own copies)
+      const uint4* slot = my_ring + (k % kDepth) * 64;
+      const uint4 a = slot[0], b = slot[32];
+      const int col = (seg + i * wpr) * 32 + 8 * q;  // within the chunk
+#pragma unroll
+      for (int j = 0; j < NT; ++j) {
+        const uint4 xv = *reinterpret_cast<const uint4*>(act + (8 * j + g) * (kChunk + kActPad) + col);
+        mma_16816<W>(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
+        mma_16816<W>(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+      }
+    }
+    __syncthreads();  // the chunk's activations are read before the next chunk overwrites them
   }
-  // acc[j]: outputs g, g+8 of the tile for rows 8j + 2q, 8j + 2q + 1. sq[j]: row 8j + g over this lane's features.
+  asm volatile("cp.async.wait_all;" ::: "memory");
+  // acc[j]: outputs g, g+8 of the tile for rows 8j + 2q, 8j + 2q + 1. ss[rr]: row warp + 8rr over this lane's
+  // features, visited in feature order whatever the batch; the lanes' partials then meet in a fixed tree.
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
     part[warp][g][8 * j + 2 * q] = acc[j][0];
     part[warp][g][8 * j + 2 * q + 1] = acc[j][1];
     part[warp][g + 8][8 * j + 2 * q] = acc[j][2];
     part[warp][g + 8][8 * j + 2 * q + 1] = acc[j][3];
-    float s = sq[j];
-    s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 1));
-    s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, 2));
-    if (q == 0) part_ss[warp][8 * j + g] = s;
+    float s = ss[j];
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+    if (lane == 0) row_ss[warp + 8 * j] = s;
   }
   __syncthreads();
   const int T = static_cast<int>(c.T), per_tile = 16 * T;
@@ -175,10 +227,9 @@ __global__ void __launch_bounds__(kThreads, 2) fast_gemv_kernel(FusedGemvLaunch 
     const int tile = idx / per_tile, r = (idx % per_tile) / T, t = idx % T;
     const int64_t o = (tile_block * tiles_per_block + tile) * 16 + r;
     if (o >= p.out) continue;
-    float a = 0.0f, s = 0.0f;
-    for (int k = 0; k < wpr; ++k)
-      a = __fadd_rn(a, part[tile * wpr + k][r][t]), s = __fadd_rn(s, part_ss[tile * wpr + k][t]);
-    if (post_scale) a = __fmul_rn(a, rsqrtf(__fadd_rn(__fdiv_rn(s, static_cast<float>(p.in)), p.eps)));
+    float a = 0.0f;
+    for (int kk = 0; kk < wpr; ++kk) a = __fadd_rn(a, part[tile * wpr + kk][r][t]);
+    if (post_scale) a = __fmul_rn(a, rsqrtf(__fadd_rn(__fdiv_rn(row_ss[t], static_cast<float>(p.in)), p.eps)));
     if (p.bias.data) a = __fadd_rn(a, load_f(p.bias.data, p.bias.dtype, o));
     finish_output(c, t, o, a, load_conv_taps(c, t, o));
   }
@@ -198,8 +249,26 @@ void launch_nt(const FusedGemvLaunch& p, int wpr, cudaStream_t stream) {
   const int64_t tiles = (p.out + 15) / 16, tiles_per_block = kWarps / wpr;
   const int64_t n_chunks = (p.T + 8 * NT - 1) / (8 * NT);
   const auto blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block * n_chunks);
-  launch_dependent(fast_gemv_kernel<W, NT>, dim3(blocks), dim3(kThreads), stream, p, wpr,
-                   static_cast<int>(n_chunks));
+  constexpr size_t smem = fast_smem_bytes<NT>();  // allowed by init_fast_gemv
+  // As launch_dependent (cuda_launch.cuh), with dynamic shared memory.
+  cudaLaunchConfig_t config{};
+  config.gridDim = dim3(blocks);
+  config.blockDim = dim3(kThreads);
+  config.dynamicSmemBytes = smem;
+  config.stream = stream;
+  cudaLaunchAttribute attribute{};
+  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
+  attribute.val.programmaticStreamSerializationAllowed = 1;
+  config.attrs = &attribute;
+  config.numAttrs = 1;
+  MAMBACPP_CUDA_CHECK(cudaLaunchKernelEx(&config, fast_gemv_kernel<W, NT>, p, wpr, static_cast<int>(n_chunks)));
+}
+
+// More than the default 48 KB of dynamic shared memory, set once before any launch (never inside a graph capture).
+template <class W, int NT>
+void allow_smem() {
+  MAMBACPP_CUDA_CHECK(cudaFuncSetAttribute(fast_gemv_kernel<W, NT>, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                           static_cast<int>(fast_smem_bytes<NT>())));
 }
 
 template <class W>
@@ -208,10 +277,8 @@ void launch_typed(const FusedGemvLaunch& p, int wpr, cudaStream_t stream) {
     launch_nt<W, 1>(p, wpr, stream);
   } else if (p.T <= 16) {
     launch_nt<W, 2>(p, wpr, stream);
-  } else if (p.T <= 32) {
-    launch_nt<W, 4>(p, wpr, stream);
   } else {
-    launch_nt<W, 8>(p, wpr, stream);
+    launch_nt<W, 4>(p, wpr, stream);
   }
 }
 
@@ -230,6 +297,11 @@ bool fast_gemv_supported(const FusedGemvLaunch& p) {
       return false;
   }
   return true;
+}
+
+void init_fast_gemv() {
+  allow_smem<__nv_bfloat16, 1>(), allow_smem<__nv_bfloat16, 2>(), allow_smem<__nv_bfloat16, 4>();
+  allow_smem<__half, 1>(), allow_smem<__half, 2>(), allow_smem<__half, 4>();
 }
 
 void launch_fast_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream) {

@@ -74,6 +74,8 @@ std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64
 // groups of whole 8-feature runs (at most kFusedMaxNormGroups). None of these depends on the row count.
 bool fast_gemv_supported(const FusedGemvLaunch& p);
 void launch_fast_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream);
+// Sets the kernels' shared-memory limits: once per process and device, before the first launch_fast_gemv.
+void init_fast_gemv();
 // fused_gemv_launch's translation for up to kFastMaxRows rows; nullopt when fast_gemv_supported says no.
 std::optional<FusedGemvLaunch> fast_gemv_launch(const FusedLinearArgs& a, int64_t B);
 
