@@ -3,8 +3,8 @@
 # GPU tests, decode rows with the kernel and with the cuBLASLt path it replaces (MAMBACPP_DECODE_GEMM=cublaslt) in
 # the same run, and ncu times / DRAM bytes of the kernel at mamba2-2.7b batch 1 and 32. Logs under $OUT.
 # Usage: gpu_decode_ab.sh SRC_DIR [BUILD_DIR]   (NOBUILD=1 skips the build; FULL=1 runs every GPU test and the whole
-# table twice instead of the A/B subset; NO_AB=1 leaves out the cuBLASLt and --no-batch-invariant rows; NCU_BATCHES
-# picks the ncu batch sizes, default "1 32")
+# table twice instead of the A/B subset; NEW_ROWS, AB_ROWS (cuBLASLt) and NOINV_ROWS (--no-batch-invariant) pick
+# the rows, empty for none; NCU_BATCHES the ncu batch sizes, default "1 32"; TESTS the gtest filter)
 set -u -o pipefail
 SRC=${1:-.} B=${2:-build-gpu}
 LOG=${OUT:-/tmp/gpu_decode_ab}; mkdir -p "$LOG"
@@ -20,7 +20,7 @@ if [ "${FULL:-0}" = 1 ]; then
   timeout 200 "$B/tests/mambacpp_gpu_tests" --gtest_brief=1 --gtest_filter='*Fast*:*Invariance*' > "$LOG/tests_fast.log" 2>&1
 else
   timeout 200 "$B/tests/mambacpp_gpu_tests" --gtest_brief=1 \
-    --gtest_filter='*CudaFastFusedLinear*:*CudaFastLinear*:*Invariance*:*FusedDecode*:*Fast*' > "$LOG/tests.log" 2>&1
+    --gtest_filter="${TESTS:-*CudaFastFusedLinear*:*CudaFastLinear*:*Invariance*:*FusedDecode*:*Fast*:GpuModel.*:CudaModel.*}" > "$LOG/tests.log" 2>&1
   echo "tests rc=$?"
 fi
 echo "tests $((SECONDS - t0)) s"
@@ -31,14 +31,13 @@ bench() { bash scripts/gpu_decode_bench.sh "$cli" "$@"; }
 if [ "${FULL:-0}" = 1 ]; then
   TWICE=1 bench "$LOG/new" > /tmp/new.log 2>&1
 else
-  ROWS="m2_130m m2_2p7_b1 m2_2p7_b8 m2_2p7_b32 m2_2p7_b128 m1_2p8_b1 m1_2p8_b32" bench "$LOG/new" > /tmp/new.log 2>&1
+  ROWS="${NEW_ROWS:-m2_130m m2_2p7_b1 m2_2p7_b8 m2_2p7_b32 m2_2p7_b128 m1_2p8_b1 m1_2p8_b32}" bench "$LOG/new" > /tmp/new.log 2>&1
 fi
-touch /tmp/lt.log /tmp/noinv.log
-if [ "${NO_AB:-0}" != 1 ]; then
-  MAMBACPP_DECODE_GEMM=cublaslt ROWS="${AB_ROWS:-m2_130m m2_2p7_b1 m2_2p7_b32 m2_2p7_b128 m1_2p8_b1}" \
-    bench "$LOG/lt" > /tmp/lt.log 2>&1
-  EXTRA="--no-batch-invariant" ROWS="m2_130m m2_2p7_b1 m1_2p8_b1" bench "$LOG/noinv" > /tmp/noinv.log 2>&1
-fi
+: > /tmp/lt.log; : > /tmp/noinv.log
+AB_ROWS=${AB_ROWS-m2_130m m2_2p7_b1 m2_2p7_b32 m2_2p7_b128 m1_2p8_b1}
+NOINV_ROWS=${NOINV_ROWS-m2_130m m2_2p7_b1 m1_2p8_b1}
+[ -n "$AB_ROWS" ] && MAMBACPP_DECODE_GEMM=cublaslt ROWS="$AB_ROWS" bench "$LOG/lt" > /tmp/lt.log 2>&1
+[ -n "$NOINV_ROWS" ] && EXTRA="--no-batch-invariant" ROWS="$NOINV_ROWS" bench "$LOG/noinv" > /tmp/noinv.log 2>&1
 echo "bench $((SECONDS - t0)) s"
 ncu=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 for b in ${NCU_BATCHES:-1 32}; do

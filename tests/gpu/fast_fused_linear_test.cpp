@@ -8,7 +8,8 @@
 //   after an rsqrtf the host cannot reproduce bit for bit, so an activation may round the other way (one product
 //   off by 2^-8 of itself, ~3e-4 of a typical output): 2e-3 there.
 // - batch invariance: row t's outputs (y, conv_out and its slot's conv state) are the same bits in a batch of
-//   T rows as in the batch of 256, for T on both sides of every row-chunk size (8, 16, 32, 64).
+//   T rows as in the batch of 256, for T on both sides of the kernel variants (8, 16 and 32 rows per block) and of
+//   several 32-row chunks.
 #include <gtest/gtest.h>
 
 #include <cmath>

@@ -11,8 +11,12 @@
 // Layout: 256 threads = 8 warps, each warp a 16-output x (8 * NT)-row tile of mma.sync m16n8k16 products (weights
 // as A, activations as B, the fragment mapping of fused_gemv_mma.cu: every lane loads 16 contiguous bytes of two
 // weight rows and 8 contiguous activations per row). Larger batches run in chunks of 8 * NT rows, the chunks of one
-// output tile in neighbouring blocks so that the weights come from L2 after the first. Each lane keeps DEPTH steps
-// of weights in flight (loaded before the dependency wait: weights are never written).
+// output tile in neighbouring blocks so that the weights come from L2 after the first.
+// Weights stream through a per-warp ring in shared memory filled by cp.async, kDepth - 1 steps ahead (the first
+// ones issued before the dependency wait: weights are never written). Activations are staged once per block, a
+// chunk of input features at a time: each row times norm_w (and the group scale), rounded to the weight dtype and
+// stored in shared memory, where every warp of the block reads its B fragments; the sums of squares of the
+// one-group norm are gathered on the way.
 #include <cstring>
 #include <type_traits>
 
@@ -70,9 +74,18 @@ __device__ __forceinline__ FusedGemvLaunch chunk_of(const FusedGemvLaunch& p, in
   return q;
 }
 
-constexpr int kChunk = 256;      // input features staged per block round: 8 steps of 32, 8 features per lane
-constexpr int kDepth = 8;        // steps of weights in flight per warp (cp.async ring in shared memory)
-constexpr int kActPad = 8;       // bf16 elements of padding per staged row (16 bytes: fewer bank conflicts)
+// Shape of an instantiation (NT n-tiles of 8 rows per block):
+// - kChunk: input features staged per block round. 512 for one n-tile (fewer rounds: the next round's activation
+//   loads must land while this round's weights stream), 256 above (registers for 4 rows per warp). A lane stages
+//   features 8l .. 8l + 7 of every 256, in feature order, whatever the chunk: the norm sums are the same bits.
+// - kNO: 16-output tiles per warp. Every block re-reads its rows' activations from L2, as many times as there are
+//   blocks across the outputs: with 32 rows and more, each warp takes two tiles (the B fragments reused), halving
+//   that traffic. A tile's reduction is the same either way (its warps, steps and order depend on wpr alone).
+// - kDepth: steps of weights per warp in the cp.async ring (kDepth - 1 in flight).
+template <int NT> constexpr int chunk_features() { return NT == 1 ? 512 : 256; }
+template <int NT> constexpr int tiles_per_warp() { return NT >= 4 ? 2 : 1; }
+template <int NT> constexpr int ring_depth() { return NT >= 4 ? 4 : 6; }
+constexpr int kActPad = 8;  // elements of padding per staged row (16 bytes: fewer bank conflicts)
 
 __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
   const unsigned d = static_cast<unsigned>(__cvta_generic_to_shared(dst));
@@ -80,46 +93,58 @@ __device__ __forceinline__ void cp_async16(void* dst, const void* src, bool vali
   asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" ::"r"(d), "l"(src), "r"(n) : "memory");
 }
 __device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;" ::: "memory"); }
-__device__ __forceinline__ void cp_async_wait_ring() {
-  asm volatile("cp.async.wait_group %0;" ::"n"(kDepth - 1) : "memory");
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;" ::"n"(N) : "memory");
 }
 
+// Dynamic shared memory: the weight rings, per warp [kDepth][kNO][2 (rows g, g + 8)][32 lanes] x 16 bytes (after
+// the loop the warps' partial sums [warp][kNO][16][NR] floats take their place), then the staged activations
+// [NR][kChunk + kActPad] in the weight dtype.
+template <int NT>
+constexpr size_t ring_bytes() {
+  const size_t ring = size_t(kWarps) * ring_depth<NT>() * tiles_per_warp<NT>() * 2 * 32 * 16;
+  const size_t part = size_t(kWarps) * tiles_per_warp<NT>() * 16 * 8 * NT * 4;
+  return ring > part ? ring : part;
+}
 template <int NT>
 constexpr size_t fast_smem_bytes() {
-  return size_t(kWarps) * kDepth * 2 * 32 * 16 + size_t(8 * NT) * (kChunk + kActPad) * 2;
+  return ring_bytes<NT>() + size_t(8 * NT) * (chunk_features<NT>() + kActPad) * 2;
 }
 
-// Dynamic shared memory: per warp a ring of kDepth steps x (weight rows g, g+8) x 32 lanes x 16 bytes, then the
-// block's staged activations [8 * NT rows][kChunk + kActPad] in the weight dtype.
 template <class W, int NT>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) fast_gemv_kernel(FusedGemvLaunch p, int wpr, int n_chunks) {
-  constexpr int NR = 8 * NT;                 // rows a block covers
+  constexpr int NR = 8 * NT;  // rows a block covers
+  constexpr int kChunk = chunk_features<NT>(), kSub = kChunk / 256, kNO = tiles_per_warp<NT>();
+  constexpr int kDepth = ring_depth<NT>(), kSlot = kNO * 2 * 32;  // uint4s per ring slot of a warp
   extern __shared__ uint4 smem[];
-  uint4* ring = smem;                        // [warp][kDepth][2][32]
-  W* act = reinterpret_cast<W*>(smem + kWarps * kDepth * 2 * 32);  // [NR][kChunk + kActPad]
-  __shared__ float part[kWarps][16][NR];
+  W* act = reinterpret_cast<W*>(smem + ring_bytes<NT>() / 16);  // [NR][kChunk + kActPad]
   __shared__ float row_ss[NR];
   __shared__ float group_scale[NR * kFusedMaxNormGroups];
   allow_next_kernel();
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, q = lane & 3;
-  const int tiles_per_block = kWarps / wpr;
+  const int tiles_per_block = kWarps / wpr * kNO;
   const int64_t tile_block = blockIdx.x / n_chunks, chunk = blockIdx.x % n_chunks;
   const FusedGemvLaunch c = chunk_of(p, chunk * NR, NR);
-  const int64_t o0 = (tile_block * tiles_per_block + warp / wpr) * 16;  // first output of this warp's tile
+  // This warp's tiles: kNO consecutive ones from o0; its steps seg, seg + wpr, ... (n_mine of them).
+  const int64_t o0 = (tile_block * tiles_per_block + (warp / wpr) * kNO) * 16;
   const int seg = warp % wpr;
   const int64_t n_steps = (p.in + 31) / 32;
-  const bool row_lo = o0 + g < p.out, row_hi = o0 + g + 8 < p.out;
-  const W* w_lo = static_cast<const W*>(p.w.data) + (row_lo ? o0 + g : 0) * p.in;
-  const W* w_hi = static_cast<const W*>(p.w.data) + (row_hi ? o0 + g + 8 : 0) * p.in;
-  // This warp's steps are seg, seg + wpr, ... (in every chunk of 8 steps, those congruent to seg): n_mine of them.
-  const int64_t n_mine = o0 < p.out && seg < n_steps ? (n_steps - seg + wpr - 1) / wpr : 0;
-  uint4* my_ring = ring + warp * (kDepth * 2 * 32) + lane;
-  auto issue = [&](int64_t k) {  // step k's 2 x 16 bytes of weights into ring slot k % kDepth (zeros past the end)
-    const int64_t f = (seg + k * wpr) * 32 + 8 * q;
+  const int n_mine = o0 < p.out && seg < n_steps ? static_cast<int>((n_steps - seg + wpr - 1) / wpr) : 0;
+  const W* w0p = static_cast<const W*>(p.w.data);
+  const W* w_lane = w0p + (o0 + g) * p.in;  // this lane's first weight row (read only where it exists)
+  uint4* my_ring = smem + warp * (kDepth * kSlot) + lane;
+  auto issue = [&](int k) {  // step k's weights into ring slot k % kDepth (zeros past the end)
+    const int64_t f = (seg + int64_t(k) * wpr) * 32 + 8 * q;
     const bool ok = k < n_mine && f < p.in;
-    uint4* slot = my_ring + (k % kDepth) * 64;
-    cp_async16(slot, ok && row_lo ? w_lo + f : w_lo, ok && row_lo);
-    cp_async16(slot + 32, ok && row_hi ? w_hi + f : w_hi, ok && row_hi);
+    uint4* slot = my_ring + (k % kDepth) * kSlot;
+#pragma unroll
+    for (int n = 0; n < kNO; ++n)
+#pragma unroll
+      for (int h = 0; h < 2; ++h) {
+        const bool v = ok && o0 + 16 * n + 8 * h + g < p.out;
+        cp_async16(slot + (2 * n + h) * 32, v ? w_lane + (16 * n + 8 * h) * p.in + f : w0p, v);
+      }
     cp_async_commit();
   };
 #pragma unroll
@@ -136,86 +161,109 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) fast_gemv_kernel(Fu
   }
   const float* nw = static_cast<const float*>(p.norm_w.data);
 
-  // Staging: warp w stages rows w, w + 8, ...; lane l features 8l .. 8l + 7 of the chunk. The next chunk's rows are
-  // loaded into registers before this chunk's products, so their latency overlaps the math.
-  float xr[NT][8], ss[NT];
+  // Staging: warp w stages rows w, w + 8, ...; lane l features 8l .. 8l + 7 of each 256 of the chunk. The next
+  // chunk's rows are loaded into registers before this chunk's products, so their latency overlaps the math.
+  float xr[NT][kSub][8], ss[NT];
   auto load_chunk = [&](int64_t kc) {
-    const int64_t f = kc * kChunk + 8 * lane;
 #pragma unroll
-    for (int rr = 0; rr < NT; ++rr) {
-      const int t = warp + 8 * rr;
-      if (t < c.T && f < p.in) {
-        const float4 x0 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f);
-        const float4 x1 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f + 4);
-        xr[rr][0] = x0.x, xr[rr][1] = x0.y, xr[rr][2] = x0.z, xr[rr][3] = x0.w;
-        xr[rr][4] = x1.x, xr[rr][5] = x1.y, xr[rr][6] = x1.z, xr[rr][7] = x1.w;
-      } else {
+    for (int u = 0; u < kSub; ++u) {
+      const int64_t f = kc * kChunk + 256 * u + 8 * lane;
 #pragma unroll
-        for (int e = 0; e < 8; ++e) xr[rr][e] = 0.0f;
+      for (int rr = 0; rr < NT; ++rr) {
+        const int t = warp + 8 * rr;
+        if (t < c.T && f < p.in) {
+          const float4 x0 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f);
+          const float4 x1 = *reinterpret_cast<const float4*>(c.x.data + t * c.x.stride + f + 4);
+          xr[rr][u][0] = x0.x, xr[rr][u][1] = x0.y, xr[rr][u][2] = x0.z, xr[rr][u][3] = x0.w;
+          xr[rr][u][4] = x1.x, xr[rr][u][5] = x1.y, xr[rr][u][6] = x1.z, xr[rr][u][7] = x1.w;
+        } else {
+#pragma unroll
+          for (int e = 0; e < 8; ++e) xr[rr][u][e] = 0.0f;
+        }
       }
     }
   };
   auto store_chunk = [&](int64_t kc) {
-    const int64_t f = kc * kChunk + 8 * lane;
-    float n8[8];
 #pragma unroll
-    for (int e = 0; e < 8; ++e) n8[e] = 1.0f;
-    if (norm && f < p.in) {
-      const float4 n0 = *reinterpret_cast<const float4*>(nw + f), n1 = *reinterpret_cast<const float4*>(nw + f + 4);
-      n8[0] = n0.x, n8[1] = n0.y, n8[2] = n0.z, n8[3] = n0.w, n8[4] = n1.x, n8[5] = n1.y, n8[6] = n1.z, n8[7] = n1.w;
-    }
+    for (int u = 0; u < kSub; ++u) {
+      const int64_t f = kc * kChunk + 256 * u + 8 * lane;
+      float n8[8];
 #pragma unroll
-    for (int rr = 0; rr < NT; ++rr) {
-      const int t = warp + 8 * rr;
-      const float gs = per_group && t < c.T && f < p.in ? group_scale[t * n_groups + f / p.norm_group] : 1.0f;
-      uint32_t h[4];
-#pragma unroll
-      for (int e = 0; e < 8; e += 2) {
-        // Explicit roundings: the same operations whatever the instantiation (no contraction choices).
-        if (post_scale) ss[rr] = __fmaf_rn(xr[rr][e + 1], xr[rr][e + 1], __fmaf_rn(xr[rr][e], xr[rr][e], ss[rr]));
-        float u = __fmul_rn(xr[rr][e], n8[e]), v = __fmul_rn(xr[rr][e + 1], n8[e + 1]);
-        if (per_group) u = __fmul_rn(u, gs), v = __fmul_rn(v, gs);
-        h[e / 2] = pack_round2<W>(u, v);
+      for (int e = 0; e < 8; ++e) n8[e] = 1.0f;
+      if (norm && f < p.in) {
+        const float4 n0 = *reinterpret_cast<const float4*>(nw + f), n1 = *reinterpret_cast<const float4*>(nw + f + 4);
+        n8[0] = n0.x, n8[1] = n0.y, n8[2] = n0.z, n8[3] = n0.w, n8[4] = n1.x, n8[5] = n1.y, n8[6] = n1.z, n8[7] = n1.w;
       }
-      *reinterpret_cast<uint4*>(act + t * (kChunk + kActPad) + 8 * lane) = make_uint4(h[0], h[1], h[2], h[3]);
+#pragma unroll
+      for (int rr = 0; rr < NT; ++rr) {
+        const int t = warp + 8 * rr;
+        const float gs = per_group && t < c.T && f < p.in ? group_scale[t * n_groups + f / p.norm_group] : 1.0f;
+        const float* xv = xr[rr][u];
+        uint32_t h[4];
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          // Explicit roundings: the same operations whatever the instantiation (no contraction choices).
+          if (post_scale) ss[rr] = __fmaf_rn(xv[e + 1], xv[e + 1], __fmaf_rn(xv[e], xv[e], ss[rr]));
+          float a = __fmul_rn(xv[e], n8[e]), b = __fmul_rn(xv[e + 1], n8[e + 1]);
+          if (per_group) a = __fmul_rn(a, gs), b = __fmul_rn(b, gs);
+          h[e / 2] = pack_round2<W>(a, b);
+        }
+        *reinterpret_cast<uint4*>(act + t * (kChunk + kActPad) + 256 * u + 8 * lane) =
+            make_uint4(h[0], h[1], h[2], h[3]);
+      }
     }
   };
 
-  float acc[NT][4];
+  float acc[kNO][NT][4];
 #pragma unroll
-  for (int j = 0; j < NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = ss[j] = 0.0f;
+  for (int j = 0; j < NT; ++j) {
+    ss[j] = 0.0f;
+#pragma unroll
+    for (int n = 0; n < kNO; ++n) acc[n][j][0] = acc[n][j][1] = acc[n][j][2] = acc[n][j][3] = 0.0f;
+  }
   const int64_t n_kchunks = (p.in + kChunk - 1) / kChunk;
   const int steps_per_chunk = kChunk / 32 / wpr;  // this warp's steps in each chunk
   load_chunk(0);
-  int64_t k = 0;  // this warp's next step
+  int k = 0;  // this warp's next step
   for (int64_t kc = 0; kc < n_kchunks; ++kc) {
     store_chunk(kc);
     __syncthreads();
     if (kc + 1 < n_kchunks) load_chunk(kc + 1);
     for (int i = 0; i < steps_per_chunk && k < n_mine; ++i, ++k) {
       issue(k + kDepth - 1);
-      cp_async_wait_ring();  // step k's weights have landed (this lane's own copies)
-      const uint4* slot = my_ring + (k % kDepth) * 64;
-      const uint4 a = slot[0], b = slot[32];
+      cp_async_wait<kDepth - 1>();  // step k's weights have landed (this lane's own copies)
+      const uint4* slot = my_ring + (k % kDepth) * kSlot;
+      uint4 wa[kNO], wb[kNO];
+#pragma unroll
+      for (int n = 0; n < kNO; ++n) wa[n] = slot[64 * n], wb[n] = slot[64 * n + 32];
       const int col = (seg + i * wpr) * 32 + 8 * q;  // within the chunk
 #pragma unroll
       for (int j = 0; j < NT; ++j) {
         const uint4 xv = *reinterpret_cast<const uint4*>(act + (8 * j + g) * (kChunk + kActPad) + col);
-        mma_16816<W>(acc[j], a.x, b.x, a.y, b.y, xv.x, xv.y);
-        mma_16816<W>(acc[j], a.z, b.z, a.w, b.w, xv.z, xv.w);
+#pragma unroll
+        for (int n = 0; n < kNO; ++n) {
+          mma_16816<W>(acc[n][j], wa[n].x, wb[n].x, wa[n].y, wb[n].y, xv.x, xv.y);
+          mma_16816<W>(acc[n][j], wa[n].z, wb[n].z, wa[n].w, wb[n].w, xv.z, xv.w);
+        }
       }
     }
     __syncthreads();  // the chunk's activations are read before the next chunk overwrites them
   }
   asm volatile("cp.async.wait_all;" ::: "memory");
-  // acc[j]: outputs g, g+8 of the tile for rows 8j + 2q, 8j + 2q + 1. ss[rr]: row warp + 8rr over this lane's
+  __syncthreads();  // every warp's ring is idle: the partial sums take its place
+  float* part = reinterpret_cast<float*>(smem);  // [warp][kNO][16][NR]
+  auto part_at = [&](int w, int n, int r, int t) -> float& { return part[((w * kNO + n) * 16 + r) * NR + t]; };
+  // acc[n][j]: outputs g, g+8 of tile n for rows 8j + 2q, 8j + 2q + 1. ss[rr]: row warp + 8rr over this lane's
   // features, visited in feature order whatever the batch; the lanes' partials then meet in a fixed tree.
 #pragma unroll
   for (int j = 0; j < NT; ++j) {
-    part[warp][g][8 * j + 2 * q] = acc[j][0];
-    part[warp][g][8 * j + 2 * q + 1] = acc[j][1];
-    part[warp][g + 8][8 * j + 2 * q] = acc[j][2];
-    part[warp][g + 8][8 * j + 2 * q + 1] = acc[j][3];
+#pragma unroll
+    for (int n = 0; n < kNO; ++n) {
+      part_at(warp, n, g, 8 * j + 2 * q) = acc[n][j][0];
+      part_at(warp, n, g, 8 * j + 2 * q + 1) = acc[n][j][1];
+      part_at(warp, n, g + 8, 8 * j + 2 * q) = acc[n][j][2];
+      part_at(warp, n, g + 8, 8 * j + 2 * q + 1) = acc[n][j][3];
+    }
     float s = ss[j];
 #pragma unroll
     for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
@@ -227,26 +275,27 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) fast_gemv_kernel(Fu
     const int tile = idx / per_tile, r = (idx % per_tile) / T, t = idx % T;
     const int64_t o = (tile_block * tiles_per_block + tile) * 16 + r;
     if (o >= p.out) continue;
+    const int w0 = (tile / kNO) * wpr, n = tile % kNO;  // the tile's warps are w0 .. w0 + wpr - 1
     float a = 0.0f;
-    for (int kk = 0; kk < wpr; ++kk) a = __fadd_rn(a, part[tile * wpr + kk][r][t]);
+    for (int kk = 0; kk < wpr; ++kk) a = __fadd_rn(a, part_at(w0 + kk, n, r, t));
     if (post_scale) a = __fmul_rn(a, rsqrtf(__fadd_rn(__fdiv_rn(row_ss[t], static_cast<float>(p.in)), p.eps)));
     if (p.bias.data) a = __fadd_rn(a, load_f(p.bias.data, p.bias.dtype, o));
     finish_output(c, t, o, a, load_conv_taps(c, t, o));
   }
 }
 
-// K split: more warps per tile until the grid covers the GPU twice, keeping >= 8 steps of 32 features per warp.
+// K split: more warps per tile until the grid covers the GPU twice, keeping >= 2 steps of 32 features per warp.
 // From the weight's shape only (never the row count): the reduction order of an output must not depend on it.
 int fast_wpr(const FusedGemvLaunch& p, int sm_count) {
   const int64_t tiles = (p.out + 15) / 16, steps = (p.in + 31) / 32;
   int wpr = 1;
-  while (wpr < kWarps && (tiles * wpr + kWarps - 1) / kWarps < 2 * int64_t(sm_count) && steps >= 8 * wpr) wpr *= 2;
+  while (wpr < kWarps && (tiles * wpr + kWarps - 1) / kWarps < 2 * int64_t(sm_count) && steps >= 2 * wpr) wpr *= 2;
   return wpr;
 }
 
 template <class W, int NT>
 void launch_nt(const FusedGemvLaunch& p, int wpr, cudaStream_t stream) {
-  const int64_t tiles = (p.out + 15) / 16, tiles_per_block = kWarps / wpr;
+  const int64_t tiles = (p.out + 15) / 16, tiles_per_block = kWarps / wpr * tiles_per_warp<NT>();
   const int64_t n_chunks = (p.T + 8 * NT - 1) / (8 * NT);
   const auto blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block * n_chunks);
   constexpr size_t smem = fast_smem_bytes<NT>();  // allowed by init_fast_gemv
