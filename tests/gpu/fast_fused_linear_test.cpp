@@ -1,5 +1,5 @@
-// The fast-precision fused linear of decode (fused_gemv_fast.cu, through Backend::fused_linear), one kernel for
-// every batch size 1..256:
+// The fast-precision fused linear of decode (fused_gemv_fast.cu, through Backend::fused_linear; opted in with
+// MAMBACPP_DECODE_GEMM=fused, which the backend reads when it is made), one kernel for every batch size 1..256:
 // - against an fp64 reference of what it is defined to compute: y_t = s_t * sum_i bf16(x_ti * nw_i) * W_oi with the
 //   one-group norm's scale s_t = rsqrt(mean(x_t^2) + eps) applied after the dot product (no norm: s_t = 1), plus
 //   bias; the conv epilogue silu(b + sum_k w_k in_k) and the state shift; the residual add. The rounded activations
@@ -25,6 +25,7 @@ namespace {
 using gputest::DeviceArena;
 using gputest::Rng;
 using gputest::rounded;
+using gputest::ScopedEnv;
 
 struct Shape {
   const char* name;
@@ -114,6 +115,7 @@ TEST(CudaFastFusedLinear, MatchesReferenceAndIsBatchInvariant) {
       {"lm-head-like: one-group norm, odd out", 333, 256, 256, false, false, false},
       {"x_proj-like: no norm, bias", 40, 264, 0, false, false, true},
   };
+  const ScopedEnv fused("MAMBACPP_DECODE_GEMM", "fused");
   auto be = make_cuda_backend(DType::BF16, Precision::Fast);
   for (const Shape& sh : shapes) {
     SCOPED_TRACE(sh.name);
