@@ -124,7 +124,8 @@ TEST(CudaFastFusedLinear, MatchesReferenceAndIsBatchInvariant) {
 
     // fp64 reference over all rows.
     const int64_t n_groups = sh.norm_group ? sh.in / sh.norm_group : 1;
-    std::vector<double> ref_y(static_cast<size_t>(kRows * sh.out)), ref_conv, ref_state(in.state0.begin(), in.state0.end());
+    std::vector<double> ref_y(static_cast<size_t>(kRows * sh.out)), ref_conv;
+    std::vector<double> ref_state(in.state0.begin(), in.state0.end());
     if (sh.conv) ref_conv.resize(static_cast<size_t>(kRows * in.ch));
     for (int64_t t = 0; t < kRows; ++t) {
       std::vector<double> scale(static_cast<size_t>(n_groups), 1.0);

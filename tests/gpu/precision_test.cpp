@@ -5,10 +5,11 @@
 //   activation (printed, not bounded here: it depends on cancellation in the dot products).
 // - Batch invariance, fast mode: every kernel of a decode step and of a prefill computes a row's values in an
 //   order that does not depend on the other rows, so a sequence's logits are the same bits alone and in a batch
-//   of any size 1..256 (asserted with ==), on the default decode linears (norm-and-round, pinned cuBLASLt GEMM, conv
-//   step) and on the opt-in fused_gemv_fast.cu (MAMBACPP_DECODE_GEMM=fused). Exact mode keeps the fused GEMVs for up to 8 rows and cuBLASLt's
-//   per-shape algorithm above, whose summation orders differ at f32 rounding: 1e-5 and the same greedy tokens (bf16
-//   state: such a difference can flip one rounding of a state entry, 2^-9 of it: 3e-2 as in model_gpu_test.cpp).
+//   of any size 1..256 (asserted with ==), on the default decode linears (norm-and-round, pinned cuBLASLt GEMM,
+//   conv step) and on the opt-in fused_gemv_fast.cu (MAMBACPP_DECODE_GEMM=fused). Exact mode keeps the fused GEMVs
+//   for up to 8 rows and cuBLASLt's per-shape algorithm above, whose summation orders differ at f32 rounding: 1e-5
+//   and the same greedy tokens (bf16 state: such a difference can flip one rounding of a state entry, 2^-9 of it:
+//   3e-2 as in model_gpu_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>

@@ -113,7 +113,8 @@ constexpr size_t fast_smem_bytes() {
 }
 
 template <class W, int NT>
-__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2) fast_gemv_kernel(FusedGemvLaunch p, int wpr, int n_chunks) {
+__global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)
+    fast_gemv_kernel(FusedGemvLaunch p, int wpr, int n_chunks) {
   constexpr int NR = 8 * NT;  // rows a block covers
   constexpr int kChunk = chunk_features<NT>(), kSub = kChunk / 256, kNO = tiles_per_warp<NT>();
   constexpr int kDepth = ring_depth<NT>(), kSlot = kNO * 2 * 32;  // uint4s per ring slot of a warp

@@ -66,10 +66,11 @@ void launch_fused_gemv_mma(const FusedGemvLaunch& p, int sm_count, cudaStream_t 
 // fused_gemv_supported). Throws Error for shapes that do not chain. `seqs` is left for the caller to fill.
 std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64_t B);
 
-// Fast precision (fused_gemv_fast.cu): one tensor-core kernel for decode batches of 1..kFastMaxRows rows, the
-// activations rounded to the weight dtype as they enter the products (times norm_w; the one-group norm's scale
-// after the dot product, a group-wise norm's scale before the rounding), the conv / residual epilogue kept, and a
-// reduction order fixed by the weight's shape alone: a row's outputs are the same bits at every batch size.
+// Fast precision, opt-in (MAMBACPP_DECODE_GEMM=fused; fused_gemv_fast.cu): one tensor-core kernel for decode
+// batches of 1..kFastMaxRows rows instead of the three above, the activations rounded to the weight dtype as they
+// enter the products (times norm_w; the one-group norm's scale after the dot product, a group-wise norm's scale
+// before the rounding), the conv / residual epilogue kept, and a reduction order fixed by the weight's shape alone:
+// a row's outputs are the same bits at every batch size.
 // Whether it takes the launch: 16-bit weights, in % 8 == 0, 16-byte aligned weights / rows / norm weights, norm
 // groups of whole 8-feature runs (at most kFusedMaxNormGroups). None of these depends on the row count.
 bool fast_gemv_supported(const FusedGemvLaunch& p);
