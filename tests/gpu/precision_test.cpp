@@ -213,9 +213,10 @@ INSTANTIATE_TEST_SUITE_P(ArchStatePrecision, GpuBatchInvariance,
                                             ::testing::Values(DType::F32, DType::BF16),
                                             ::testing::Values(Precision::Fast, Precision::Exact)));
 
-// The fast decode path (norm-and-round, pinned GEMMs, dt_proj as a GEMM for Mamba-1) against exact decode of the
-// same prompts and tokens: each GEMM input rounded to bf16 (2^-9 relative), as rounding the weights would: 3e-2 of
-// the logits' range (model_gpu_test.cpp's bound for bf16 weights), at batch sizes on both sides of 8.
+// The fast decode paths (norm-and-round, pinned GEMMs, dt_proj as a GEMM for Mamba-1; or fused_gemv_fast.cu with
+// that dt_proj GEMM) against exact decode of the same prompts and tokens: each GEMM input rounded to bf16 (2^-9
+// relative), as rounding the weights would: 3e-2 of the logits' range (model_gpu_test.cpp's bound for bf16 weights),
+// at batch sizes on both sides of 8.
 TEST(GpuBatchInvariance, FastDecodeStaysCloseToExact) {
   MAMBACPP_REQUIRE_GPU();
   for (const char* gemm : {"cublaslt", "fused"})  // MAMBACPP_DECODE_GEMM: the default path and fused_gemv_fast.cu
