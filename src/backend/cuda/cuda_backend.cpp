@@ -68,7 +68,7 @@ class CudaBackend final : public Backend {
     // fused_gemv_fast.cu at every batch size (batch-invariant, faster at 1-8 rows, slower from 32) instead of
     // norm-and-round -> pinned cuBLASLt GEMM -> conv step.
     if (const char* env = std::getenv("MAMBACPP_DECODE_GEMM")) decode_gemm_fused_ = std::string(env) == "fused";
-    init_fast_gemv();
+    if (decode_gemm_fused_) init_fast_gemv();
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                    ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") + ")";
   }
