@@ -70,7 +70,8 @@ class CudaBackend final : public Backend {
     if (const char* env = std::getenv("MAMBACPP_DECODE_GEMM")) decode_gemm_fused_ = std::string(env) == "fused";
     if (decode_gemm_fused_) init_fast_gemv();
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
-                   ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") + ")";
+                   ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") +
+                   (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") + ")";
   }
 
   ~CudaBackend() override {
