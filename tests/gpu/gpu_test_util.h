@@ -7,9 +7,11 @@
 
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <limits>
 #include <memory>
 #include <random>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -35,6 +37,30 @@ inline double rel_err(const std::vector<float>& got, const std::vector<double>& 
   if (mag == 0.0) return err == 0.0 ? 0.0 : std::numeric_limits<double>::infinity();
   return err / mag;
 }
+
+// Sets an environment variable for the lifetime of the object (e.g. MAMBACPP_DECODE_GEMM, which the CUDA backend
+// reads when it is made).
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
+    setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      setenv(name_, old_.c_str(), 1);
+    } else {
+      unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  std::string old_;
+  bool had_ = false;
+};
 
 class Rng {
  public:

@@ -5,14 +5,17 @@
 //   activation (printed, not bounded here: it depends on cancellation in the dot products).
 // - Batch invariance, fast mode: every kernel of a decode step and of a prefill computes a row's values in an
 //   order that does not depend on the other rows, so a sequence's logits are the same bits alone and in a batch
-//   of any size 1..256 (asserted with ==). Exact mode keeps the fused GEMVs for up to 8 rows and cuBLASLt's
-//   per-shape algorithm above, whose summation orders differ at f32 rounding: 1e-5 and the same greedy tokens (bf16
-//   state: such a difference can flip one rounding of a state entry, 2^-9 of it: 3e-2 as in model_gpu_test.cpp).
+//   of any size 1..256 (asserted with ==), on the default decode linears (norm-and-round, pinned cuBLASLt GEMM,
+//   conv step) and on the opt-in fused_gemv_fast.cu (MAMBACPP_DECODE_GEMM=fused). Exact mode keeps the fused GEMVs
+//   for up to 8 rows and cuBLASLt's per-shape algorithm above, whose summation orders differ at f32 rounding: 1e-5
+//   and the same greedy tokens (bf16 state: such a difference can flip one rounding of a state entry, 2^-9 of it:
+//   3e-2 as in model_gpu_test.cpp).
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
 #include "backend/backend.h"
@@ -126,11 +129,9 @@ std::vector<float> decode_logits(const Model& m, int64_t n_seqs, int64_t track, 
   return out;
 }
 
-class GpuBatchInvariance : public ::testing::TestWithParam<std::tuple<Arch, DType, Precision>> {};
-
-TEST_P(GpuBatchInvariance, GreedyDecodeAloneEqualsEveryBatchSize) {
-  MAMBACPP_REQUIRE_GPU();
-  const auto [arch, state_dtype, precision] = GetParam();
+// Greedy decode of 3 sequences, each alone and inside batches of 3, 8, 9, 33 and 256: fast precision must give the
+// same bits, exact precision the same tokens and logits within f32 rounding.
+void check_alone_equals_batched(Arch arch, DType state_dtype, Precision precision) {
   test::TempDir dir;
   const ModelConfig c = medium_config(arch);
   test::write_random_model(dir.path(), c, 71);
@@ -187,31 +188,54 @@ TEST_P(GpuBatchInvariance, GreedyDecodeAloneEqualsEveryBatchSize) {
   }
 }
 
+class GpuBatchInvariance : public ::testing::TestWithParam<std::tuple<Arch, DType, Precision>> {};
+
+TEST_P(GpuBatchInvariance, GreedyDecodeAloneEqualsEveryBatchSize) {
+  MAMBACPP_REQUIRE_GPU();
+  const auto [arch, state_dtype, precision] = GetParam();
+  check_alone_equals_batched(arch, state_dtype, precision);
+}
+
+// The same with fast precision's decode linears on fused_gemv_fast.cu (opted in by MAMBACPP_DECODE_GEMM=fused):
+// one kernel at every batch size, its reduction order fixed by the weight's shape.
+TEST(GpuBatchInvariance, FusedDecodeKernelAloneEqualsEveryBatchSize) {
+  MAMBACPP_REQUIRE_GPU();
+  const gputest::ScopedEnv fused("MAMBACPP_DECODE_GEMM", "fused");
+  for (Arch arch : {Arch::Mamba1, Arch::Mamba2})
+    for (DType state_dtype : {DType::F32, DType::BF16}) {
+      SCOPED_TRACE(std::string(arch_name(arch)) + " state " + dtype_name(state_dtype));
+      check_alone_equals_batched(arch, state_dtype, Precision::Fast);
+    }
+}
+
 INSTANTIATE_TEST_SUITE_P(ArchStatePrecision, GpuBatchInvariance,
                          ::testing::Combine(::testing::Values(Arch::Mamba1, Arch::Mamba2),
                                             ::testing::Values(DType::F32, DType::BF16),
                                             ::testing::Values(Precision::Fast, Precision::Exact)));
 
-// The fast decode path (norm-and-round, pinned GEMMs, dt_proj as a GEMM for Mamba-1) against exact decode of the
-// same prompts and tokens: each GEMM input rounded to bf16 (2^-9 relative), as rounding the weights would: 3e-2 of
-// the logits' range (model_gpu_test.cpp's bound for bf16 weights), at batch sizes on both sides of 8.
+// The fast decode paths (norm-and-round, pinned GEMMs, dt_proj as a GEMM for Mamba-1; or fused_gemv_fast.cu with
+// that dt_proj GEMM) against exact decode of the same prompts and tokens: each GEMM input rounded to bf16 (2^-9
+// relative), as rounding the weights would: 3e-2 of the logits' range (model_gpu_test.cpp's bound for bf16 weights),
+// at batch sizes on both sides of 8.
 TEST(GpuBatchInvariance, FastDecodeStaysCloseToExact) {
   MAMBACPP_REQUIRE_GPU();
-  for (Arch arch : {Arch::Mamba1, Arch::Mamba2}) {
-    test::TempDir dir;
-    const ModelConfig c = medium_config(arch);
-    test::write_random_model(dir.path(), c, 73);
-    auto fast = load(dir.path(), Precision::Fast), exact = load(dir.path(), Precision::Exact);
-    for (int64_t B : {1, 9}) {
-      std::vector<int32_t> tf, te;
-      const auto lf = decode_logits(*fast, B, B, 4, DType::F32, c.vocab_size, &tf, /*scripted=*/true);
-      const auto le = decode_logits(*exact, B, B, 4, DType::F32, c.vocab_size, &te, /*scripted=*/true);
-      const double d = test::max_rel_diff(lf, le);
-      std::printf("[fast] %s decode B %lld: max rel logit diff fast vs exact %.2e\n", arch_name(arch),
-                  static_cast<long long>(B), d);
-      EXPECT_LE(d, 3e-2) << arch_name(arch) << " B " << B;
+  for (const char* gemm : {"cublaslt", "fused"})  // MAMBACPP_DECODE_GEMM: the default path and fused_gemv_fast.cu
+    for (Arch arch : {Arch::Mamba1, Arch::Mamba2}) {
+      const gputest::ScopedEnv env("MAMBACPP_DECODE_GEMM", gemm);
+      test::TempDir dir;
+      const ModelConfig c = medium_config(arch);
+      test::write_random_model(dir.path(), c, 73);
+      auto fast = load(dir.path(), Precision::Fast), exact = load(dir.path(), Precision::Exact);
+      for (int64_t B : {1, 9}) {
+        std::vector<int32_t> tf, te;
+        const auto lf = decode_logits(*fast, B, B, 4, DType::F32, c.vocab_size, &tf, /*scripted=*/true);
+        const auto le = decode_logits(*exact, B, B, 4, DType::F32, c.vocab_size, &te, /*scripted=*/true);
+        const double d = test::max_rel_diff(lf, le);
+        std::printf("[fast] %s decode (%s) B %lld: max rel logit diff fast vs exact %.2e\n", arch_name(arch), gemm,
+                    static_cast<long long>(B), d);
+        EXPECT_LE(d, 3e-2) << arch_name(arch) << " " << gemm << " B " << B;
+      }
     }
-  }
 }
 
 // Packed prefill of sequences of different lengths == each alone, bit for bit in fast mode (every GEMM row on the

@@ -11,8 +11,10 @@
 #include <algorithm>
 #include <climits>
 #include <cmath>
+#include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -62,8 +64,14 @@ class CudaBackend final : public Backend {
     cudaDeviceProp prop{};
     MAMBACPP_CUDA_CHECK(cudaGetDeviceProperties(&prop, device_));
     sm_count_ = prop.multiProcessorCount;
+    // Opt-in (docs/benchmarks.md, v12): MAMBACPP_DECODE_GEMM=fused runs fast precision's decode linears on
+    // fused_gemv_fast.cu at every batch size (batch-invariant, faster at 1-8 rows, slower from 32) instead of
+    // norm-and-round -> pinned cuBLASLt GEMM -> conv step.
+    if (const char* env = std::getenv("MAMBACPP_DECODE_GEMM")) decode_gemm_fused_ = std::string(env) == "fused";
+    if (decode_gemm_fused_) init_fast_gemv();
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
-                   ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") + ")";
+                   ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") +
+                   (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") + ")";
   }
 
   ~CudaBackend() override {
@@ -532,12 +540,21 @@ class CudaBackend final : public Backend {
     launch_fused_gemv(*p, sm_count_, stream());
   }
 
-  // rows of x normed (norm_w set) and rounded to the weight dtype by one kernel, the pinned GEMM into y (added to it
-  // when accumulating: beta = 1), then the conv step over the conv columns of y.
+  // Rows of x normed (norm_w set) and rounded to the weight dtype by one kernel, the pinned GEMM into y (added to it
+  // when accumulating: beta = 1), then the conv step over the conv columns of y. Opted in (decode_gemm_fused_): one
+  // kernel (fused_gemv_fast.cu) for every decode batch size, where it takes the shapes (the same answer at every
+  // batch size).
   void fused_linear_fast(const FusedLinearArgs& a, const BatchLayout& batch) {
     const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.dim(0);
     need(in <= INT_MAX && out <= INT_MAX && a.y.stride0() <= INT_MAX, "fused_linear: dimensions beyond cuBLAS's ",
          "32-bit limits: x ", a.x.shape_string(), ", w ", a.w.shape_string());
+    if (decode_gemm_fused_) {
+      if (std::optional<FusedGemvLaunch> p = fast_gemv_launch(a, B)) {
+        if (p->conv_channels > 0) p->seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
+        launch_fast_gemv(*p, sm_count_, stream());
+        return;
+      }
+    }
     void* x16 = decode_scratch(fast_x16_, B, in, 2);
     launch_rmsnorm_round(crows(a.x), a.norm_w.empty() ? DevWeight{} : weight(a.norm_w),
                          a.norm_group > 0 ? a.norm_group : in, a.eps, a.w.dtype, x16, B, in, stream());
@@ -989,6 +1006,7 @@ class CudaBackend final : public Backend {
   int sm_count_ = 1;
   DType weight_dtype_ = DType::BF16;
   bool fast_ = false;  // Precision::Fast: 16-bit weights take linear_fast / the fast fused_linear
+  bool decode_gemm_fused_ = false;  // MAMBACPP_DECODE_GEMM=fused: the fast fused_linear on fused_gemv_fast.cu
   bool batch_invariant_ = true;  // fast: the fast fused_linear at every batch size (false: fused GEMVs up to 8 rows)
   std::string description_;
   cudaStream_t stream_ = nullptr;

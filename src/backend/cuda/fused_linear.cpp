@@ -24,7 +24,10 @@ bool f32_vector(const TensorView& v) { return v.dtype == DType::F32 && v.contigu
 
 }  // namespace
 
-std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64_t B) {
+namespace {
+
+// The launch parameters for up to max_rows rows; nullopt for what no fused kernel takes.
+std::optional<FusedGemvLaunch> build_launch(const FusedLinearArgs& a, int64_t B, int64_t max_rows) {
   const char* op = "fused_linear";
   need(a.x.ndim == 2 && a.w.ndim == 2 && a.y.ndim == 2, op, ": x, w and y must be 2-D, found ", a.x.shape_string(),
        ", ", a.w.shape_string(), ", ", a.y.shape_string());
@@ -33,7 +36,7 @@ std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64
        a.y.shape_string(), " do not chain");
   need(a.bias.empty() || a.bias.numel() == out, op, ": bias has ", a.bias.numel(), " elements, expected ", out);
   need(a.norm_w.empty() || a.norm_w.numel() == in, op, ": norm_w has ", a.norm_w.numel(), " elements, expected ", in);
-  if (B < 1 || B > kFusedMaxRows || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous()) return std::nullopt;
+  if (B < 1 || B > max_rows || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous()) return std::nullopt;
   if (!is_float_dtype(a.w.dtype) || (!a.bias.empty() && !is_float_dtype(a.bias.dtype))) return std::nullopt;
   if (!a.norm_w.empty() && !f32_vector(a.norm_w)) return std::nullopt;
 
@@ -79,7 +82,20 @@ std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64
     p.state_bf16 = a.conv_state.dtype == DType::BF16;
     p.conv_out = rows(a.conv_out);
   }
-  if (!fused_gemv_supported(p)) return std::nullopt;
+  return p;
+}
+
+}  // namespace
+
+std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64_t B) {
+  std::optional<FusedGemvLaunch> p = build_launch(a, B, kFusedMaxRows);
+  if (p && !fused_gemv_supported(*p)) return std::nullopt;
+  return p;
+}
+
+std::optional<FusedGemvLaunch> fast_gemv_launch(const FusedLinearArgs& a, int64_t B) {
+  std::optional<FusedGemvLaunch> p = build_launch(a, B, kFastMaxRows);
+  if (p && !fast_gemv_supported(*p)) return std::nullopt;
   return p;
 }
 

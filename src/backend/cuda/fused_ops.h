@@ -66,4 +66,18 @@ void launch_fused_gemv_mma(const FusedGemvLaunch& p, int sm_count, cudaStream_t 
 // fused_gemv_supported). Throws Error for shapes that do not chain. `seqs` is left for the caller to fill.
 std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64_t B);
 
+// Fast precision, opt-in (MAMBACPP_DECODE_GEMM=fused; fused_gemv_fast.cu): one tensor-core kernel for decode
+// batches of 1..kFastMaxRows rows instead of the three above, the activations rounded to the weight dtype as they
+// enter the products (times norm_w; the one-group norm's scale after the dot product, a group-wise norm's scale
+// before the rounding), the conv / residual epilogue kept, and a reduction order fixed by the weight's shape alone:
+// a row's outputs are the same bits at every batch size.
+// Whether it takes the launch: 16-bit weights, in % 8 == 0, 16-byte aligned weights / rows / norm weights, norm
+// groups of whole 8-feature runs (at most kFusedMaxNormGroups). None of these depends on the row count.
+bool fast_gemv_supported(const FusedGemvLaunch& p);
+void launch_fast_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream);
+// Sets the kernels' shared-memory limits: once per process and device, before the first launch_fast_gemv.
+void init_fast_gemv();
+// fused_gemv_launch's translation for up to kFastMaxRows rows; nullopt when fast_gemv_supported says no.
+std::optional<FusedGemvLaunch> fast_gemv_launch(const FusedLinearArgs& a, int64_t B);
+
 }  // namespace mambacpp::cuda
