@@ -356,6 +356,8 @@ __global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p
         if (b0 + u < nb) {
           const int64_t chunk = mine.first + k0 + b0 + u;
           sc.chunk_states[(chunk * p.n_heads + h) * PN + e] = state;  // from here on: the state entering the chunk
+          if (sc.states16)  // fast precision: the chunk output's bf16 operand
+            sc.states16[(chunk * p.n_heads + h) * PN + e] = __bfloat16_as_ushort(__float2bfloat16_rn(state));
           state = decay[b0 + u] * state + own[u];
         }
       }
@@ -551,29 +553,37 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
   if (n_chunks <= 0 || p.n_heads <= 0) return;
   const unsigned nc = static_cast<unsigned>(n_chunks), nh = static_cast<unsigned>(p.n_heads);
   const bool tensor_cores = ssd_tc_supported(p);  // steps 2 and 4 on tensor cores (mamba2_ssd_tc.cu)
-  ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, kThreads / 32)), kThreads, 0, stream>>>(p, chunks, scratch);
+  // Fast precision on the tensor-core path: bf16 operands, one product each (mamba2_ssd_fast.cu); the state pass
+  // then also writes the entering states' bf16 copy.
+  const bool fast = tensor_cores && p.fast;
+  SsdScratch sc = scratch;
+  if (!fast) sc.x16 = sc.B16 = sc.C16 = sc.states16 = nullptr;
+  ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, kThreads / 32)), kThreads, 0, stream>>>(p, chunks, sc);
   MAMBACPP_CUDA_LAUNCHED();
   if (p.head_dim <= 0 || p.d_state <= 0) {
     // No state: y = D * x only (ssd_chunk_output's carried-in and intra-chunk terms are empty sums).
   } else {
     if (tensor_cores) {
-      launch_ssd_chunk_state_tc(p, chunks, n_chunks, scratch, stream);
+      launch_ssd_chunk_state_tc(p, chunks, n_chunks, sc, stream);
     } else {
       const int tiles_n = static_cast<int>(cdiv(p.d_state, kTile));
       ssd_chunk_state_kernel<<<dim3(nc, nh, cdiv(p.head_dim, kTile) * tiles_n), kThreads, 0, stream>>>(
-          p, chunks, scratch, tiles_n);
+          p, chunks, sc, tiles_n);
       MAMBACPP_CUDA_LAUNCHED();
     }
     ssd_state_pass_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), nh, cdiv(p.head_dim * p.d_state, kThreads)),
-                            kThreads, 0, stream>>>(p, chunks, seq_chunks, scratch);
+                            kThreads, 0, stream>>>(p, chunks, seq_chunks, sc);
     MAMBACPP_CUDA_LAUNCHED();
   }
-  if (tensor_cores) {
-    launch_ssd_chunk_output_tc(p, chunks, n_chunks, scratch, stream);
+  if (fast) {
+    launch_ssd_round_inputs(p, sc, stream);
+    launch_ssd_chunk_output_fast(p, chunks, n_chunks, sc, stream);
+  } else if (tensor_cores) {
+    launch_ssd_chunk_output_tc(p, chunks, n_chunks, sc, stream);
   } else if (p.head_dim > 0) {
     const int tiles_p = static_cast<int>(cdiv(p.head_dim, kTile));
     ssd_chunk_output_kernel<<<dim3(nc, nh, cdiv(p.chunk_size, kTile) * tiles_p), kThreads, 0, stream>>>(
-        p, chunks, scratch, tiles_p);
+        p, chunks, sc, tiles_p);
     MAMBACPP_CUDA_LAUNCHED();
   }
 }
