@@ -13,7 +13,11 @@ run() {  # name, bench args...
   local out
   out=$(timeout 120 "$cli" bench --device cuda -g 1 -r 3 --json "$@" "${extra[@]}" 2>&1 | grep '^{' | tail -1)
   if [ -z "$out" ]; then echo "$name  FAILED"; return; fi
-  python3 -c 'import json,sys; j=json.loads(sys.argv[2]); print(f"{sys.argv[1]:<34} {j[\"prefill_ms\"]:9.2f} ms {j[\"prefill_tokens_per_s\"]:10.0f} tok/s")' "$name" "$out"
+  python3 - "$name" "$out" <<'PY'
+import json, sys
+j = json.loads(sys.argv[2])
+print(f"{sys.argv[1]:<34} {j['prefill_ms']:9.2f} ms {j['prefill_tokens_per_s']:10.0f} tok/s")
+PY
 }
 m27=(--shape mamba2-2.7b)
 case "$rows" in

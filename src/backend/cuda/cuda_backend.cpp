@@ -491,6 +491,7 @@ class CudaBackend final : public Backend {
     sc.chunk_states = static_cast<float*>(
         grow(ssd_states_, static_cast<size_t>(std::max<int64_t>(n_chunks * H * P * N, 1)) * sizeof(float)));
     p.fast = fast_ && weight_dtype_ != DType::F32;  // fast precision covers 16-bit weights only
+    p.has_single_seqs = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
     if (p.fast) {  // bf16 copies of x, B, C and of the entering states (mamba2_ssd_fast.cu)
       auto part = [](int64_t elems) { return align(static_cast<size_t>(std::max<int64_t>(elems, 1)) * 2); };
       const size_t bx = part(T * H * P), bg = part(T * G * N), bs = part(n_chunks * H * P * N);

@@ -129,6 +129,7 @@ struct Mamba2Launch {
   // Fast precision (16-bit weights): the chunked path's matrix products take bf16 operands, one tensor-core product
   // with f32 accumulation (mamba2_ssd_fast.cu); false: the near-f32 hi/lo products. The step kernel ignores it.
   bool fast = false;
+  bool has_single_seqs = false;  // fast chunked path: some sequences have one token (they take the step kernel)
 };
 
 // Every sequence has length 1: the recurrent step, one block per (sequence, head).

@@ -62,7 +62,7 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
   const int64_t row = int64_t(blockIdx.z) * kStepRowsPerBlock + (threadIdx.x >> 5);
   const SeqSpan seq = p.seqs[s];
   const int64_t P = p.head_dim, N = p.d_state;
-  if (seq.len <= 0 || row >= P) return;  // warp-uniform
+  if (seq.len != 1 || row >= P) return;  // warp-uniform (length 0: an idle row; > 1: the chunked kernels')
   const int64_t t = seq.start;
   const int64_t g = h / (p.n_heads / p.n_groups);
   const int lane = threadIdx.x & 31;
@@ -159,7 +159,7 @@ __global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch 
   allow_next_kernel();
   const int64_t s = blockIdx.x, h = blockIdx.y;
   const SeqSpan seq = p.seqs[s];
-  if (seq.len <= 0) return;  // block-uniform
+  if (seq.len != 1) return;  // block-uniform (length 0: an idle row; > 1: the chunked kernels')
   const int lane = threadIdx.x % L, grp = threadIdx.x / L;
   const int64_t P = p.head_dim, N = int64_t(L) * V;
   const int64_t row0 = int64_t(blockIdx.z) * (kGroups * kVecRows) + grp;
@@ -332,6 +332,7 @@ __global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p
   const bool mine_e = e < PN;
   const SsdSeqChunks mine = seq_chunks[s];
   if (mine.count == 0) return;  // block-uniform
+  if (sc.states16 && p.seqs[s].len == 1) return;  // fast precision: single tokens take the step kernel
   const SeqSpan seq = p.seqs[s];
   const int64_t sidx = (seq.slot * p.n_heads + h) * PN + e;
   float state = mine_e ? load_state(p.state, p.state_bf16, sidx) : 0.0f;
@@ -578,6 +579,13 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
   if (fast) {
     launch_ssd_round_inputs(p, sc, stream);
     launch_ssd_chunk_output_fast(p, chunks, n_chunks, sc, stream);
+    // Single-token sequences (decode rows of a mixed batch, one-token prompts) run the step kernel, which skips the
+    // others, as when they run alone: the bf16 chunk products would give other bits (the chunk kernels skip them).
+    if (p.has_single_seqs) {
+      Mamba2Launch ps = p;
+      ps.z = ConstF32Rows{};  // the caller gates every row after the chunked path
+      launch_mamba2_step(ps, stream);
+    }
   } else if (tensor_cores) {
     launch_ssd_chunk_output_tc(p, chunks, n_chunks, sc, stream);
   } else if (p.head_dim > 0) {

@@ -80,16 +80,52 @@ __device__ __forceinline__ uint32_t pack_bf16x2(float lo_col, float hi_col) {
   return *reinterpret_cast<const uint32_t*>(&v);
 }
 
-// rows x (width bf16) tile from global rows (stride in elements) into shared (pitch in elements); rows >= valid
-// zero-filled. width a multiple of 8 (16-byte pieces).
+// kT rows x (width bf16) tile from global rows (stride in elements) into shared (pitch in elements); rows >= valid
+// zero-filled. width a multiple of 8 (16-byte pieces). A thread's (row, piece) advances by a fixed step with one
+// carry: no run-time division per piece.
 __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int pitch, const uint16_t* src, int64_t stride,
                                           int valid_rows, int width) {
   const int per_row = width / 8;
-  const int total = kT * per_row;
-  for (int e = threadIdx.x; e < total; e += kThreads) {
-    const int r = e / per_row, c = e - r * per_row;
+  const int dr = kThreads / per_row, dc = kThreads % per_row;
+  int r = threadIdx.x / per_row, c = threadIdx.x % per_row;
+  while (r < kT) {
     const bool ok = r < valid_rows;
     cp_async16(dst + r * pitch + 8 * c, ok ? src + r * stride + 8 * c : src, ok);
+    r += dr;
+    c += dc;
+    if (c >= per_row) {
+      c -= per_row;
+      ++r;
+    }
+  }
+}
+
+// n elements of 4 or 8 bytes, strided in global memory, into consecutive shared entries; i >= valid zero-filled.
+template <class E>
+__device__ __forceinline__ void copy_column(E* dst, const E* src, int64_t stride, int n, int valid) {
+  static_assert(sizeof(E) == 4 || sizeof(E) == 8, "cp.async.ca copies 4 or 8 bytes");
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const bool ok = i < valid;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst + i)),
+                 "l"(ok ? src + i * stride : src), "n"(sizeof(E)), "r"(ok ? int(sizeof(E)) : 0)
+                 : "memory");
+  }
+}
+
+// s[nt] (nt < NT) = C rows of this warp . B rows 8 nt .. 8 nt + 7 of the source tile, over d_state N. NT is a
+// compile-time count so that the loads and products are straight-line code (a run-time bound made every load and
+// product its own branch, serialising them).
+template <int NT>
+__device__ __forceinline__ void scores(float (&s)[8][4], const __nv_bfloat16* cs, const __nv_bfloat16* kt, int pitch,
+                                       int N, int warp, int lane) {
+#pragma unroll 2
+  for (int k0 = 0; k0 < N; k0 += 16) {
+    uint32_t a[4], bf[NT][2];
+    load_a16(cs, pitch, 16 * warp, k0, lane, a);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) load_b16(kt, pitch, 8 * nt, k0, lane, bf[nt]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(s[nt], a, bf[nt]);
   }
 }
 
@@ -141,6 +177,7 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
   const int it = static_cast<int>(blockIdx.z / tiles_p);
   const int i0 = it * kT;
   if (i0 >= ch.len) return;  // block-uniform
+  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
   const int64_t P = p.head_dim, H = p.n_heads, HP = H * P;
   const int N = static_cast<int>(p.d_state);
   const int64_t G = p.n_groups, GN = G * N;
@@ -156,7 +193,7 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
   auto* cum_s = reinterpret_cast<double*>(cs + 3 * kT * pitch + 2 * kT * kXPitch);  // [2][kT]
   auto* dt_s = reinterpret_cast<float*>(cum_s + 2 * kT);                           // [2][kT]
 
-  // Source tile jt into buffer set b: B rows and X rows by cp.async, decays and dt by plain loads.
+  // Source tile jt into buffer set b, all by cp.async (one group): B rows, X rows, decays and dt.
   auto issue_source = [&](int jt, int b) {
     const int j0 = jt * kT;
     const int rows_j = min(kT, ch.len - j0);
@@ -169,12 +206,9 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
         xbuf(b)[r * kXPitch + c] = __float2bfloat16_rn(0.0f);
       }
     }
+    copy_column(cum_s + b * kT, sc.cum + t0 * H + h, H, kT, rows_j);
+    copy_column(dt_s + b * kT, sc.dt + t0 * H + h, H, kT, rows_j);
     cp_async_commit();
-    if (tid < kT) {
-      const bool v = tid < rows_j;
-      cum_s[b * kT + tid] = v ? sc.cum[(t0 + tid) * H + h] : 0.0;
-      dt_s[b * kT + tid] = v ? sc.dt[(t0 + tid) * H + h] : 0.0f;
-    }
   };
 
   // This thread's two rows (within the tile) and their cumulative decays.
@@ -192,14 +226,7 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
 
   // Carried-in term: acc[i][p] = exp(S_i) * sum_n C_i[n] H_in[p, n].
   float acc[8][4] = {};
-  for (int k0 = 0; k0 < N; k0 += 16) {
-    uint32_t a[4], bf[8][2];
-    load_a16(cs, pitch, 16 * warp, k0, lane, a);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) load_b16(kbuf(0), pitch, 8 * nt, k0, lane, bf[nt]);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) mma_bf16(acc[nt], a, bf[nt]);
-  }
+  scores<8>(acc, cs, kbuf(0), pitch, N, warp, lane);
   {
     const float e0 = expf(static_cast<float>(cum0)), e1 = expf(static_cast<float>(cum1));
 #pragma unroll
@@ -228,15 +255,11 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
     const bool diag = jt == it;
     const int nt_end = diag ? 2 * warp + 2 : 8;
     float s[8][4] = {};
-    for (int k0 = 0; k0 < N; k0 += 16) {
-      uint32_t a[4], bf[8][2];
-      load_a16(cs, pitch, 16 * warp, k0, lane, a);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-        if (nt < nt_end) load_b16(kt, pitch, 8 * nt, k0, lane, bf[nt]);
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-        if (nt < nt_end) mma_bf16(s[nt], a, bf[nt]);
+    switch (nt_end) {  // warp-uniform
+      case 2: scores<2>(s, cs, kt, pitch, N, warp, lane); break;
+      case 4: scores<4>(s, cs, kt, pitch, N, warp, lane); break;
+      case 6: scores<6>(s, cs, kt, pitch, N, warp, lane); break;
+      default: scores<8>(s, cs, kt, pitch, N, warp, lane); break;
     }
     // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j.
 #pragma unroll

@@ -121,6 +121,7 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_state_tc_kernel(Mamba2Laun
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
+  if (Fast && p.seqs[ch.seq].len == 1) return;  // fast precision: single tokens take the step kernel
   const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads;
   const int64_t g = h / (H / p.n_groups);
   const int64_t p0 = int64_t(blockIdx.z / tiles_n) * kT, n0 = int64_t(blockIdx.z % tiles_n) * kT;
