@@ -19,7 +19,9 @@
 //   4. ssd_chunk_output: y per (chunk, head, 64 rows, 64 columns): the carried-in term, then the causal
 //                        intra-chunk term tile by tile (C.B^T masked and scaled, times x), then D * x.
 // Steps 2 and 4 run on the tensor cores (mamba2_ssd_tc.cu, near-f32 by a bf16 hi/lo split) for head_dim and
-// d_state multiples of 16 (every released model); the CUDA-core kernels below cover every other shape.
+// d_state multiples of 16 (every released model); the CUDA-core kernels below cover every other shape. In fast
+// precision (Mamba2Launch::fast) they take bf16 operands and one product instead (mamba2_ssd_fast.cu; the chunk
+// state's Fast variant), and single-token sequences of a multi-token batch take the step kernel, as they would alone.
 // Numerics: |S| reaches hundreds within a 256-long chunk; an f32 difference S_i - S_j of two running sums would lose
 // ~1e-5 relative. S is kept in f64 (exact to ~1e-16 relative), so S_i - S_j is formed in f64 and rounded once to
 // f32 before the exponential: as accurate as summing a_{j+1..i} directly, without the O(Q^2) segment sums.

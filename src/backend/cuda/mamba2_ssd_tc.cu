@@ -5,7 +5,8 @@
 // The output kernel is shaped like attention: a warp owns 16 rows i; the masked and scaled scores C.B^T of a 64-token
 // source tile stay in registers and are re-split there as the A operand of scores . X.
 // Covered shapes: head_dim and d_state multiples of 16, d_state <= 256 (ssd_tc_supported); any chunk size and
-// sequence layout (tiles are zero-padded). Others take the CUDA-core kernels of mamba2_ssd.cu.
+// sequence layout (tiles are zero-padded). Others take the CUDA-core kernels of mamba2_ssd.cu. Fast precision: the
+// chunk state's Fast variant below, the chunk output of mamba2_ssd_fast.cu.
 #include <algorithm>
 #include <mutex>
 
