@@ -13,7 +13,7 @@
 // 1e-6 expected). 2e-5 is the bound for both. bf16 state: one rounding on write, 4e-3 of max|state| (see conv tests).
 // Fast precision (mamba2_ssd_fast.cu, the chunk state's Fast variant): every matrix operand rounded once to bf16
 // (relative 2^-9 = 2e-3). A term of y passes through at most three roundings (C, B, x and the scaled score; or C
-// and H_in), a term of the state through two (x, w B): <= 6e-3 of each term's magnitude. Relative to max|y| the
+// and H_in), a term of the state through three (x, x w, B): <= 6e-3 of each term's magnitude. Relative to max|y| the
 // error is smaller where the errors of a sum's terms average out and larger where terms cancel; 1e-2 for y and the
 // state, with the measured errors printed (expected ~1e-3). A broken tile or mask gives O(1).
 #include <gtest/gtest.h>

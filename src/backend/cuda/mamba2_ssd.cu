@@ -20,8 +20,7 @@
 //                        intra-chunk term tile by tile (C.B^T masked and scaled, times x), then D * x.
 // Steps 2 and 4 run on the tensor cores (mamba2_ssd_tc.cu, near-f32 by a bf16 hi/lo split) for head_dim and
 // d_state multiples of 16 (every released model); the CUDA-core kernels below cover every other shape. In fast
-// precision (Mamba2Launch::fast) they take bf16 operands and one product instead (mamba2_ssd_fast.cu; the chunk
-// state's Fast variant), and single-token sequences of a multi-token batch take the step kernel, as they would alone.
+// precision (Mamba2Launch::fast) they take bf16 operands and one product instead (mamba2_ssd_fast.cu), and single-token sequences of a multi-token batch take the step kernel, as they would alone.
 // Numerics: |S| reaches hundreds within a 256-long chunk; an f32 difference S_i - S_j of two running sums would lose
 // ~1e-5 relative. S is kept in f64 (exact to ~1e-16 relative), so S_i - S_j is formed in f64 and rounded once to
 // f32 before the exponential: as accurate as summing a_{j+1..i} directly, without the O(Q^2) segment sums.
@@ -566,7 +565,10 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
   if (p.head_dim <= 0 || p.d_state <= 0) {
     // No state: y = D * x only (ssd_chunk_output's carried-in and intra-chunk terms are empty sums).
   } else {
-    if (tensor_cores) {
+    if (fast) {
+      launch_ssd_round_inputs(p, sc, stream);  // the bf16 x, B, C both fast kernels read
+      launch_ssd_chunk_state_fast(p, chunks, n_chunks, sc, stream);
+    } else if (tensor_cores) {
       launch_ssd_chunk_state_tc(p, chunks, n_chunks, sc, stream);
     } else {
       const int tiles_n = static_cast<int>(cdiv(p.d_state, kTile));
@@ -579,7 +581,6 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
     MAMBACPP_CUDA_LAUNCHED();
   }
   if (fast) {
-    launch_ssd_round_inputs(p, sc, stream);
     launch_ssd_chunk_output_fast(p, chunks, n_chunks, sc, stream);
     // Single-token sequences (decode rows of a mixed batch, one-token prompts) run the step kernel, which skips the
     // others, as when they run alone: the bf16 chunk products would give other bits (the chunk kernels skip them).

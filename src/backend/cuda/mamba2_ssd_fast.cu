@@ -7,9 +7,11 @@
 // memory, and the next source tile's copy runs while the current one is multiplied (two buffers). The exact kernel
 // stages f32 tiles synchronously, splitting each element as it goes: ~23 dependent global round trips per block.
 //
+// Chunk state likewise, from the same bf16 copies (x times w_j rounded once more in registers).
+//
 // Error model (fast mode): x, B, C, H_in and the scaled scores are each rounded once to bf16 (relative 2^-9); a
-// term of y carries at most three such roundings (C.B^T, the score, x; or C, H_in) -> <= ~3 * 2^-9 = 6e-3 of its
-// magnitude, and far less in the max-norm of y, since the rounding errors of the 64..256 terms of each dot product
+// term of y carries at most three such roundings (C.B^T, the score, x; or C, H_in), a term of a chunk's state three
+// (x, x w, B) -> <= ~3 * 2^-9 = 6e-3 of its magnitude, and far less in the max-norm of y, since the rounding errors of the 64..256 terms of each dot product
 // are independent (tests/gpu/ssd_test.cpp states the bound it checks).
 #include <cuda_bf16.h>
 
@@ -315,6 +317,100 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
   }
 }
 
+// ---- chunk state: grid (n_chunks, n_heads, tiles_p * tiles_n) ---------------------------------------------------
+// out[p, n] = sum_j x_j[p] (w_j B_j[n]), w_j = exp(S_last - S_j) dt_j: warp w owns rows p0 + 16 w .. + 15 and the
+// 64 columns n0 ..; the chunk's tokens in 64-token steps, each step's x and B tiles (bf16 copies, rows j as stored)
+// copied by cp.async two buffers deep. Both operands are read with transposing matrix loads; w_j multiplies the A
+// fragments (x w rounded again to bf16: a second rounding of x, see the error model at the top).
+constexpr int kStateThreads = kThreads;
+
+__global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
+                                                                          SsdScratch sc, int tiles_n) {
+  __shared__ __align__(16) __nv_bfloat16 xs[2][kT * kXPitch];  // [j][p]
+  __shared__ __align__(16) __nv_bfloat16 bs[2][kT * kXPitch];  // [j][n]
+  __shared__ __align__(16) double cum_s[2][kT];
+  __shared__ __align__(16) float dt_s[2][kT];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, q = lane & 3;
+  const int64_t chunk = blockIdx.x, h = blockIdx.y;
+  const SsdChunk ch = chunks[chunk];
+  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
+  const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads, HP = H * P;
+  const int64_t GN = p.n_groups * N, g = h / (H / p.n_groups);
+  const int64_t p0 = int64_t(blockIdx.z / tiles_n) * kT, n0 = int64_t(blockIdx.z % tiles_n) * kT;
+  const int rows_p = static_cast<int>(std::min<int64_t>(kT, P - p0));
+  const int cols_n = static_cast<int>(std::min<int64_t>(kT, N - n0));
+  const int n_steps = (ch.len + kT - 1) / kT;
+
+  auto issue = [&](int js, int b) {
+    const int j0 = js * kT;
+    const int rows_j = min(kT, ch.len - j0);
+    const int64_t t0 = ch.start + j0;
+    copy_tile(xs[b], kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, rows_p);
+    copy_tile(bs[b], kXPitch, sc.B16 + t0 * GN + g * N + n0, GN, rows_j, cols_n);
+    for (int e = tid; e < kT * kT; e += kStateThreads) {  // columns past the head / the state width: zeros
+      const int r = e / kT, c = e % kT;
+      if (c >= rows_p) xs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+      if (c >= cols_n) bs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+    }
+    copy_column(cum_s[b], sc.cum + t0 * H + h, H, kT, rows_j);
+    copy_column(dt_s[b], sc.dt + t0 * H + h, H, kT, rows_j);
+    cp_async_commit();
+  };
+
+  const double cum_last = sc.cum[(ch.start + ch.len - 1) * H + h];
+  issue(0, 0);
+  float acc[8][4] = {};
+  for (int js = 0; js < n_steps; ++js) {
+    const int b = js & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // step js is in; everyone is done with buffer b ^ 1 (step js - 1)
+    if (js + 1 < n_steps) issue(js + 1, b ^ 1);
+#pragma unroll
+    for (int kk = 0; kk < kT / 16; ++kk) {
+      // A = (x^T)[p][j] for rows p = 16 w .., k = j = 16 kk ..: matrix m of the transposing load is stored rows
+      // j = 16 kk + 8 (m >> 1) + r, columns p = 16 w + 8 (m & 1).
+      uint32_t a[4];
+      {
+        const int m = lane >> 3, r = lane & 7;
+        const __nv_bfloat16* row = xs[b] + (16 * kk + 8 * (m >> 1) + r) * kXPitch + 16 * warp + 8 * (m & 1);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                     : "r"(smem_addr(row)));
+      }
+      // a0, a1 hold columns j = 16 kk + 2q, +1; a2, a3 the same + 8.
+      float w[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int j = 16 * kk + 2 * q + (u & 1) + 8 * (u >> 1);
+        w[u] = expf(static_cast<float>(cum_last - cum_s[b][j])) * dt_s[b][j];
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float lo = __uint_as_float(a[k] << 16), hi = __uint_as_float(a[k] & 0xffff0000u);
+        const int u = 2 * (k >> 1);
+        a[k] = pack_bf16x2(lo * w[u], hi * w[u + 1]);
+      }
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b0[2], b1[2];
+        ldmatrix_b_trans(bs[b], kXPitch, 16 * kk, 16 * np, lane, b0, b1);
+        mma_bf16(acc[2 * np], a, b0);
+        mma_bf16(acc[2 * np + 1], a, b1);
+      }
+    }
+  }
+  float* out = sc.chunk_states + (chunk * H + h) * P * N;
+  const int gr = lane >> 2;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = 16 * warp + gr + (e >> 1) * 8, c = 8 * nt + 2 * q + (e & 1);
+      if (r < rows_p && c < cols_n) out[(p0 + r) * N + n0 + c] = acc[nt][e];
+    }
+  }
+}
+
 unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace
@@ -325,6 +421,15 @@ void launch_ssd_round_inputs(const Mamba2Launch& p, const SsdScratch& scratch, c
   };
   const bool vec = aligned(p.x) && aligned(p.B) && aligned(p.C);  // widths are multiples of 16 (ssd_tc_supported)
   ssd_round_inputs_kernel<<<dim3(static_cast<unsigned>(p.T), 3), 256, 0, stream>>>(p, scratch, vec);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                                 const SsdScratch& scratch, cudaStream_t stream) {
+  const int tiles_n = static_cast<int>(cdiv(p.d_state, kT));
+  ssd_chunk_state_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
+                                     cdiv(p.head_dim, kT) * tiles_n),
+                                kStateThreads, 0, stream>>>(p, chunks, scratch, tiles_n);
   MAMBACPP_CUDA_LAUNCHED();
 }
 

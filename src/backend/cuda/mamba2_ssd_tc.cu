@@ -5,8 +5,8 @@
 // The output kernel is shaped like attention: a warp owns 16 rows i; the masked and scaled scores C.B^T of a 64-token
 // source tile stay in registers and are re-split there as the A operand of scores . X.
 // Covered shapes: head_dim and d_state multiples of 16, d_state <= 256 (ssd_tc_supported); any chunk size and
-// sequence layout (tiles are zero-padded). Others take the CUDA-core kernels of mamba2_ssd.cu. Fast precision: the
-// chunk state's Fast variant below, the chunk output of mamba2_ssd_fast.cu.
+// sequence layout (tiles are zero-padded). Others take the CUDA-core kernels of mamba2_ssd.cu. Fast precision
+// takes mamba2_ssd_fast.cu instead (bf16 operands, one product).
 #include <algorithm>
 #include <mutex>
 
@@ -73,8 +73,6 @@ __device__ __forceinline__ void stage_rows(const SplitTile& t, int c_pad, const 
 
 // Transposed: t[c][r], t[c][r + 1] = w_r src[r][c], w_{r+1} src[r + 1][c] for r < rows, c < cols, zero elsewhere
 // (r < kT, c < kT). A warp reads 32 consecutive columns of a row (coalesced). w: shared, kT entries, or null.
-// Fast: the hi halves only (one bf16 rounding, t.lo unused).
-template <bool Fast = false>
 __device__ __forceinline__ void stage_transposed(const SplitTile& t, const float* src, int64_t stride, int rows,
                                                  int cols, const float* w) {
   constexpr int total = (kT / 2) * kT;
@@ -96,33 +94,22 @@ __device__ __forceinline__ void stage_transposed(const SplitTile& t, const float
     for (int u = 0; u < kStage; ++u) {
       const int e = base + u * kThreads + threadIdx.x;
       const int c = e % kT, r = 2 * (e / kT);
-      const float va = w ? a[u] * w[r] : a[u], vb = w ? b[u] * w[r + 1] : b[u];
-      if constexpr (Fast) {
-        const __nv_bfloat162 v = __floats2bfloat162_rn(va, vb);
-        *reinterpret_cast<__nv_bfloat162*>(t.hi + c * t.pitch + r) = v;
-      } else {
-        store_split2(t, c, r, va, vb);
-      }
+      store_split2(t, c, r, w ? a[u] * w[r] : a[u], w ? b[u] * w[r + 1] : b[u]);
     }
   }
 }
 
 // ---- chunk state: grid (n_chunks, n_heads, tiles_p * tiles_n) ------------------------------------------------------
 // Warp w computes out rows p0 + 16w .. +15, columns n0 .. n0 + 63, over the chunk's tokens in 64-token steps.
-// Fast (fast precision): x and w_j B_j rounded once to bf16, one product per k step (half the shared memory, a
-// third of the tensor-core work).
-template <bool Fast>
 __global__ void __launch_bounds__(kThreads) ssd_chunk_state_tc_kernel(Mamba2Launch p, const SsdChunk* chunks,
                                                                      SsdScratch sc, int tiles_n) {
-  constexpr int kLo = Fast ? 8 : kT * kPitch;
-  __shared__ __align__(16) __nv_bfloat16 xs_hi[kT * kPitch], xs_lo[kLo];  // [p][j]
-  __shared__ __align__(16) __nv_bfloat16 bs_hi[kT * kPitch], bs_lo[kLo];  // [n][j], times w_j
+  __shared__ __align__(16) __nv_bfloat16 xs_hi[kT * kPitch], xs_lo[kT * kPitch];  // [p][j]
+  __shared__ __align__(16) __nv_bfloat16 bs_hi[kT * kPitch], bs_lo[kT * kPitch];  // [n][j], times w_j
   __shared__ float w_j[kT];
   const SplitTile xs{xs_hi, xs_lo, kPitch}, bs{bs_hi, bs_lo, kPitch};
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
-  if (Fast && p.seqs[ch.seq].len == 1) return;  // fast precision: single tokens take the step kernel
   const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads;
   const int64_t g = h / (H / p.n_groups);
   const int64_t p0 = int64_t(blockIdx.z / tiles_n) * kT, n0 = int64_t(blockIdx.z % tiles_n) * kT;
@@ -140,29 +127,15 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_state_tc_kernel(Mamba2Laun
       w_j[tid] = tid < rows_j ? expf(static_cast<float>(cum_last - sc.cum[t * H + h])) * sc.dt[t * H + h] : 0.0f;
     }
     __syncthreads();
-    stage_transposed<Fast>(xs, p.x.data + t0 * p.x.stride + h * P + p0, p.x.stride, rows_j, rows_p, nullptr);
-    stage_transposed<Fast>(bs, p.B.data + t0 * p.B.stride + g * N + n0, p.B.stride, rows_j, cols_n, w_j);
+    stage_transposed(xs, p.x.data + t0 * p.x.stride + h * P + p0, p.x.stride, rows_j, rows_p, nullptr);
+    stage_transposed(bs, p.B.data + t0 * p.B.stride + g * N + n0, p.B.stride, rows_j, cols_n, w_j);
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < kT / 16; ++ks) {
-      if constexpr (Fast) {
-        const int o0 = (16 * warp + (lane >> 2)) * kPitch + 16 * ks + 2 * (lane & 3), o1 = o0 + 8 * kPitch;
-        const uint32_t a[4] = {ld32(xs_hi + o0), ld32(xs_hi + o1), ld32(xs_hi + o0 + 8), ld32(xs_hi + o1 + 8)};
-        uint32_t b[8][2];
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) {
-          const int o = (8 * nt + (lane >> 2)) * kPitch + 16 * ks + 2 * (lane & 3);
-          b[nt][0] = ld32(bs_hi + o);
-          b[nt][1] = ld32(bs_hi + o + 8);
-        }
-#pragma unroll
-        for (int nt = 0; nt < 8; ++nt) mma_bf16(acc[nt], a, b[nt]);
-      } else {
-        uint32_t ah[4], al[4], bh[8][2], bl[8][2];
-        load_a(xs, 16 * warp, 16 * ks, lane, ah, al);
-        load_b_row(bs, 16 * ks, lane, 8, bh, bl);
-        mma3_row(acc, ah, al, bh, bl, 8);
-      }
+      uint32_t ah[4], al[4], bh[8][2], bl[8][2];
+      load_a(xs, 16 * warp, 16 * ks, lane, ah, al);
+      load_b_row(bs, 16 * ks, lane, 8, bh, bl);
+      mma3_row(acc, ah, al, bh, bl, 8);
     }
   }
   float* out = sc.chunk_states + (chunk * H + h) * P * N;
@@ -318,12 +291,9 @@ bool ssd_tc_supported(const Mamba2Launch& p) {
 void launch_ssd_chunk_state_tc(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                const SsdScratch& scratch, cudaStream_t stream) {
   const int tiles_n = static_cast<int>(cdiv(p.d_state, kT));
-  const dim3 grid(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads), cdiv(p.head_dim, kT) * tiles_n);
-  if (p.fast) {
-    ssd_chunk_state_tc_kernel<true><<<grid, kThreads, 0, stream>>>(p, chunks, scratch, tiles_n);
-  } else {
-    ssd_chunk_state_tc_kernel<false><<<grid, kThreads, 0, stream>>>(p, chunks, scratch, tiles_n);
-  }
+  ssd_chunk_state_tc_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
+                                   cdiv(p.head_dim, kT) * tiles_n),
+                              kThreads, 0, stream>>>(p, chunks, scratch, tiles_n);
   MAMBACPP_CUDA_LAUNCHED();
 }
 
