@@ -56,6 +56,22 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
     const int64_t t = t0 - S + u;
     xw[u] = u < kWinTokens + S && t >= 0 && t < p.T ? p.x.data[t * p.x.stride + c] : 0.0f;
   }
+  // The block's tokens all inside one sequence and past its first S positions (every block of a long prompt but
+  // the first): no per-token lookups, which were a chain of two dependent loads per token.
+  const int64_t t_last = min(t0 + kWinTokens, p.T) - 1;
+  const int32_t s_first = p.token_seq[t0], s_last = p.token_seq[t_last];
+  if (s_first >= 0 && s_first == s_last && t0 - p.seqs[s_first].start >= S) {  // block-uniform
+#pragma unroll
+    for (int v = 0; v < kWinTokens; ++v) {
+      if (t0 + v > t_last) break;
+      float acc = b;
+#pragma unroll
+      for (int k = 0; k < kWinMaxK; ++k)
+        if (k < K) acc += w[k] * xw[v + k];
+      p.out.data[(t0 + v) * p.out.stride + c] = silu_f(acc);
+    }
+    return;
+  }
 #pragma unroll
   for (int v = 0; v < kWinTokens; ++v) {
     const int64_t t = t0 + v;

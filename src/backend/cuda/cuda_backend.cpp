@@ -79,7 +79,7 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : owned_) cudaFree(p);
     for (void* p : retired_) cudaFree(p);
-    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &split_, &m1_dt_, &fast_x16_,
+    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &ssd_fast_, &split_, &m1_dt_, &fast_x16_,
                        &rows_, &select_in_, &select_out_, &attn_meta_, &attn_partial_,
                        &rope_meta_})
       if (s->ptr) cudaFree(s->ptr);
@@ -490,6 +490,17 @@ class CudaBackend final : public Backend {
     sc.cum = static_cast<double*>(grow(ssd_cum_, static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(double)));
     sc.chunk_states = static_cast<float*>(
         grow(ssd_states_, static_cast<size_t>(std::max<int64_t>(n_chunks * H * P * N, 1)) * sizeof(float)));
+    p.fast = fast_ && weight_dtype_ != DType::F32;  // fast precision covers 16-bit weights only
+    p.has_single_seqs = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
+    if (p.fast) {  // bf16 copies of x, B, C and of the entering states (mamba2_ssd_fast.cu)
+      auto part = [](int64_t elems) { return align(static_cast<size_t>(std::max<int64_t>(elems, 1)) * 2); };
+      const size_t bx = part(T * H * P), bg = part(T * G * N), bs = part(n_chunks * H * P * N);
+      char* base = static_cast<char*>(grow(ssd_fast_, bx + 2 * bg + bs));
+      sc.x16 = reinterpret_cast<uint16_t*>(base);
+      sc.B16 = reinterpret_cast<uint16_t*>(base + bx);
+      sc.C16 = reinterpret_cast<uint16_t*>(base + bx + bg);
+      sc.states16 = reinterpret_cast<uint16_t*>(base + bx + 2 * bg);
+    }
     const auto* chunks = static_cast<const SsdChunk*>(chunk_table_.ptr);
     const auto* seq_chunks = reinterpret_cast<const SsdSeqChunks*>(static_cast<const char*>(chunk_table_.ptr) +
                                                                    chunk_seq_offset_);
@@ -1032,6 +1043,7 @@ class CudaBackend final : public Backend {
   int64_t chunk_table_chunk_size_ = 0;
 
   Scratch ssd_dt_, ssd_cum_, ssd_states_;  // mamba2_ssd's chunked path
+  Scratch ssd_fast_;                       // its fast-precision bf16 copies (SsdScratch::x16 ...)
   Scratch split_;                          // linear: hi/lo halves of x
   Scratch m1_dt_, fast_x16_;               // decode ops, fast precision: dt_proj's output, 16-bit rows
   Scratch rows_;                           // gather_rows: row indices

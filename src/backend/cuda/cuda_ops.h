@@ -126,6 +126,10 @@ struct Mamba2Launch {
   int64_t T = 0;
   const SeqSpan* seqs = nullptr;  // device
   int64_t n_seqs = 0;
+  // Fast precision (16-bit weights): the chunked path's matrix products take bf16 operands, one tensor-core product
+  // with f32 accumulation (mamba2_ssd_fast.cu); false: the near-f32 hi/lo products. The step kernel ignores it.
+  bool fast = false;
+  bool has_single_seqs = false;  // fast chunked path: some sequences have one token (they take the step kernel)
 };
 
 // Every sequence has length 1: the recurrent step, one block per (sequence, head).
@@ -133,10 +137,16 @@ void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream);
 
 // Scratch for the chunked path (device): dt after softplus/clamp [T, n_heads] f32, the in-chunk inclusive cumsum of
 // dt * A [T, n_heads] f64, and one [head_dim, d_state] state per (chunk, head) in f32.
+// Fast precision adds bf16 copies (raw bits) of x [T, n_heads * head_dim], B and C [T, n_groups * d_state] and of
+// the state entering each chunk [n_chunks, n_heads, head_dim, d_state].
 struct SsdScratch {
   float* dt = nullptr;
   double* cum = nullptr;
   float* chunk_states = nullptr;
+  uint16_t* x16 = nullptr;
+  uint16_t* B16 = nullptr;
+  uint16_t* C16 = nullptr;
+  uint16_t* states16 = nullptr;
 };
 // Multi-token batches: chunked SSD over the chunk table (device: chunks [n_chunks], seq_chunks [n_seqs]).
 void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,

@@ -19,7 +19,8 @@
 //   4. ssd_chunk_output: y per (chunk, head, 64 rows, 64 columns): the carried-in term, then the causal
 //                        intra-chunk term tile by tile (C.B^T masked and scaled, times x), then D * x.
 // Steps 2 and 4 run on the tensor cores (mamba2_ssd_tc.cu, near-f32 by a bf16 hi/lo split) for head_dim and
-// d_state multiples of 16 (every released model); the CUDA-core kernels below cover every other shape.
+// d_state multiples of 16 (every released model); the CUDA-core kernels below cover every other shape. In fast
+// precision (Mamba2Launch::fast) they take bf16 operands and one product instead (mamba2_ssd_fast.cu), and single-token sequences of a multi-token batch take the step kernel, as they would alone.
 // Numerics: |S| reaches hundreds within a 256-long chunk; an f32 difference S_i - S_j of two running sums would lose
 // ~1e-5 relative. S is kept in f64 (exact to ~1e-16 relative), so S_i - S_j is formed in f64 and rounded once to
 // f32 before the exponential: as accurate as summing a_{j+1..i} directly, without the O(Q^2) segment sums.
@@ -62,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
   const int64_t row = int64_t(blockIdx.z) * kStepRowsPerBlock + (threadIdx.x >> 5);
   const SeqSpan seq = p.seqs[s];
   const int64_t P = p.head_dim, N = p.d_state;
-  if (seq.len <= 0 || row >= P) return;  // warp-uniform
+  if (seq.len != 1 || row >= P) return;  // warp-uniform (length 0: an idle row; > 1: the chunked kernels')
   const int64_t t = seq.start;
   const int64_t g = h / (p.n_heads / p.n_groups);
   const int lane = threadIdx.x & 31;
@@ -159,7 +160,7 @@ __global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch 
   allow_next_kernel();
   const int64_t s = blockIdx.x, h = blockIdx.y;
   const SeqSpan seq = p.seqs[s];
-  if (seq.len <= 0) return;  // block-uniform
+  if (seq.len != 1) return;  // block-uniform (length 0: an idle row; > 1: the chunked kernels')
   const int lane = threadIdx.x % L, grp = threadIdx.x / L;
   const int64_t P = p.head_dim, N = int64_t(L) * V;
   const int64_t row0 = int64_t(blockIdx.z) * (kGroups * kVecRows) + grp;
@@ -332,6 +333,7 @@ __global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p
   const bool mine_e = e < PN;
   const SsdSeqChunks mine = seq_chunks[s];
   if (mine.count == 0) return;  // block-uniform
+  if (sc.states16 && p.seqs[s].len == 1) return;  // fast precision: single tokens take the step kernel
   const SeqSpan seq = p.seqs[s];
   const int64_t sidx = (seq.slot * p.n_heads + h) * PN + e;
   float state = mine_e ? load_state(p.state, p.state_bf16, sidx) : 0.0f;
@@ -356,6 +358,8 @@ __global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p
         if (b0 + u < nb) {
           const int64_t chunk = mine.first + k0 + b0 + u;
           sc.chunk_states[(chunk * p.n_heads + h) * PN + e] = state;  // from here on: the state entering the chunk
+          if (sc.states16)  // fast precision: the chunk output's bf16 operand
+            sc.states16[(chunk * p.n_heads + h) * PN + e] = __bfloat16_as_ushort(__float2bfloat16_rn(state));
           state = decay[b0 + u] * state + own[u];
         }
       }
@@ -551,29 +555,46 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
   if (n_chunks <= 0 || p.n_heads <= 0) return;
   const unsigned nc = static_cast<unsigned>(n_chunks), nh = static_cast<unsigned>(p.n_heads);
   const bool tensor_cores = ssd_tc_supported(p);  // steps 2 and 4 on tensor cores (mamba2_ssd_tc.cu)
-  ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, kThreads / 32)), kThreads, 0, stream>>>(p, chunks, scratch);
+  // Fast precision on the tensor-core path: bf16 operands, one product each (mamba2_ssd_fast.cu); the state pass
+  // then also writes the entering states' bf16 copy.
+  const bool fast = tensor_cores && p.fast;
+  SsdScratch sc = scratch;
+  if (!fast) sc.x16 = sc.B16 = sc.C16 = sc.states16 = nullptr;
+  ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, kThreads / 32)), kThreads, 0, stream>>>(p, chunks, sc);
   MAMBACPP_CUDA_LAUNCHED();
   if (p.head_dim <= 0 || p.d_state <= 0) {
     // No state: y = D * x only (ssd_chunk_output's carried-in and intra-chunk terms are empty sums).
   } else {
-    if (tensor_cores) {
-      launch_ssd_chunk_state_tc(p, chunks, n_chunks, scratch, stream);
+    if (fast) {
+      launch_ssd_round_inputs(p, sc, stream);  // the bf16 x, B, C both fast kernels read
+      launch_ssd_chunk_state_fast(p, chunks, n_chunks, sc, stream);
+    } else if (tensor_cores) {
+      launch_ssd_chunk_state_tc(p, chunks, n_chunks, sc, stream);
     } else {
       const int tiles_n = static_cast<int>(cdiv(p.d_state, kTile));
       ssd_chunk_state_kernel<<<dim3(nc, nh, cdiv(p.head_dim, kTile) * tiles_n), kThreads, 0, stream>>>(
-          p, chunks, scratch, tiles_n);
+          p, chunks, sc, tiles_n);
       MAMBACPP_CUDA_LAUNCHED();
     }
     ssd_state_pass_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), nh, cdiv(p.head_dim * p.d_state, kThreads)),
-                            kThreads, 0, stream>>>(p, chunks, seq_chunks, scratch);
+                            kThreads, 0, stream>>>(p, chunks, seq_chunks, sc);
     MAMBACPP_CUDA_LAUNCHED();
   }
-  if (tensor_cores) {
-    launch_ssd_chunk_output_tc(p, chunks, n_chunks, scratch, stream);
+  if (fast) {
+    launch_ssd_chunk_output_fast(p, chunks, n_chunks, sc, stream);
+    // Single-token sequences (decode rows of a mixed batch, one-token prompts) run the step kernel, which skips the
+    // others, as when they run alone: the bf16 chunk products would give other bits (the chunk kernels skip them).
+    if (p.has_single_seqs) {
+      Mamba2Launch ps = p;
+      ps.z = ConstF32Rows{};  // the caller gates every row after the chunked path
+      launch_mamba2_step(ps, stream);
+    }
+  } else if (tensor_cores) {
+    launch_ssd_chunk_output_tc(p, chunks, n_chunks, sc, stream);
   } else if (p.head_dim > 0) {
     const int tiles_p = static_cast<int>(cdiv(p.head_dim, kTile));
     ssd_chunk_output_kernel<<<dim3(nc, nh, cdiv(p.chunk_size, kTile) * tiles_p), kThreads, 0, stream>>>(
-        p, chunks, scratch, tiles_p);
+        p, chunks, sc, tiles_p);
     MAMBACPP_CUDA_LAUNCHED();
   }
 }

@@ -5,7 +5,8 @@
 // The output kernel is shaped like attention: a warp owns 16 rows i; the masked and scaled scores C.B^T of a 64-token
 // source tile stay in registers and are re-split there as the A operand of scores . X.
 // Covered shapes: head_dim and d_state multiples of 16, d_state <= 256 (ssd_tc_supported); any chunk size and
-// sequence layout (tiles are zero-padded). Others take the CUDA-core kernels of mamba2_ssd.cu.
+// sequence layout (tiles are zero-padded). Others take the CUDA-core kernels of mamba2_ssd.cu. Fast precision
+// takes mamba2_ssd_fast.cu instead (bf16 operands, one product).
 #include <algorithm>
 #include <mutex>
 
@@ -20,7 +21,7 @@ namespace {
 constexpr int kThreads = 128;  // 4 warps x 16 rows = one 64-row tile
 constexpr int kT = 64;         // rows i, sources j, columns p and columns n per tile
 constexpr int kPitch = kT + 8; // bf16 row pitch of the 64-wide tiles (see SplitTile)
-constexpr int kMaxState = 256;
+constexpr int kMaxState = kMaxSsdTcState;
 
 // Staging issues kStage pairs of loads per thread before it converts and stores any of them: a loop that waits for
 // each load before the next (the first version) made both kernels latency-bound (ncu: output 952 us, state 190 us

@@ -10,11 +10,22 @@
 
 namespace mambacpp::cuda {
 
-// head_dim and d_state multiples of 16, d_state <= 256.
+inline constexpr int kMaxSsdTcState = 256;
+
+// head_dim and d_state multiples of 16, d_state <= kMaxSsdTcState.
 bool ssd_tc_supported(const Mamba2Launch& p);
 void launch_ssd_chunk_state_tc(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                const SsdScratch& scratch, cudaStream_t stream);
 void launch_ssd_chunk_output_tc(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                 const SsdScratch& scratch, cudaStream_t stream);
+
+// Fast precision (Mamba2Launch::fast; mamba2_ssd_fast.cu): bf16 copies of x, B, C into the scratch, then the chunk
+// state from those and the chunk output from those and the entering states' bf16 copy (written by the state pass),
+// one bf16 product per term.
+void launch_ssd_round_inputs(const Mamba2Launch& p, const SsdScratch& scratch, cudaStream_t stream);
+void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                                 const SsdScratch& scratch, cudaStream_t stream);
+void launch_ssd_chunk_output_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                                  const SsdScratch& scratch, cudaStream_t stream);
 
 }  // namespace mambacpp::cuda

@@ -84,12 +84,82 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(ConstF32Rows x,
   }
 }
 
+// Prefill-sized rows: 16-byte accesses, each thread's kVecPer vectors of the row (or group) loaded together and kept
+// in registers between the sum of squares and the scaling, silu(z) computed once; blockDim = the vectors of a row
+// over kVecPer, rounded up to a warp. The scalar kernels above read every element twice and compute silu twice
+// (ncu, mamba2-2.7b at 2048 tokens: gated norm 74 us, rmsnorm 26 us, against ~31 / ~11 us of memory traffic).
+// Taken when rows and weights allow float4 accesses (norm_vec_ok); the same sums, in another order.
+constexpr int kVecPer = 4;
+constexpr int kVecMaxThreads = 1024;
+
+template <bool Gated>
+__global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(ConstF32Rows x, ConstF32Rows z, DevWeight w,
+                                                                   int64_t group_size, float eps, F32Rows out,
+                                                                   int64_t n_groups) {
+  __shared__ float scratch[32];
+  const int64_t r = blockIdx.x;  // one block per (row, group); the launcher keeps T * n_groups within grid.x
+  const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
+  const int n4 = static_cast<int>(group_size / 4);
+  const float4* xr = reinterpret_cast<const float4*>(x.data + t * x.stride + c0);
+  const float4* zr = Gated ? reinterpret_cast<const float4*>(z.data + t * z.stride + c0) : nullptr;
+  float4 v[kVecPer];
+  float ss = 0.0f;
+#pragma unroll
+  for (int k = 0; k < kVecPer; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    v[k] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+  }
+  if constexpr (Gated) {
+#pragma unroll
+    for (int k = 0; k < kVecPer; ++k) {
+      const int i = threadIdx.x + k * blockDim.x;
+      if (i < n4) {
+        const float4 g = zr[i];
+        v[k].x *= silu_f(g.x);
+        v[k].y *= silu_f(g.y);
+        v[k].z *= silu_f(g.z);
+        v[k].w *= silu_f(g.w);
+      }
+    }
+  }
+#pragma unroll
+  for (int k = 0; k < kVecPer; ++k) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
+  const float scale = rsqrtf(block_sum(ss, scratch) / static_cast<float>(group_size) + eps);
+  float4* o = reinterpret_cast<float4*>(out.data + t * out.stride + c0);
+#pragma unroll
+  for (int k = 0; k < kVecPer; ++k) {
+    const int i = threadIdx.x + k * blockDim.x;
+    if (i < n4) {
+      const int64_t c = c0 + 4 * int64_t(i);
+      o[i] = make_float4(v[k].x * scale * load_f(w.data, w.dtype, c), v[k].y * scale * load_f(w.data, w.dtype, c + 1),
+                         v[k].z * scale * load_f(w.data, w.dtype, c + 2),
+                         v[k].w * scale * load_f(w.data, w.dtype, c + 3));
+    }
+  }
+}
+
+bool rows_vec_ok(const float* p, int64_t stride) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 4 == 0; }
+
+// Threads per block for the vector kernels, or 0 when they do not apply.
+int norm_vec_threads(int64_t rows, int64_t group_size) {
+  if (group_size % 4 != 0 || rows > 0x7fffffff) return 0;
+  const int64_t per_thread = kVecPer * 4;
+  const int64_t threads = ((group_size + per_thread - 1) / per_thread + 31) / 32 * 32;
+  return threads <= kVecMaxThreads ? static_cast<int>(threads) : 0;
+}
+
 int row_blocks(int64_t rows) { return static_cast<int>(rows > (1 << 20) ? (1 << 20) : rows); }
 
 }  // namespace
 
 void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D, cudaStream_t stream) {
   if (T <= 0 || D <= 0) return;
+  const int vt = rows_vec_ok(x.data, x.stride) && rows_vec_ok(out.data, out.stride) ? norm_vec_threads(T, D) : 0;
+  if (vt > 0) {
+    rmsnorm_vec_kernel<false><<<static_cast<unsigned>(T), vt, 0, stream>>>(x, ConstF32Rows{}, w, D, eps, out, 1);
+    MAMBACPP_CUDA_LAUNCHED();
+    return;
+  }
   rmsnorm_kernel<<<row_blocks(T), kThreads, 0, stream>>>(x, w, eps, out, T, D);
   MAMBACPP_CUDA_LAUNCHED();
 }
@@ -98,6 +168,16 @@ void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t g
                           int64_t T, int64_t D, cudaStream_t stream) {
   if (T <= 0 || D <= 0) return;
   const int64_t n_groups = D / group_size;
+  const int vt = rows_vec_ok(y.data, y.stride) && rows_vec_ok(z.data, z.stride) &&
+                         rows_vec_ok(out.data, out.stride)
+                     ? norm_vec_threads(T * n_groups, group_size)
+                     : 0;
+  if (vt > 0) {
+    rmsnorm_vec_kernel<true><<<static_cast<unsigned>(T * n_groups), vt, 0, stream>>>(y, z, w, group_size, eps, out,
+                                                                                     n_groups);
+    MAMBACPP_CUDA_LAUNCHED();
+    return;
+  }
   gated_rmsnorm_kernel<<<row_blocks(T * n_groups), kThreads, 0, stream>>>(y, z, w, group_size, eps, out, T,
                                                                           n_groups);
   MAMBACPP_CUDA_LAUNCHED();

@@ -1,0 +1,451 @@
+// Fast-precision chunk output of the Mamba-2 SSD (see mamba2_ssd.cu for the algorithm, mamba2_ssd_tc.cu for the
+// exact hi/lo version of the same product structure):
+//   y_i = exp(S_i) C_i . H_in^T  +  sum_{j<=i} [exp(S_i - S_j) dt_j (C_i . B_j)] x_j  +  D x_i
+// with every matrix operand in bf16 and one tensor-core product (mma.sync m16n8k16, f32 accumulation), as
+// mamba_ssm's kernels compute. Operands come from bf16 copies made once per call (ssd_round_inputs_kernel; the state
+// pass writes the entering states' copy), so every tile is a plain 16-byte asynchronous copy (cp.async) into shared
+// memory, and the next source tile's copy runs while the current one is multiplied (two buffers). The exact kernel
+// stages f32 tiles synchronously, splitting each element as it goes: ~23 dependent global round trips per block.
+//
+// Chunk state likewise, from the same bf16 copies (x times w_j rounded once more in registers).
+//
+// Error model (fast mode): x, B, C, H_in and the scaled scores are each rounded once to bf16 (relative 2^-9); a
+// term of y carries at most three such roundings (C.B^T, the score, x; or C, H_in), a term of a chunk's state three
+// (x, x w, B) -> <= ~3 * 2^-9 = 6e-3 of its magnitude, and far less in the max-norm of y, since the rounding errors of the 64..256 terms of each dot product
+// are independent (tests/gpu/ssd_test.cpp states the bound it checks).
+#include <cuda_bf16.h>
+
+#include <algorithm>
+#include <mutex>
+
+#include "backend/cuda/cuda_check.h"
+#include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/mamba2_ssd_tc.h"
+#include "backend/cuda/mma_bf16x3.cuh"
+
+namespace mambacpp::cuda {
+namespace {
+
+constexpr int kThreads = 128;  // 4 warps x 16 rows = one 64-row tile
+constexpr int kT = 64;         // rows i, sources j, columns p per tile
+constexpr int kXPitch = kT + 8;  // bf16 pitch of the X tile: 144 bytes, 8 rows of an ldmatrix hit distinct banks
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) {
+  return static_cast<uint32_t>(__cvta_generic_to_shared(p));
+}
+
+// 16 bytes global -> shared, zero-filled when !valid (src then is any mapped address: nothing is read).
+__device__ __forceinline__ void cp_async16(void* dst, const void* src, bool valid) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(smem_addr(dst)), "l"(src),
+               "r"(valid ? 16 : 0)
+               : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_async_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// B fragments of two neighbouring 8-column tiles from a row-major [k][n] bf16 tile (rows k0..k0+15, columns
+// n0..n0+15): the transposing matrix load gives each lane (k 2q, 2q+1; n g) as the "col" operand wants.
+__device__ __forceinline__ void ldmatrix_b_trans(const __nv_bfloat16* tile, int pitch, int k0, int n0, int lane,
+                                                 uint32_t (&b0)[2], uint32_t (&b1)[2]) {
+  const int m = lane >> 3, r = lane & 7;
+  const __nv_bfloat16* row = tile + (k0 + r + 8 * (m & 1)) * pitch + n0 + 8 * (m >> 1);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(smem_addr(row)));
+}
+
+// A fragment of rows [r0, r0 + 16), columns [k0, k0 + 16) of a row-major bf16 tile; B fragment of columns n
+// [n0, n0 + 8), k [k0, k0 + 16) of a tile stored [n][k] (layouts: mma_bf16x3.cuh; pitch N + 8 keeps them
+// conflict-free).
+__device__ __forceinline__ void load_a16(const __nv_bfloat16* t, int pitch, int r0, int k0, int lane,
+                                         uint32_t (&a)[4]) {
+  const int g = lane >> 2, q = lane & 3;
+  const int o0 = (r0 + g) * pitch + k0 + 2 * q, o1 = o0 + 8 * pitch;
+  a[0] = ld32(t + o0);
+  a[1] = ld32(t + o1);
+  a[2] = ld32(t + o0 + 8);
+  a[3] = ld32(t + o1 + 8);
+}
+__device__ __forceinline__ void load_b16(const __nv_bfloat16* t, int pitch, int n0, int k0, int lane,
+                                         uint32_t (&b)[2]) {
+  const int g = lane >> 2, q = lane & 3;
+  const int o = (n0 + g) * pitch + k0 + 2 * q;
+  b[0] = ld32(t + o);
+  b[1] = ld32(t + o + 8);
+}
+
+__device__ __forceinline__ uint32_t pack_bf16x2(float lo_col, float hi_col) {
+  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_col, hi_col);  // .x (lower address, lower column) = lo_col
+  return *reinterpret_cast<const uint32_t*>(&v);
+}
+
+// kT rows x (width bf16) tile from global rows (stride in elements) into shared (pitch in elements); rows >= valid
+// zero-filled. width a multiple of 8 (16-byte pieces). A thread's (row, piece) advances by a fixed step with one
+// carry: no run-time division per piece.
+__device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int pitch, const uint16_t* src, int64_t stride,
+                                          int valid_rows, int width) {
+  const int per_row = width / 8;
+  const int dr = kThreads / per_row, dc = kThreads % per_row;
+  int r = threadIdx.x / per_row, c = threadIdx.x % per_row;
+  while (r < kT) {
+    const bool ok = r < valid_rows;
+    cp_async16(dst + r * pitch + 8 * c, ok ? src + r * stride + 8 * c : src, ok);
+    r += dr;
+    c += dc;
+    if (c >= per_row) {
+      c -= per_row;
+      ++r;
+    }
+  }
+}
+
+// n elements of 4 or 8 bytes, strided in global memory, into consecutive shared entries; i >= valid zero-filled.
+template <class E>
+__device__ __forceinline__ void copy_column(E* dst, const E* src, int64_t stride, int n, int valid) {
+  static_assert(sizeof(E) == 4 || sizeof(E) == 8, "cp.async.ca copies 4 or 8 bytes");
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    const bool ok = i < valid;
+    asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst + i)),
+                 "l"(ok ? src + i * stride : src), "n"(sizeof(E)), "r"(ok ? int(sizeof(E)) : 0)
+                 : "memory");
+  }
+}
+
+// s[nt] (nt < NT) = C rows of this warp . B rows 8 nt .. 8 nt + 7 of the source tile, over d_state N. NT is a
+// compile-time count so that the loads and products are straight-line code (a run-time bound made every load and
+// product its own branch, serialising them).
+template <int NT>
+__device__ __forceinline__ void scores(float (&s)[8][4], const __nv_bfloat16* cs, const __nv_bfloat16* kt, int pitch,
+                                       int N, int warp, int lane) {
+#pragma unroll 2
+  for (int k0 = 0; k0 < N; k0 += 16) {
+    uint32_t a[4], bf[NT][2];
+    load_a16(cs, pitch, 16 * warp, k0, lane, a);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) load_b16(kt, pitch, 8 * nt, k0, lane, bf[nt]);
+#pragma unroll
+    for (int nt = 0; nt < NT; ++nt) mma_bf16(s[nt], a, bf[nt]);
+  }
+}
+
+// ---- bf16 copies of x, B and C ----------------------------------------------------------------------------------
+// grid (T, 3): y = 0 x, 1 B, 2 C; 8 elements per thread, 16-byte loads where the rows allow (vec).
+__global__ void __launch_bounds__(256) ssd_round_inputs_kernel(Mamba2Launch p, SsdScratch sc, bool vec) {
+  const int64_t t = blockIdx.x;
+  const int which = blockIdx.y;
+  const ConstF32Rows& in = which == 0 ? p.x : which == 1 ? p.B : p.C;
+  const int64_t width = which == 0 ? p.n_heads * p.head_dim : p.n_groups * p.d_state;
+  uint16_t* out = (which == 0 ? sc.x16 : which == 1 ? sc.B16 : sc.C16) + t * width;
+  const float* row = in.data + t * in.stride;
+  for (int64_t c = 8 * int64_t(threadIdx.x); c < width; c += 8 * 256) {
+    float v[8];
+    if (vec && c + 8 <= width) {
+      const float4 a = *reinterpret_cast<const float4*>(row + c), b = *reinterpret_cast<const float4*>(row + c + 4);
+      v[0] = a.x, v[1] = a.y, v[2] = a.z, v[3] = a.w, v[4] = b.x, v[5] = b.y, v[6] = b.z, v[7] = b.w;
+    } else {
+#pragma unroll
+      for (int k = 0; k < 8; ++k) v[k] = c + k < width ? row[c + k] : 0.0f;
+    }
+    if (vec && c + 8 <= width) {
+      uint4 o;
+      o.x = pack_bf16x2(v[0], v[1]);
+      o.y = pack_bf16x2(v[2], v[3]);
+      o.z = pack_bf16x2(v[4], v[5]);
+      o.w = pack_bf16x2(v[6], v[7]);
+      *reinterpret_cast<uint4*>(out + c) = o;
+    } else {
+      for (int k = 0; k < 8 && c + k < width; ++k) out[c + k] = __bfloat16_as_ushort(__float2bfloat16_rn(v[k]));
+    }
+  }
+}
+
+// ---- chunk output: grid (n_chunks, n_heads, tiles_i * tiles_p) ---------------------------------------------------
+// Dynamic shared memory: the C tile of the i rows and two K tiles (H_in rows p, then B rows j), each kT x (N + 8),
+// and two X tiles [j][p], kT x kXPitch; then the decays and dt of two source tiles.
+size_t fast_output_smem_bytes(int64_t N) {
+  return static_cast<size_t>(3 * kT * (N + 8) + 2 * kT * kXPitch) * sizeof(__nv_bfloat16) +
+         2 * kT * (sizeof(double) + sizeof(float));
+}
+
+__global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
+                                                                        SsdScratch sc, int tiles_p) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, q = lane & 3;
+  const int64_t chunk = blockIdx.x, h = blockIdx.y;
+  const SsdChunk ch = chunks[chunk];
+  const int it = static_cast<int>(blockIdx.z / tiles_p);
+  const int i0 = it * kT;
+  if (i0 >= ch.len) return;  // block-uniform
+  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
+  const int64_t P = p.head_dim, H = p.n_heads, HP = H * P;
+  const int N = static_cast<int>(p.d_state);
+  const int64_t G = p.n_groups, GN = G * N;
+  const int64_t g = h / (H / G);
+  const int64_t p0 = int64_t(blockIdx.z % tiles_p) * kT;
+  const int rows_i = min(kT, ch.len - i0);
+  const int cols_p = static_cast<int>(std::min<int64_t>(kT, P - p0));
+  const int pitch = N + 8;
+  auto* cs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  // Buffer b by arithmetic, not a pointer array indexed at run time (that would go to local memory).
+  auto kbuf = [&](int b) { return cs + (1 + b) * kT * pitch; };
+  auto xbuf = [&](int b) { return cs + 3 * kT * pitch + b * kT * kXPitch; };
+  auto* cum_s = reinterpret_cast<double*>(cs + 3 * kT * pitch + 2 * kT * kXPitch);  // [2][kT]
+  auto* dt_s = reinterpret_cast<float*>(cum_s + 2 * kT);                           // [2][kT]
+
+  // Source tile jt into buffer set b, all by cp.async (one group): B rows, X rows, decays and dt.
+  auto issue_source = [&](int jt, int b) {
+    const int j0 = jt * kT;
+    const int rows_j = min(kT, ch.len - j0);
+    const int64_t t0 = ch.start + j0;
+    copy_tile(kbuf(b ^ 1), pitch, sc.B16 + t0 * GN + g * N, GN, rows_j, N);  // (b ^ 1): see the loop below
+    copy_tile(xbuf(b), kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, cols_p);
+    if (cols_p < kT) {  // columns p past the head: zeros (not copied; only when head_dim is not a multiple of 64)
+      for (int e = tid; e < kT * (kT - cols_p); e += kThreads) {
+        const int r = e / (kT - cols_p), c = cols_p + e % (kT - cols_p);
+        xbuf(b)[r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+      }
+    }
+    copy_column(cum_s + b * kT, sc.cum + t0 * H + h, H, kT, rows_j);
+    copy_column(dt_s + b * kT, sc.dt + t0 * H + h, H, kT, rows_j);
+    cp_async_commit();
+  };
+
+  // This thread's two rows (within the tile) and their cumulative decays.
+  const int r0 = 16 * warp + gr, r1 = r0 + 8;
+  const double cum0 = r0 < rows_i ? sc.cum[(ch.start + i0 + r0) * H + h] : 0.0;
+  const double cum1 = r1 < rows_i ? sc.cum[(ch.start + i0 + r1) * H + h] : 0.0;
+
+  // Group 0: the C tile and H_in (kbuf(0)); group 1: source tile 0 (B into kbuf[1], X into xbuf[0]).
+  copy_tile(cs, pitch, sc.C16 + (ch.start + i0) * GN + g * N, GN, rows_i, N);
+  copy_tile(kbuf(0), pitch, sc.states16 + ((chunk * H + h) * P + p0) * N, N, cols_p, N);
+  cp_async_commit();
+  issue_source(0, 0);
+  cp_async_wait<1>();
+  __syncthreads();
+
+  // Carried-in term: acc[i][p] = exp(S_i) * sum_n C_i[n] H_in[p, n].
+  float acc[8][4] = {};
+  scores<8>(acc, cs, kbuf(0), pitch, N, warp, lane);
+  {
+    const float e0 = expf(static_cast<float>(cum0)), e1 = expf(static_cast<float>(cum1));
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      acc[nt][0] *= e0;
+      acc[nt][1] *= e0;
+      acc[nt][2] *= e1;
+      acc[nt][3] *= e1;
+    }
+  }
+
+  // Intra-chunk term, one 64-token source tile at a time up to the diagonal tile. Source tile jt sits in buffer set
+  // b = jt % 2: X in xbuf(b), decays in cum_s/dt_s[b], B in kbuf(b ^ 1) (kbuf(0) held H_in before tile 0).
+  for (int jt = 0; jt <= it; ++jt) {
+    const int b = jt & 1;
+    const int j0 = jt * kT;
+    const int rows_j = min(kT, ch.len - j0);  // >= 1: j0 <= i0 < len
+    cp_async_wait<0>();
+    __syncthreads();  // tile jt is in; everyone is done with buffer set b ^ 1 (tile jt - 1, or H_in)
+    if (jt < it) issue_source(jt + 1, b ^ 1);
+    const __nv_bfloat16* kt = kbuf(b ^ 1);
+    const double* cum_j = cum_s + b * kT;
+    const float* dt_j = dt_s + b * kT;
+
+    // On the diagonal tile, source columns beyond this warp's last row (16 w + 15) are all masked: skip them.
+    const bool diag = jt == it;
+    const int nt_end = diag ? 2 * warp + 2 : 8;
+    float s[8][4] = {};
+    switch (nt_end) {  // warp-uniform
+      case 2: scores<2>(s, cs, kt, pitch, N, warp, lane); break;
+      case 4: scores<4>(s, cs, kt, pitch, N, warp, lane); break;
+      case 6: scores<6>(s, cs, kt, pitch, N, warp, lane); break;
+      default: scores<8>(s, cs, kt, pitch, N, warp, lane); break;
+    }
+    // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j.
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
+        const bool ok = j0 + c <= i0 + r && r < rows_i && c < rows_j;
+        const double cr = e < 2 ? cum0 : cum1;
+        s[nt][e] = ok ? s[nt][e] * expf(static_cast<float>(cr - cum_j[c])) * dt_j[c] : 0.0f;
+      }
+    }
+    // acc += scores . X (k = source j, n = column p); the scores' accumulators are the A fragments.
+    const int kk_end = diag ? warp + 1 : 4;
+    const __nv_bfloat16* xt = xbuf(b);
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      if (kk < kk_end) {
+        uint32_t a[4];
+        a[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+#pragma unroll
+        for (int np = 0; np < 4; ++np) {
+          uint32_t b0[2], b1[2];
+          ldmatrix_b_trans(xt, kXPitch, 16 * kk, 16 * np, lane, b0, b1);
+          mma_bf16(acc[2 * np], a, b0);
+          mma_bf16(acc[2 * np + 1], a, b1);
+        }
+      }
+    }
+  }
+
+  // y = acc + D x (x in f32): all loads first, then the stores (y and x may alias as far as the compiler knows).
+  const float Dh = load_f(p.D.data, p.D.dtype, h);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
+      if (r < rows_i && c < cols_p)
+        acc[nt][e] += Dh * p.x.data[(ch.start + i0 + r) * p.x.stride + h * P + p0 + c];
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
+      if (r < rows_i && c < cols_p) p.y.data[(ch.start + i0 + r) * p.y.stride + h * P + p0 + c] = acc[nt][e];
+    }
+  }
+}
+
+// ---- chunk state: grid (n_chunks, n_heads, tiles_p * tiles_n) ---------------------------------------------------
+// out[p, n] = sum_j x_j[p] (w_j B_j[n]), w_j = exp(S_last - S_j) dt_j: warp w owns rows p0 + 16 w .. + 15 and the
+// 64 columns n0 ..; the chunk's tokens in 64-token steps, each step's x and B tiles (bf16 copies, rows j as stored)
+// copied by cp.async two buffers deep. Both operands are read with transposing matrix loads; w_j multiplies the A
+// fragments (x w rounded again to bf16: a second rounding of x, see the error model at the top).
+constexpr int kStateThreads = kThreads;
+
+__global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
+                                                                          SsdScratch sc, int tiles_n) {
+  __shared__ __align__(16) __nv_bfloat16 xs[2][kT * kXPitch];  // [j][p]
+  __shared__ __align__(16) __nv_bfloat16 bs[2][kT * kXPitch];  // [j][n]
+  __shared__ __align__(16) double cum_s[2][kT];
+  __shared__ __align__(16) float dt_s[2][kT];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, q = lane & 3;
+  const int64_t chunk = blockIdx.x, h = blockIdx.y;
+  const SsdChunk ch = chunks[chunk];
+  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
+  const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads, HP = H * P;
+  const int64_t GN = p.n_groups * N, g = h / (H / p.n_groups);
+  const int64_t p0 = int64_t(blockIdx.z / tiles_n) * kT, n0 = int64_t(blockIdx.z % tiles_n) * kT;
+  const int rows_p = static_cast<int>(std::min<int64_t>(kT, P - p0));
+  const int cols_n = static_cast<int>(std::min<int64_t>(kT, N - n0));
+  const int n_steps = (ch.len + kT - 1) / kT;
+
+  auto issue = [&](int js, int b) {
+    const int j0 = js * kT;
+    const int rows_j = min(kT, ch.len - j0);
+    const int64_t t0 = ch.start + j0;
+    copy_tile(xs[b], kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, rows_p);
+    copy_tile(bs[b], kXPitch, sc.B16 + t0 * GN + g * N + n0, GN, rows_j, cols_n);
+    for (int e = tid; e < kT * kT; e += kStateThreads) {  // columns past the head / the state width: zeros
+      const int r = e / kT, c = e % kT;
+      if (c >= rows_p) xs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+      if (c >= cols_n) bs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+    }
+    copy_column(cum_s[b], sc.cum + t0 * H + h, H, kT, rows_j);
+    copy_column(dt_s[b], sc.dt + t0 * H + h, H, kT, rows_j);
+    cp_async_commit();
+  };
+
+  const double cum_last = sc.cum[(ch.start + ch.len - 1) * H + h];
+  issue(0, 0);
+  float acc[8][4] = {};
+  for (int js = 0; js < n_steps; ++js) {
+    const int b = js & 1;
+    cp_async_wait<0>();
+    __syncthreads();  // step js is in; everyone is done with buffer b ^ 1 (step js - 1)
+    if (js + 1 < n_steps) issue(js + 1, b ^ 1);
+#pragma unroll
+    for (int kk = 0; kk < kT / 16; ++kk) {
+      // A = (x^T)[p][j] for rows p = 16 w .., k = j = 16 kk ..: matrix m of the transposing load is stored rows
+      // j = 16 kk + 8 (m >> 1) + r, columns p = 16 w + 8 (m & 1).
+      uint32_t a[4];
+      {
+        const int m = lane >> 3, r = lane & 7;
+        const __nv_bfloat16* row = xs[b] + (16 * kk + 8 * (m >> 1) + r) * kXPitch + 16 * warp + 8 * (m & 1);
+        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+                     : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+                     : "r"(smem_addr(row)));
+      }
+      // a0, a1 hold columns j = 16 kk + 2q, +1; a2, a3 the same + 8.
+      float w[4];
+#pragma unroll
+      for (int u = 0; u < 4; ++u) {
+        const int j = 16 * kk + 2 * q + (u & 1) + 8 * (u >> 1);
+        w[u] = expf(static_cast<float>(cum_last - cum_s[b][j])) * dt_s[b][j];
+      }
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const float lo = __uint_as_float(a[k] << 16), hi = __uint_as_float(a[k] & 0xffff0000u);
+        const int u = 2 * (k >> 1);
+        a[k] = pack_bf16x2(lo * w[u], hi * w[u + 1]);
+      }
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b0[2], b1[2];
+        ldmatrix_b_trans(bs[b], kXPitch, 16 * kk, 16 * np, lane, b0, b1);
+        mma_bf16(acc[2 * np], a, b0);
+        mma_bf16(acc[2 * np + 1], a, b1);
+      }
+    }
+  }
+  float* out = sc.chunk_states + (chunk * H + h) * P * N;
+  const int gr = lane >> 2;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; ++e) {
+      const int r = 16 * warp + gr + (e >> 1) * 8, c = 8 * nt + 2 * q + (e & 1);
+      if (r < rows_p && c < cols_n) out[(p0 + r) * N + n0 + c] = acc[nt][e];
+    }
+  }
+}
+
+unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
+
+}  // namespace
+
+void launch_ssd_round_inputs(const Mamba2Launch& p, const SsdScratch& scratch, cudaStream_t stream) {
+  auto aligned = [](const ConstF32Rows& r) {
+    return reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && r.stride % 4 == 0;
+  };
+  const bool vec = aligned(p.x) && aligned(p.B) && aligned(p.C);  // widths are multiples of 16 (ssd_tc_supported)
+  ssd_round_inputs_kernel<<<dim3(static_cast<unsigned>(p.T), 3), 256, 0, stream>>>(p, scratch, vec);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                                 const SsdScratch& scratch, cudaStream_t stream) {
+  const int tiles_n = static_cast<int>(cdiv(p.d_state, kT));
+  ssd_chunk_state_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
+                                     cdiv(p.head_dim, kT) * tiles_n),
+                                kStateThreads, 0, stream>>>(p, chunks, scratch, tiles_n);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_ssd_chunk_output_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                                  const SsdScratch& scratch, cudaStream_t stream) {
+  static std::once_flag opt_in;
+  std::call_once(opt_in, [] {
+    MAMBACPP_CUDA_CHECK(cudaFuncSetAttribute(ssd_chunk_output_fast_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(fast_output_smem_bytes(kMaxSsdTcState))));
+  });
+  const int tiles_p = static_cast<int>(cdiv(p.head_dim, kT));
+  ssd_chunk_output_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
+                                      cdiv(p.chunk_size, kT) * tiles_p),
+                                 kThreads, fast_output_smem_bytes(p.d_state), stream>>>(p, chunks, scratch, tiles_p);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+}  // namespace mambacpp::cuda
