@@ -114,6 +114,8 @@ TEST(CudaFastFusedLinear, MatchesReferenceAndIsBatchInvariant) {
       {"out_proj-like: two-group norm, residual add", 128, 256, 128, false, true, false},
       {"lm-head-like: one-group norm, odd out", 333, 256, 256, false, false, false},
       {"x_proj-like: no norm, bias", 40, 264, 0, false, false, true},
+      // Up to 8 rows are staged whole while they fit in 24 KB (here T <= 2), in rounds above.
+      {"wide in: one-group norm, residual add", 48, 4096, 4096, false, true, false},
   };
   const ScopedEnv fused("MAMBACPP_DECODE_GEMM", "fused");
   auto be = make_cuda_backend(DType::BF16, Precision::Fast);

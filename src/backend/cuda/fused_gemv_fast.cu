@@ -107,19 +107,28 @@ constexpr size_t ring_bytes() {
   const size_t part = size_t(kWarps) * tiles_per_warp<NT>() * 16 * 8 * NT * 4;
   return ring > part ? ring : part;
 }
+// Batches of up to 8 rows whose rows fit in kFullRowBytes are staged whole, once (no rounds, no barriers in the
+// main loop); larger ones in rounds of kChunk features. Both compute the same values (see the staging below).
+constexpr size_t kFullRowBytes = 24 * 1024;
+template <int NT>
+constexpr size_t act_bytes() {
+  const size_t chunked = size_t(8 * NT) * (chunk_features<NT>() + kActPad) * 2;
+  return NT == 1 && kFullRowBytes > chunked ? kFullRowBytes : chunked;
+}
 template <int NT>
 constexpr size_t fast_smem_bytes() {
-  return ring_bytes<NT>() + size_t(8 * NT) * (chunk_features<NT>() + kActPad) * 2;
+  return ring_bytes<NT>() + act_bytes<NT>();
 }
+bool full_rows(int64_t T, int64_t in) { return T <= 8 && size_t(T * (in + kActPad) * 2) <= kFullRowBytes; }
 
 template <class W, int NT>
 __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)
-    fast_gemv_kernel(FusedGemvLaunch p, int wpr, int n_chunks) {
+    fast_gemv_kernel(FusedGemvLaunch p, int wpr, int n_chunks, bool whole_rows) {
   constexpr int NR = 8 * NT;  // rows a block covers
   constexpr int kChunk = chunk_features<NT>(), kSub = kChunk / 256, kNO = tiles_per_warp<NT>();
   constexpr int kDepth = ring_depth<NT>(), kSlot = kNO * 2 * 32;  // uint4s per ring slot of a warp
   extern __shared__ uint4 smem[];
-  W* act = reinterpret_cast<W*>(smem + ring_bytes<NT>() / 16);  // [NR][kChunk + kActPad]
+  W* act = reinterpret_cast<W*>(smem + ring_bytes<NT>() / 16);  // [NR][kChunk + kActPad] or [T][in + kActPad]
   __shared__ float row_ss[NR];
   __shared__ float group_scale[NR * kFusedMaxNormGroups];
   allow_next_kernel();
@@ -222,10 +231,76 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)
 #pragma unroll
     for (int n = 0; n < kNO; ++n) acc[n][j][0] = acc[n][j][1] = acc[n][j][2] = acc[n][j][3] = 0.0f;
   }
-  const int64_t n_kchunks = (p.in + kChunk - 1) / kChunk;
+  const int64_t n_kchunks = whole_rows ? 0 : (p.in + kChunk - 1) / kChunk;
   const int steps_per_chunk = kChunk / 32 / wpr;  // this warp's steps in each chunk
-  load_chunk(0);
   int k = 0;  // this warp's next step
+  if (whole_rows) {
+    // Every row whole: thread i stages 8-feature groups i, i + 256, ... (4 loaded before any is converted), the same
+    // values store_chunk computes; row t's sum of squares by warp t, lane l over features 8l .. 8l + 7 of every
+    // 256 in feature order, with store_chunk's operations (a skipped group adds what its zeros would: nothing).
+    const int64_t n_vec = p.in / 8, lda = p.in + kActPad;
+    for (int64_t i0 = threadIdx.x; i0 < c.T * n_vec; i0 += 4 * kThreads) {
+      float xv[4][8];
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int64_t item = i0 + int64_t(b) * kThreads;
+        if (item < c.T * n_vec) {
+          const float* src = c.x.data + (item / n_vec) * c.x.stride + (item % n_vec) * 8;
+          const float4 x0 = *reinterpret_cast<const float4*>(src), x1 = *reinterpret_cast<const float4*>(src + 4);
+          xv[b][0] = x0.x, xv[b][1] = x0.y, xv[b][2] = x0.z, xv[b][3] = x0.w;
+          xv[b][4] = x1.x, xv[b][5] = x1.y, xv[b][6] = x1.z, xv[b][7] = x1.w;
+        }
+      }
+#pragma unroll
+      for (int b = 0; b < 4; ++b) {
+        const int64_t item = i0 + int64_t(b) * kThreads;
+        if (item >= c.T * n_vec) continue;
+        const int64_t t = item / n_vec, f = (item % n_vec) * 8;
+        float n8[8];
+#pragma unroll
+        for (int e = 0; e < 8; ++e) n8[e] = 1.0f;
+        if (norm) {
+          const float4 n0 = *reinterpret_cast<const float4*>(nw + f), n1 = *reinterpret_cast<const float4*>(nw + f + 4);
+          n8[0] = n0.x, n8[1] = n0.y, n8[2] = n0.z, n8[3] = n0.w, n8[4] = n1.x, n8[5] = n1.y, n8[6] = n1.z, n8[7] = n1.w;
+        }
+        const float gs = per_group ? group_scale[t * n_groups + f / p.norm_group] : 1.0f;
+        uint32_t h[4];
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) {
+          float a = __fmul_rn(xv[b][e], n8[e]), v = __fmul_rn(xv[b][e + 1], n8[e + 1]);
+          if (per_group) a = __fmul_rn(a, gs), v = __fmul_rn(v, gs);
+          h[e / 2] = pack_round2<W>(a, v);
+        }
+        *reinterpret_cast<uint4*>(act + t * lda + f) = make_uint4(h[0], h[1], h[2], h[3]);
+      }
+    }
+    if (post_scale && warp < c.T) {
+      const float* xr0 = c.x.data + warp * c.x.stride;
+      float s = 0.0f;
+      for (int64_t f = 8 * lane; f < p.in; f += 256) {
+        const float4 x0 = *reinterpret_cast<const float4*>(xr0 + f), x1 = *reinterpret_cast<const float4*>(xr0 + f + 4);
+        const float xv[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+        for (int e = 0; e < 8; e += 2) s = __fmaf_rn(xv[e + 1], xv[e + 1], __fmaf_rn(xv[e], xv[e], s));
+      }
+#pragma unroll
+      for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+      if (lane == 0) row_ss[warp] = s;
+    }
+    __syncthreads();
+    for (; k < n_mine; ++k) {
+      issue(k + kDepth - 1);
+      cp_async_wait<kDepth - 1>();
+      const uint4* slot = my_ring + (k % kDepth) * kSlot;
+      const uint4 wa = slot[0], wb = slot[32];
+      const int64_t f = (seg + int64_t(k) * wpr) * 32 + 8 * q;
+      const uint4 xv = g < c.T && f < p.in ? *reinterpret_cast<const uint4*>(act + g * lda + f) : make_uint4(0, 0, 0, 0);
+      mma_16816<W>(acc[0][0], wa.x, wb.x, wa.y, wb.y, xv.x, xv.y);
+      mma_16816<W>(acc[0][0], wa.z, wb.z, wa.w, wb.w, xv.z, xv.w);
+    }
+  } else {
+    load_chunk(0);
+  }
   for (int64_t kc = 0; kc < n_kchunks; ++kc) {
     store_chunk(kc);
     __syncthreads();
@@ -265,10 +340,12 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)
       part_at(warp, n, g + 8, 8 * j + 2 * q) = acc[n][j][2];
       part_at(warp, n, g + 8, 8 * j + 2 * q + 1) = acc[n][j][3];
     }
-    float s = ss[j];
+    if (!whole_rows) {
+      float s = ss[j];
 #pragma unroll
-    for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
-    if (lane == 0) row_ss[warp + 8 * j] = s;
+      for (int off = 16; off > 0; off >>= 1) s = __fadd_rn(s, __shfl_xor_sync(0xffffffffu, s, off));
+      if (lane == 0) row_ss[warp + 8 * j] = s;
+    }
   }
   __syncthreads();
   const int T = static_cast<int>(c.T), per_tile = 16 * T;
@@ -311,7 +388,8 @@ void launch_nt(const FusedGemvLaunch& p, int wpr, cudaStream_t stream) {
   attribute.val.programmaticStreamSerializationAllowed = 1;
   config.attrs = &attribute;
   config.numAttrs = 1;
-  MAMBACPP_CUDA_CHECK(cudaLaunchKernelEx(&config, fast_gemv_kernel<W, NT>, p, wpr, static_cast<int>(n_chunks)));
+  const bool whole = NT == 1 && full_rows(p.T, p.in);
+  MAMBACPP_CUDA_CHECK(cudaLaunchKernelEx(&config, fast_gemv_kernel<W, NT>, p, wpr, static_cast<int>(n_chunks), whole));
 }
 
 // More than the default 48 KB of dynamic shared memory, set once before any launch (never inside a graph capture).
