@@ -110,6 +110,12 @@ ClosedBatch closed_batch(const Model& model, DType state_dtype, int64_t batch, i
   return out;
 }
 
+// The engine reports a request that failed while running (e.g. past the context limit) in its result, not by
+// throwing: a benchmark of failed requests would time nothing, so it stops, naming the request.
+void require_ran(const GenerateResult& r, const std::string& what) {
+  if (!r.error.empty()) fail("bench: ", what, " failed: ", r.error);
+}
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -161,7 +167,8 @@ void serve_bench(const Model& model, const BenchOptions& o, double load_ms) {
         ++run_generated;
       };
     }
-    engine.run(std::move(reqs));
+    const std::vector<GenerateResult> results = engine.run(std::move(reqs));
+    for (size_t i = 0; i < results.size(); ++i) require_ran(results[i], "--serve request " + std::to_string(i));
     if (rep == 0) continue;  // warm-up
     wall_ms.push_back(ms_since(t0));
     ttft.insert(ttft.end(), run_ttft.begin(), run_ttft.end());
@@ -234,6 +241,7 @@ void chat_turn_bench(const Model& model, const BenchOptions& o, double load_ms) 
   for (int rep = 0; rep < o.repeat + 1; ++rep) {
     Engine engine(model, nullptr, eo);
     const GenerateResult r1 = engine.run({turn(prompt, static_cast<int>(std::max<int64_t>(o.gen, 1)))}).front();
+    require_ran(r1, "--chat-turn: the first turn");
     std::vector<int32_t> history = prompt;
     history.insert(history.end(), r1.tokens.begin(), r1.tokens.end());
     history.insert(history.end(), message.begin(), message.end());
@@ -243,6 +251,8 @@ void chat_turn_bench(const Model& model, const BenchOptions& o, double load_ms) 
     none.state_cache_mb = 0;
     Engine fresh(model, nullptr, none);
     const GenerateResult miss = fresh.run({turn(history, 1)}).front();
+    require_ran(hit, "--chat-turn: the second turn");
+    require_ran(miss, "--chat-turn: the second turn, recomputed");
     if (rep == 0) continue;  // warm-up
     cached_ms.push_back(hit.timings.prompt_ms);
     fresh_ms.push_back(miss.timings.prompt_ms);

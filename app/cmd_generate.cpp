@@ -200,7 +200,7 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--max-prompt", o->max_prompt, "refuse prompts longer than this many tokens")
       ->check(IntRange(1, kMaxCliCount))->capture_default_str();
   cmd->add_option("--max-seqs", o->max_seqs, "prompts running at once (0: all of them, at most 64; the rest wait)")
-      ->check(IntRange(0, kMaxCliCount));
+      ->check(IntRange(0, INT64_MAX));  // bounded by the prompts, then by the memory
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
       ->check(IntRange(0, kMaxStateCacheMb))->capture_default_str();
   cmd->add_option("--state-checkpoint-interval", o->checkpoint_interval,

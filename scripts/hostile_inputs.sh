@@ -11,7 +11,7 @@
 set -u
 BIN=$(realpath "${1:-build/mambacpp}")
 WORK=${2:-/tmp/hostile}
-ROOT=$(cd "$(dirname "$0")/.." && pwd)
+ROOT=${HOSTILE_ROOT:-$(cd "$(dirname "$0")/.." && pwd)}
 TIMEOUT=${HOSTILE_TIMEOUT:-20}
 VMEM_KB=${HOSTILE_VMEM_KB:-4194304}
 FILTER=${HOSTILE_FILTER:-.}
@@ -50,7 +50,9 @@ run() {
   grep -q 'Command terminated by signal' "$WORK/.time" 2>/dev/null &&
     sig=$(grep -o 'signal [0-9]*' "$WORK/.time" | head -1 | cut -d' ' -f2)
   [ "$rc" -gt 128 ] && [ "$sig" = - ] && sig=$((rc - 128))
-  msg=$(grep -av '^Run with --help' "$WORK/.err" | grep -av '^$' | grep -av '^serve: loading' | head -1 | tr '\t' ' ' | cut -c1-300)
+  # the error line where there is one (generate prints its statistics first), else the first line
+  msg=$( (grep -a '^error' "$WORK/.err" || grep -av '^Run with --help' "$WORK/.err" | grep -av '^$' | grep -av '^serve: loading') |
+    head -1 | tr '\t' ' ' | cut -c1-300)
   printf '%s\t%s\t%s\t%s\t%.2f\t%s\t%s\n' "$name" "$expect" "$rc" "$sig" "$(echo "$t1 - $t0" | bc)" "$peak" "$msg" >>"$RESULTS"
 }
 
@@ -119,7 +121,7 @@ run "bench_weights_without_shape" err b -m "$NEMO" --weights f32 -g 1 -p 4
 SHAPES=$("$BIN" bench --help | grep -o 'real shape: [^ ]*' | cut -d' ' -f3 | tr '|' ' ')
 run "bench_shape_and_model" err b --shape "${SHAPES%% *}" -m "$NEMO"
 for s in $SHAPES; do
-  run "bench_shape_${s}_fp32" err b --shape "$s" --weights f32 -p 1 -g 1
+  run "bench_shape_${s}_fp32" any b --shape "$s" --weights f32 -p 1 -g 1
 done
 for v in 0 -1 1000000000 9223372036854775807; do run "bench_batch=$v" err b -m "$NEMO" -b "$v" -p 4 -g 1; done
 for v in 0 -1 1000000000000 9223372036854775807; do run "bench_prompt=$v" err b -m "$NEMO" -p "$v" -g 1; done
