@@ -3,6 +3,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -10,6 +11,7 @@
 #include <sstream>
 
 #include "mambacpp/error.h"
+#include "mambacpp/shapes.h"
 
 namespace mambacpp::cli {
 
@@ -28,6 +30,23 @@ CLI::Validator FiniteRange(double lo, double hi) {
         return std::string();
       },
       desc.str());
+}
+
+CLI::Validator IntRange(int64_t lo, int64_t hi) {
+  const std::string desc = "INTEGER in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
+  return CLI::Validator(
+      [lo, hi](std::string& text) -> std::string {
+        // Strictly an integer: CLI11's own conversion clamps an overflowing value (99999999999999999999 became
+        // INT64_MAX), and its ranges print the double bounds in full.
+        int64_t v = 0;
+        const char* end = text.data() + text.size();
+        const auto [ptr, ec] = std::from_chars(text.data() + (!text.empty() && text[0] == '+'), end, v);
+        if (text.empty() || ec != std::errc() || ptr != end || v < lo || v > hi)
+          return "expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], found '" +
+                 text.substr(0, 40) + (text.size() > 40 ? "...'" : "'");
+        return std::string();
+      },
+      desc);
 }
 
 namespace {
@@ -53,17 +72,17 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
       ->capture_default_str();
   cmd.add_option("-t,--threads", opts.threads, "CPU threads (0 = all)")
-      ->check(CLI::Range(0, kMaxThreads))
+      ->check(IntRange(0, kMaxThreads))
       ->capture_default_str();
   cmd.add_option("--batch-tokens", opts.max_batch_tokens, "tokens per internal prefill piece (bounds memory)")
-      ->check(CLI::PositiveNumber)
+      ->check(IntRange(1, kMaxCliCount))
       ->capture_default_str();
   cmd.add_option("--state-dtype", opts.state_dtype, "conv/SSM state dtype: fp32, or bf16 (half the state bytes)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();
   cmd.add_option("--ctx-size", opts.ctx_size,
                  "models with attention layers: positions a sequence may hold (0 = the config's limit, if any)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntRange(0, kMaxCliCount))
       ->capture_default_str();
   cmd.add_option("--precision", opts.precision,
                  "GPU, 16-bit weights: fast (activations rounded to the weight dtype, one tensor-core product; "
@@ -114,12 +133,66 @@ void check_state_slots(const Model& model, int64_t n_slots, DType state_dtype, c
   }
 }
 
+namespace {
+
+// Weights of `c`, roughly (the projections, convolutions, embeddings and LM head; the per-channel vectors left out):
+// enough to tell a shape that fits from one that does not.
+double weight_elements(const ModelConfig& c) {
+  const double D = static_cast<double>(c.d_model), V = static_cast<double>(c.vocab_size);
+  const double Di = static_cast<double>(c.d_inner), N = static_cast<double>(c.d_state);
+  const double K = static_cast<double>(c.d_conv), G = static_cast<double>(c.n_groups), H = static_cast<double>(c.n_heads);
+  const double hd = static_cast<double>(c.attn_head_dim), hq = static_cast<double>(c.n_attn_heads);
+  const double hkv = static_cast<double>(c.n_kv_heads), M = static_cast<double>(c.mlp_size);
+  const double mlp = D * M * (c.mlp_act == MlpAct::SiluGated ? 3 : 2);
+  double n = V * D * (c.tie_embeddings ? 1 : 2);
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    switch (c.layer_kind(l)) {
+      case LayerKind::Mamba1:
+        n += D * 2 * Di + Di * K + Di * (static_cast<double>(c.dt_rank) + 2 * N) + static_cast<double>(c.dt_rank) * Di +
+             Di * N + Di * D;
+        break;
+      case LayerKind::Mamba2: n += D * (2 * Di + 2 * G * N + H) + (Di + 2 * G * N) * K + Di * D; break;
+      case LayerKind::Attention: n += D * (hq * hd + 2 * hkv * hd) + hq * hd * D; break;
+      case LayerKind::MLP: n += mlp; break;
+    }
+    if (c.mlp_after_mixer) n += mlp;
+  }
+  return n;
+}
+
+}  // namespace
+
+std::unique_ptr<Model> random_model(const std::string& shape, const ModelOptions& opts, DType storage) {
+  const ModelConfig c = named_shape(shape);
+  // The weights are drawn into host memory whatever the device: past the machine's memory the kernel would kill the
+  // process (or another one) instead of an allocation failing.
+  const double need = weight_elements(c) * static_cast<double>(dtype_size(storage));
+  const double have = static_cast<double>(sysconf(_SC_PHYS_PAGES)) * static_cast<double>(sysconf(_SC_PAGESIZE));
+  if (have > 0 && need > 0.9 * have) {
+    std::ostringstream os;
+    os.precision(3);
+    os << "--shape " << shape << ": its random weights in " << dtype_name(storage) << " take about " << need / 0x1p30
+       << " GiB, more than 90% of this machine's " << have / 0x1p30 << " GiB of memory"
+       << (storage == DType::F32 ? "; try --weights bf16" : "");
+    fail(os.str());
+  }
+  return Model::random(c, load_options(opts), 1, storage);
+}
+
 std::unique_ptr<Model> load_model(const ModelOptions& opts) {
   const LoadOptions lo = load_options(opts);
   const std::string dir = opts.model_dir.empty() ? default_model_dir() : opts.model_dir;
   auto model = Model::load(dir, lo);
   if (lo.progress) std::cerr << "loaded " << dir << " on " << model->device_description() << "\n";
   return model;
+}
+
+std::string read_input_file(const std::string& path, const std::string& option) {
+  std::ifstream in = open_input(path, option);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail(option, ": cannot read '", path, "'");
+  return ss.str();
 }
 
 std::vector<int32_t> read_token_file(const std::string& path) {

@@ -30,6 +30,19 @@ struct ModelOptions {
 // A floating-point option in [lo, hi]. CLI11's Range lets NaN through (every comparison with NaN is false); this
 // refuses NaN and, with finite bounds, the infinities.
 CLI::Validator FiniteRange(double lo, double hi);
+// An integer option in [lo, hi]: anything else (a fraction, an exponent, a value past int64, text) is refused with
+// "expected an integer in [lo, hi], found '...'".
+CLI::Validator IntRange(int64_t lo, int64_t hi);
+// The bound of counts and lengths given on the command line (tokens, positions, steps): 2^31 - 1, what an int holds.
+// Nothing legitimate comes near it; past it sizes computed from these counts could overflow.
+constexpr int64_t kMaxCliCount = INT32_MAX;
+// MiB options (--state-cache-mb, --max-out-mb): 2^32 MiB (4 PiB), so that the byte count (MiB << 20) fits int64.
+constexpr int64_t kMaxStateCacheMb = int64_t{1} << 32;
+// bench: sequences of a closed batch (each a state slot, also checked against the memory) and --serve requests.
+constexpr int64_t kMaxBenchBatch = 65536;
+constexpr int64_t kMaxBenchRequests = 1 << 20;
+// bench: prompt tokens drawn up front (batch x prompt, requests x longest prompt): 2^28, a GiB of int32 ids.
+constexpr int64_t kMaxBenchTokens = int64_t{1} << 28;
 
 // Adds --model, --device, --dtype, --threads, --batch-tokens to a subcommand.
 void add_model_options(CLI::App& cmd, ModelOptions& opts);
@@ -38,6 +51,12 @@ LoadOptions load_options(const ModelOptions& opts);
 
 // Loads the model the options name (progress on stderr when it is a terminal).
 std::unique_ptr<Model> load_model(const ModelOptions& opts);
+// Random weights of the named shape (bench/serve --shape) stored as `storage`; an Error naming --shape when they
+// would not fit in the machine's memory (they are drawn in host memory before anything runs).
+std::unique_ptr<Model> random_model(const std::string& shape, const ModelOptions& opts, DType storage);
+
+// The whole of a regular file named by `option` (a directory or a missing file is an Error naming the option).
+std::string read_input_file(const std::string& path, const std::string& option);
 
 // Reads whitespace- or comma-separated token ids; throws Error naming the file and the bad token.
 std::vector<int32_t> read_token_file(const std::string& path);

@@ -24,6 +24,7 @@ struct BenchOptions {
   ModelOptions model;
   std::string shape;
   std::string weights = "bf16";  // --shape: the stored dtype of the random weights
+  bool weights_given = false;
   int64_t batch = 1, prompt = 100, gen = 1000;
   int repeat = 3;
   bool json = false;
@@ -109,6 +110,12 @@ ClosedBatch closed_batch(const Model& model, DType state_dtype, int64_t batch, i
   return out;
 }
 
+// The engine reports a request that failed while running (e.g. past the context limit) in its result, not by
+// throwing: a benchmark of failed requests would time nothing, so it stops, naming the request.
+void require_ran(const GenerateResult& r, const std::string& what) {
+  if (!r.error.empty()) fail("bench: ", what, " failed: ", r.error);
+}
+
 double percentile(std::vector<double> v, double q) {
   if (v.empty()) return 0.0;
   std::sort(v.begin(), v.end());
@@ -160,7 +167,8 @@ void serve_bench(const Model& model, const BenchOptions& o, double load_ms) {
         ++run_generated;
       };
     }
-    engine.run(std::move(reqs));
+    const std::vector<GenerateResult> results = engine.run(std::move(reqs));
+    for (size_t i = 0; i < results.size(); ++i) require_ran(results[i], "--serve request " + std::to_string(i));
     if (rep == 0) continue;  // warm-up
     wall_ms.push_back(ms_since(t0));
     ttft.insert(ttft.end(), run_ttft.begin(), run_ttft.end());
@@ -233,6 +241,7 @@ void chat_turn_bench(const Model& model, const BenchOptions& o, double load_ms) 
   for (int rep = 0; rep < o.repeat + 1; ++rep) {
     Engine engine(model, nullptr, eo);
     const GenerateResult r1 = engine.run({turn(prompt, static_cast<int>(std::max<int64_t>(o.gen, 1)))}).front();
+    require_ran(r1, "--chat-turn: the first turn");
     std::vector<int32_t> history = prompt;
     history.insert(history.end(), r1.tokens.begin(), r1.tokens.end());
     history.insert(history.end(), message.begin(), message.end());
@@ -242,6 +251,8 @@ void chat_turn_bench(const Model& model, const BenchOptions& o, double load_ms) 
     none.state_cache_mb = 0;
     Engine fresh(model, nullptr, none);
     const GenerateResult miss = fresh.run({turn(history, 1)}).front();
+    require_ran(hit, "--chat-turn: the second turn");
+    require_ran(miss, "--chat-turn: the second turn, recomputed");
     if (rep == 0) continue;  // warm-up
     cached_ms.push_back(hit.timings.prompt_ms);
     fresh_ms.push_back(miss.timings.prompt_ms);
@@ -274,9 +285,17 @@ void chat_turn_bench(const Model& model, const BenchOptions& o, double load_ms) 
 
 void run_bench(const BenchOptions& o) {
   if (o.shape.empty() == o.model.model_dir.empty()) fail("bench: give exactly one of --shape or --model");
+  if (o.shape.empty() && o.weights_given)
+    fail("bench: --weights ", o.weights, " applies to --shape only (a model directory's weights are stored as they are; "
+         "--dtype sets the GPU's)");
+  // Every prompt is drawn up front: bound the tokens (int32 each) before allocating them.
+  const int64_t tokens = o.serve ? o.requests * o.max_prompt : o.chat_turn ? o.prompt : o.batch * o.prompt;
+  if (tokens > kMaxBenchTokens)
+    fail("bench: ", o.serve ? "--requests x --max-prompt = " : "--batch x --prompt = ", tokens,
+         " prompt tokens, more than ", kMaxBenchTokens, " (they are drawn up front)");
   const LoadOptions lo = load_options(o.model);
   auto t_load = Clock::now();
-  std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), lo, 1, parse_dtype(o.weights));
+  std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : random_model(o.shape, o.model, parse_dtype(o.weights));
   const double load_ms = ms_since(t_load);
   if (o.serve) return serve_bench(*model, o, load_ms);
   if (o.chat_turn) return chat_turn_bench(*model, o, load_ms);
@@ -341,12 +360,12 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
   std::string shapes;
   for (const std::string& s : named_shapes()) shapes += (shapes.empty() ? "" : "|") + s;
   cmd->add_option("--shape", o->shape, "random weights of a real shape: " + shapes);
-  cmd->add_option("--weights", o->weights, "--shape: stored dtype of the random weights (f32|bf16|f16; the GPU "
-                  "converts them to --dtype)")->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16"}))->capture_default_str();
-  cmd->add_option("-b,--batch", o->batch, "sequences decoded together")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("-p,--prompt", o->prompt, "prompt tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("-g,--gen", o->gen, "generated tokens per sequence")->check(CLI::NonNegativeNumber)->capture_default_str();
-  cmd->add_option("-r,--repeat", o->repeat, "timed runs (median reported)")->check(CLI::PositiveNumber)->capture_default_str();
+  cmd->add_option_function<std::string>("--weights", [o](const std::string& w) { o->weights = w, o->weights_given = true; }, "--shape: stored dtype of the random weights (f32|bf16|f16; the GPU "
+                  "converts them to --dtype; default bf16)")->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16"}));
+  cmd->add_option("-b,--batch", o->batch, "sequences decoded together")->check(IntRange(1, kMaxBenchBatch))->capture_default_str();
+  cmd->add_option("-p,--prompt", o->prompt, "prompt tokens per sequence")->check(IntRange(1, kMaxCliCount))->capture_default_str();
+  cmd->add_option("-g,--gen", o->gen, "generated tokens per sequence")->check(IntRange(0, kMaxCliCount))->capture_default_str();
+  cmd->add_option("-r,--repeat", o->repeat, "timed runs (median reported)")->check(IntRange(1, 1000000))->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->add_flag("--host-argmax", o->host_argmax,
                 "greedy from whole logit rows copied to the host (default: the argmax selected on the device)");
@@ -355,14 +374,14 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
                 "all submitted at once to the engine, beside the closed batch of --max-seqs prompts of the mean length");
   cmd->add_flag("--chat-turn", o->chat_turn,
                 "time to first token of a chat's next turn (-p prompt, -g answer, 32 new tokens), cached vs recomputed");
-  cmd->add_option("--requests", o->requests, "--serve: requests")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--min-prompt", o->min_prompt, "--serve: shortest prompt")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--max-prompt", o->max_prompt, "--serve: longest prompt")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--max-seqs", o->max_seqs, "--serve: requests running at once")->check(CLI::PositiveNumber)->capture_default_str();
-  cmd->add_option("--state-cache-mb", o->state_cache_mb, "--serve: prefix cache budget, MiB")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--requests", o->requests, "--serve: requests")->check(IntRange(1, kMaxBenchRequests))->capture_default_str();
+  cmd->add_option("--min-prompt", o->min_prompt, "--serve: shortest prompt")->check(IntRange(1, kMaxCliCount))->capture_default_str();
+  cmd->add_option("--max-prompt", o->max_prompt, "--serve: longest prompt")->check(IntRange(1, kMaxCliCount))->capture_default_str();
+  cmd->add_option("--max-seqs", o->max_seqs, "--serve: requests running at once")->check(IntRange(1, kMaxCliCount))->capture_default_str();
+  cmd->add_option("--state-cache-mb", o->state_cache_mb, "--serve: prefix cache budget, MiB")->check(IntRange(0, kMaxStateCacheMb))->capture_default_str();
   cmd->add_option("--state-checkpoint-interval", o->checkpoint_interval,
                   "--serve/--chat-turn: prompt positions (multiples of this) whose state is cached; 0: none")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(IntRange(0, kMaxCliCount))->capture_default_str();
   cmd->callback([o, &run] {
     if (o->serve && o->min_prompt > o->max_prompt) throw CLI::ValidationError("--min-prompt", "exceeds --max-prompt");
     if (o->serve && o->chat_turn) throw CLI::ValidationError("--chat-turn", "excludes --serve");

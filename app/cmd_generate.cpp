@@ -42,7 +42,7 @@ struct GenerateCliOptions {
 
 nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateResult& r) {
   const double gen_tokens = static_cast<double>(r.tokens.size());
-  return {{"prompt_tokens", prompt},
+  nlohmann::json j = {{"prompt_tokens", prompt},
           {"tokens", r.tokens},
           {"text", r.text},
           {"stop_reason", finish_reason_name(r.finish_reason)},
@@ -54,6 +54,8 @@ nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateRes
             {"generate_ms", r.timings.generate_ms},
             {"prompt_tokens_per_s", r.timings.prompt_ms > 0 ? prompt.size() / (r.timings.prompt_ms / 1000.0) : 0.0},
             {"generate_tokens_per_s", r.timings.generate_ms > 0 ? gen_tokens / (r.timings.generate_ms / 1000.0) : 0.0}}}};
+  if (!r.error.empty()) j["error"] = r.error;  // absent when the request ran through: older readers unchanged
+  return j;
 }
 
 void run_generate(const GenerateCliOptions& o) {
@@ -147,6 +149,15 @@ void run_generate(const GenerateCliOptions& o) {
     }
   }
   std::cout.flush();
+  // A request that failed while running (a prompt or generation past --ctx-size, a --save-state that could not be
+  // written, a model producing NaN) ends as "cancelled" with its error: the command fails, naming the prompt, after
+  // printing what the others produced.
+  std::string errors;
+  size_t n_failed = 0;
+  for (size_t i = 0; i < results.size(); ++i)
+    if (!results[i].error.empty() && n_failed++ == 0)
+      errors = (results.size() > 1 ? "prompt " + std::to_string(i) + ": " : std::string()) + results[i].error;
+  if (n_failed > 1) errors += " (and " + std::to_string(n_failed - 1) + " more prompts failed)";
   if (!o.json) {
     size_t prompt_tokens = 0, gen_tokens = 0;
     double gen_ms = 0;
@@ -160,6 +171,7 @@ void run_generate(const GenerateCliOptions& o) {
                  prompt_tokens, prompt_ms, prompt_ms > 0 ? prompt_tokens / (prompt_ms / 1000) : 0.0, gen_tokens, gen_ms,
                  gen_ms > 0 ? gen_tokens / (gen_ms / 1000) : 0.0, model->device_description().c_str());
   }
+  if (n_failed > 0) fail(errors);
 }
 
 }  // namespace
@@ -172,28 +184,28 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
                                         "prompt text");
   cmd->add_option("--tokens-file", o->tokens_file, "prompt as token ids (spaces or commas)");
   cmd->add_option("--prompts-file", o->prompts_file, "one prompt per line, run as one batch");
-  cmd->add_option("-n,--n-predict", o->n_predict, "new tokens to generate at most")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("-n,--n-predict", o->n_predict, "new tokens to generate at most")->check(IntRange(0, kMaxCliCount))->capture_default_str();
   cmd->add_option("--temp", o->sampling.temperature, "temperature; 0 = greedy")->check(FiniteRange(0, 1e6))->capture_default_str();
-  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->check(CLI::NonNegativeNumber)->capture_default_str();
+  cmd->add_option("--top-k", o->sampling.top_k, "top-k (0 = off)")->check(IntRange(0, kMaxCliCount))->capture_default_str();
   cmd->add_option("--top-p", o->sampling.top_p, "top-p (1 = off)")->check(FiniteRange(0, 1))->capture_default_str();
   cmd->add_option("--min-p", o->sampling.min_p, "min-p (0 = off)")->check(FiniteRange(0, 1))->capture_default_str();
   cmd->add_option("--repeat-penalty", o->sampling.repeat_penalty, "repetition penalty (1 = off)")
       ->check(FiniteRange(1e-6, 1e6))->capture_default_str();
   cmd->add_option("--repeat-last-n", o->sampling.repeat_last_n, "tokens the penalty looks back over")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(IntRange(0, kMaxCliCount))->capture_default_str();
   cmd->add_option("-s,--seed", o->seed, "random seed (default: random; batch member i uses seed + i)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntRange(0, INT64_MAX));
   cmd->add_option("--stop", o->stop, "stop string (repeatable)");
   cmd->add_flag("--ignore-eos", o->ignore_eos, "do not stop at the end-of-sequence token");
   cmd->add_option("--max-prompt", o->max_prompt, "refuse prompts longer than this many tokens")
-      ->check(CLI::PositiveNumber)->capture_default_str();
+      ->check(IntRange(1, kMaxCliCount))->capture_default_str();
   cmd->add_option("--max-seqs", o->max_seqs, "prompts running at once (0: all of them, at most 64; the rest wait)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(IntRange(0, INT64_MAX));  // bounded by the prompts, then by the memory
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(IntRange(0, kMaxStateCacheMb))->capture_default_str();
   cmd->add_option("--state-checkpoint-interval", o->checkpoint_interval,
                   "prompt positions (multiples of this) whose state is cached; 0: none")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(IntRange(0, kMaxCliCount))->capture_default_str();
   cmd->add_option("--load-state", o->load_state, "state file to continue from (a prompt that begins with its tokens prefills only the rest)");
   cmd->add_option("--save-state", o->save_state, "write the state at the end of the generation to this file");
   cmd->add_flag("--json", o->json, "print one JSON object per prompt instead of streaming text");

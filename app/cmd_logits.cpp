@@ -29,7 +29,7 @@ CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--chunks", opts->chunks, "run as consecutive chunks of these lengths (N,N,...; must sum to L)");
   cmd->add_option("-o,--out", opts->out, "output .npy file (float32 [L, vocab_rows])")->required();
   cmd->add_option("--max-out-mb", opts->max_out_mb, "refuse inputs whose logits would exceed this many MiB (held in memory)")
-      ->check(CLI::PositiveNumber)
+      ->check(IntRange(1, kMaxStateCacheMb))
       ->capture_default_str();
   cmd->callback([opts, &run] {
     run = [opts] {

@@ -30,11 +30,7 @@ void run_perplexity(const PerplexityCliOptions& o) {
   if (!std::filesystem::exists(tok_path))
     fail("model directory '", model->directory(), "' has no tokenizer.json: perplexity needs one to tokenize --file");
   auto tokenizer = Tokenizer::load(tok_path);
-  std::ifstream in(o.file, std::ios::binary);
-  if (!in) fail("--file: cannot open '", o.file, "'");
-  std::stringstream ss;
-  ss << in.rdbuf();
-  std::vector<int32_t> ids = tokenizer->encode(ss.str());
+  std::vector<int32_t> ids = tokenizer->encode(read_input_file(o.file, "--file"));
   PerplexityOptions po;
   po.context = o.context;
   po.batch_tokens = o.model.max_batch_tokens;
@@ -64,7 +60,7 @@ CLI::App* add_perplexity_command(CLI::App& app, std::function<void()>& run) {
   add_model_options(*cmd, o->model);
   cmd->add_option("-f,--file", o->file, "text file")->required();
   cmd->add_option("-c,--context", o->context, "reset the state every N tokens (0 = carry it through the whole text)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntRange(0, kMaxCliCount))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON object");
   cmd->callback([o, &run] { run = [o] { run_perplexity(*o); }; });

@@ -63,7 +63,7 @@ void run_serve(const ServeCliOptions& o) {
   std::fprintf(stderr, "serve: loading the model (GET /health answers 503 until it is ready)\n");
 
   if (!o.shape.empty() && !o.model.model_dir.empty()) fail("serve: give at most one of --model or --shape");
-  auto model = o.shape.empty() ? load_model(o.model) : Model::random(named_shape(o.shape), load_options(o.model), 1);
+  auto model = o.shape.empty() ? load_model(o.model) : random_model(o.shape, o.model, DType::BF16);
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<server::ChatTemplate> chat_template;
   if (o.shape.empty()) {
@@ -107,29 +107,29 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--host", s.host, "address to listen on (loopback by default; 0.0.0.0 for every interface)")
       ->capture_default_str();
   cmd->add_option("--port", s.port, "TCP port (0: any free one, printed when ready)")
-      ->check(CLI::Range(0, 65535))
+      ->check(IntRange(0, 65535))
       ->capture_default_str();
   cmd->add_option("--parallel", s.parallel, "requests generating at once (state slots, allocated up front)")
-      ->check(CLI::Range(int64_t{1}, server::kMaxParallel))
+      ->check(IntRange(1, server::kMaxParallel))
       ->capture_default_str();
   cmd->add_option("--max-queue", s.max_queue, "requests waiting for a slot; more get 503")
-      ->check(CLI::Range(int64_t{0}, server::kMaxQueue))
+      ->check(IntRange(0, server::kMaxQueue))
       ->capture_default_str();
   cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(IntRange(0, kMaxStateCacheMb))
       ->capture_default_str();
   cmd->add_option("--max-prompt", s.max_prompt, "refuse prompts longer than this many tokens")
-      ->check(CLI::PositiveNumber)
+      ->check(IntRange(1, kMaxCliCount))
       ->capture_default_str();
   cmd->add_option("--max-tokens", s.max_tokens, "largest max_tokens a request may ask for")
-      ->check(CLI::Range(int64_t{0}, int64_t{INT32_MAX}))  // a request's max_new_tokens is an int
+      ->check(IntRange(0, INT32_MAX))  // a request's max_new_tokens is an int
       ->capture_default_str();
   cmd->add_option("--max-body-mb", s.max_body_mb, "refuse request bodies larger than this (413)")
-      ->check(CLI::Range(int64_t{1}, server::kMaxBodyMb))
+      ->check(IntRange(1, server::kMaxBodyMb))
       ->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0: parallel + max-queue + 8)")
-      ->check(CLI::Range(int64_t{0}, server::kMaxHttpThreads))
+      ->check(IntRange(0, server::kMaxHttpThreads))
       ->capture_default_str();
   cmd->add_option("--chat-template", o->chat_template,
                   "auto (chatml when tokenizer_config.json's template uses it), chatml, or none")

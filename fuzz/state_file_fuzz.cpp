@@ -1,6 +1,7 @@
 // State files (version 3, `generate --save-state` / StateCache::save): the first input byte picks the model (a
 // Mamba-2 fixture: conv and SSM entries; a Nemotron-H fixture: KV entries too), the rest is the file. Any input is
-// refused with mambacpp::Error, or restores a slot holding only tokens of the vocabulary. Seeds: fuzz/corpus/state_file
+// refused with mambacpp::Error, or restores a slot holding only tokens of the vocabulary (and, with KV entries, one
+// position per recorded token). Seeds: fuzz/corpus/state_file
 // (files the CLI wrote, prefixed with the model byte; see docs/reliability.md).
 #include <memory>
 #include <vector>
@@ -42,4 +43,7 @@ MAMBACPP_FUZZ_TARGET(state_file) {
   Loaded& m = models()[data[0] % models().size()];
   const std::vector<int32_t> tokens = m.state->load(0, file.write(data + 1, size - 1));
   for (int32_t t : tokens) MAMBACPP_FUZZ_CHECK(t >= 0 && t < m.model->config().vocab_size);
+  // A state that records tokens holds one KV position per token (the engine keys the state by them).
+  if (!tokens.empty() && m.model->config().has_attention())
+    MAMBACPP_FUZZ_CHECK(m.state->tokens_held(0) == static_cast<int64_t>(tokens.size()));
 }

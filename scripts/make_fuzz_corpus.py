@@ -84,6 +84,10 @@ def main():
         json.dumps({"d_model": 16, "n_layer": 1, "vocab_size": 32, "eos_token_id": 100000000}))  # accepted
     put("regressions", "config", "eos_not_int32.json",
         json.dumps({"d_model": 16, "n_layer": 1, "vocab_size": 32, "eos_token_id": 1 << 31}))  # refused
+    # 2^30 layers sized per-layer tables of gigabytes before any weight was looked at; refused (at most 65536)
+    bamba = json.loads(read(os.path.join(FIX, "hybrid", "bamba_f32", "config.json")))
+    bamba.update(num_hidden_layers=1 << 30, attn_layer_indices=[])
+    put("regressions", "config", "bamba_layer_count_2e30.json", json.dumps(bamba, indent=2))
 
     # ---- safetensors ----
     f32 = struct.pack("<4f", 1, 2, 3, 4)

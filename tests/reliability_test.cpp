@@ -9,6 +9,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -514,6 +515,175 @@ TEST(Reliability, StateFileReaderRefusesHostileFilesWithoutChangingTheSlot) {
   EXPECT_THAT(error_of([&] { state->load(0, tmp.file("short.state")); }), HasSubstr("truncated"));
   EXPECT_EQ(state->read_slot(0), before);
   EXPECT_EQ(state->load(0, tmp.file("good.state")), (std::vector<int32_t>{1, 2}));
+}
+
+
+// ---- Third sweep: the hybrid surfaces (ctx size, KV state files, layer counts) and the CLI's integer options ---------
+
+std::string hybrid_dir(const std::string& name) { return test::fixture_dir() + "/hybrid/" + name; }
+
+std::unique_ptr<Model> load_hybrid(int64_t ctx_size = 0) {
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  lo.threads = 1;
+  lo.ctx_size = ctx_size;
+  return Model::load(hybrid_dir("nemotron_h_f32"), lo);
+}
+
+// A state file's KV rows are positions the slot will hold: past the context limit, or not one per recorded token
+// (the engine would continue a prompt from a state it does not stand for), it is refused and the slot is unchanged.
+TEST(Reliability, StateFileKvRowsMustFitTheContextAndBeTheTokens) {
+  auto model = load_hybrid();
+  const std::vector<int32_t> ids = test::read_token_ids(hybrid_dir("nemotron_h_f32") + "/tokens.txt");
+  ASSERT_GT(ids.size(), 10u);
+  auto state = model->create_state(1);
+  std::vector<Sequence> seqs{Sequence::tokens(ids, 0)};
+  model->forward(*state, seqs, Output::LastLogits);
+  test::TempDir tmp;
+  state->save(0, tmp.file("good.state"), ids);
+  state->save(0, tmp.file("fewer_tokens.state"), std::vector<int32_t>(ids.begin(), ids.end() - 1));
+  state->save(0, tmp.file("no_tokens.state"));  // no tokens recorded: nothing to compare, it loads
+
+  auto small = load_hybrid(/*ctx_size=*/10);
+  auto small_state = small->create_state(1);
+  EXPECT_THAT(error_of([&] { small_state->load(0, tmp.file("good.state")); }),
+              AllOf(HasSubstr("good.state"), HasSubstr(std::to_string(ids.size()) + " KV positions"),
+                    HasSubstr("context limit of 10"), HasSubstr("--ctx-size")));
+  EXPECT_EQ(small_state->tokens_held(0), 0);
+
+  auto fresh = model->create_state(1);
+  const std::vector<float> before = fresh->read_slot(0);
+  EXPECT_THAT(error_of([&] { fresh->load(0, tmp.file("fewer_tokens.state")); }),
+              AllOf(HasSubstr("fewer_tokens.state"), HasSubstr("one position per token")));
+  EXPECT_EQ(fresh->read_slot(0), before);
+  EXPECT_EQ(fresh->tokens_held(0), 0);
+  EXPECT_TRUE(fresh->load(0, tmp.file("no_tokens.state")).empty());
+  EXPECT_EQ(fresh->tokens_held(0), static_cast<int64_t>(ids.size()));
+  EXPECT_EQ(fresh->load(0, tmp.file("good.state")), ids);
+}
+
+// Per-layer tables are sized by the layer count before any weight is looked at: a 1 KB config.json claiming 2^30
+// layers took 2 GB and 4 s before the first missing tensor was reported.
+TEST(Reliability, LayerCountsAreBoundedBeforeTablesAreSized) {
+  const std::string bamba = read_file(hybrid_dir("bamba_f32") + "/config.json");
+  nlohmann::json j = nlohmann::json::parse(bamba);
+  j["num_hidden_layers"] = 1 << 30;
+  j["attn_layer_indices"] = nlohmann::json::array();
+  EXPECT_THAT(error_of([&] { parse_model_config(j.dump(), "c.json"); }),
+              AllOf(HasSubstr("c.json"), HasSubstr("num_hidden_layers = 1073741824"), HasSubstr("[1, 65536]")));
+  nlohmann::json nemo = nlohmann::json::parse(read_file(hybrid_dir("nemotron_h_f32") + "/config.json"));
+  nemo.erase("num_hidden_layers");
+  nemo["layers_block_type"] = std::vector<std::string>(70000, "mamba");
+  EXPECT_THAT(error_of([&] { parse_model_config(nemo.dump(), "n.json"); }),
+              AllOf(HasSubstr("n.json"), HasSubstr("layers_block_type"), HasSubstr("70000 layers")));
+  nemo["num_hidden_layers"] = 65536;
+  nemo["layers_block_type"] = std::vector<std::string>(65536, "mamba");
+  EXPECT_NO_THROW(parse_model_config(nemo.dump(), "n.json"));  // the limit itself parses
+}
+
+// The library checks the sizes it reads from LoadOptions where every loader passes (the bindings and the C++ API as
+// well as the CLI): a batch-token count of 0 ran as 1, a negative ctx_size as none, a page of 2^40 tokens asked for
+// terabytes at the first token.
+TEST(Reliability, LoadOptionsSizesAreCheckedByTheLibrary) {
+  const std::string dir = hybrid_dir("nemotron_h_f32");
+  for (const auto& [set, name] : std::vector<std::pair<std::function<void(LoadOptions&)>, std::string>>{
+           {[](LoadOptions& o) { o.max_batch_tokens = 0; }, "max_batch_tokens"},
+           {[](LoadOptions& o) { o.max_batch_tokens = int64_t{1} << 40; }, "max_batch_tokens"},
+           {[](LoadOptions& o) { o.ctx_size = -1; }, "ctx_size"},
+           {[](LoadOptions& o) { o.ctx_size = int64_t{1} << 40; }, "ctx_size"},
+           {[](LoadOptions& o) { o.kv_page_tokens = 0; }, "kv_page_tokens"},
+           {[](LoadOptions& o) { o.kv_page_tokens = int64_t{1} << 40; }, "kv_page_tokens"}}) {
+    LoadOptions lo;
+    lo.device = DeviceChoice::CPU;
+    set(lo);
+    EXPECT_THAT(error_of([&] { Model::load(dir, lo); }), AllOf(HasSubstr(name), HasSubstr("found"))) << name;
+  }
+}
+
+class ReliabilityHybridCli : public ::testing::Test {
+ protected:
+  std::string gen() const {
+    return "generate --device cpu --threads 1 -m " + hybrid_dir("nemotron_h_f32") + " --tokens-file " +
+           hybrid_dir("nemotron_h_f32") + "/tokens.txt ";
+  }
+  test::TempDir tmp_;
+};
+
+// A request that failed while running ended as "cancelled" with its error dropped: generate printed nothing and
+// exited 0 (a prompt past --ctx-size, a generation reaching it, a --save-state that could not be written).
+TEST_F(ReliabilityHybridCli, GenerateFailsWhenARequestFails) {
+  test::CliResult r = test::run_cli(gen() + "-n 2 --ctx-size 3");
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.err, AllOf(HasSubstr("error: "), HasSubstr("context limit of 3")));
+  r = test::run_cli(gen() + "-n 100 --ignore-eos --ctx-size 50 --json");  // 45 prompt tokens: the 6th new one fails
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.out, HasSubstr("\"error\":"));  // the JSON result says so too
+  EXPECT_THAT(r.err, HasSubstr("context limit of 50"));
+  fs::create_directory(tmp_.file("adir"));
+  r = test::run_cli(gen() + "-n 1 --save-state " + tmp_.file("adir"));
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.err, HasSubstr(tmp_.file("adir")));
+  r = test::run_cli(gen() + "-n 2 --json");  // a request that runs through has no "error" key
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  EXPECT_THAT(r.out, Not(HasSubstr("\"error\"")));
+}
+
+// CLI11 clamps an integer past int64 to INT64_MAX and parsed 2^64 as a seed; its ranges print the bounds as doubles
+// of 300 digits. Every integer option is now strictly an integer within a stated range.
+TEST_F(ReliabilityHybridCli, IntegerOptionsAreStrictIntegersInStatedRanges) {
+  for (const auto& [args, option] : std::vector<std::pair<std::string, std::string>>{
+           {"-n 1 --ctx-size 99999999999999999999", "--ctx-size"}, {"-n 1 --seed 18446744073709551616", "--seed"},
+           {"-n 1e9", "--n-predict"}, {"-n 2147483648", "--n-predict"}, {"-n 1 --batch-tokens 1e3", "--batch-tokens"},
+           {"-n 1 --state-cache-mb 9223372036854775807", "--state-cache-mb"}, {"-n 1 --top-k 2147483648", "--top-k"},
+           {"-n 1 --threads 1025", "--threads"}, {"-n 1 --max-prompt 0", "--max-prompt"}}) {
+    const test::CliResult r = test::run_cli(gen() + args);
+    EXPECT_EQ(r.exit_code, 1) << args << ": " << r.output();
+    EXPECT_THAT(r.output(), AllOf(HasSubstr(option), HasSubstr("expected an integer in ["))) << args;
+    EXPECT_LT(r.output().size(), 400u) << args;
+  }
+}
+
+// bench drew its prompts up front: -p 9223372036854775807 ended in "vector::_M_default_append".
+TEST_F(ReliabilityHybridCli, BenchBoundsItsPromptsBeforeDrawingThem) {
+  const std::string bench = "bench --device cpu --threads 1 -m " + hybrid_dir("nemotron_h_f32") + " -r 1 -g 1 ";
+  test::CliResult r = test::run_cli(bench + "-p 9223372036854775807");
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.output(), AllOf(HasSubstr("--prompt"), HasSubstr("expected an integer")));
+  r = test::run_cli(bench + "-b 65536 -p 65536");
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--batch x --prompt = 4294967296"), HasSubstr("268435456")));
+  r = test::run_cli(bench + "--serve --requests 1000000 --max-prompt 1000000");
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.err, HasSubstr("--requests x --max-prompt"));
+  // Requests past the context limit ended in errors that --chat-turn and --serve timed as if they had run (exit 0).
+  const std::string bamba = "bench --device cpu --threads 1 -m " + hybrid_dir("bamba_f32") + " -r 1 ";  // 4096 positions
+  r = test::run_cli(bamba + "--chat-turn -p 4090 -g 8");
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--chat-turn"), HasSubstr("context limit of 4096")));
+  r = test::run_cli(bamba + "--serve --requests 2 --min-prompt 4095 --max-prompt 4096 -g 4 --max-seqs 2");
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--serve request"), HasSubstr("context limit of 4096")));
+  r = test::run_cli(bench + "-p 4 --weights f32");  // --weights without --shape changed nothing before
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.err, HasSubstr("--weights f32 applies to --shape only"));
+}
+
+// serve starts listening before it loads the model; a model that failed to load right away stopped the HTTP server
+// before its loop ran, and ~Server then waited forever (7 runs in 20 hung here). Each run must exit 1 (a hang fails
+// through the test's time-out).
+TEST_F(ReliabilityHybridCli, ServeExitsWhenTheModelFailsToLoad) {
+  for (int i = 0; i < 10; ++i) {
+    const test::CliResult r = test::run_cli("serve --device cpu --threads 1 --port 0 --shape bogus");
+    ASSERT_EQ(r.exit_code, 1) << r.output();
+    EXPECT_THAT(r.err, HasSubstr("unknown shape 'bogus'"));
+  }
+}
+
+TEST_F(ReliabilityHybridCli, PerplexityNamesADirectoryAsSuch) {
+  const test::CliResult r =
+      test::run_cli("perplexity --device cpu -f " + tmp_.path());  // the shipped model (it has a tokenizer)
+  EXPECT_EQ(r.exit_code, 1) << r.output();
+  EXPECT_THAT(r.err, AllOf(HasSubstr("--file"), HasSubstr("is a directory")));
 }
 
 }  // namespace

@@ -158,6 +158,10 @@ void Server::start() {
          " (the port is taken or the address is not "
          "this machine's)");
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
+  // httplib's stop() does nothing until the listening loop runs: a stop() before it (a model that fails to load right
+  // after start()) left the loop blocked in accept() and the process hung in ~Server, 7 times in 20 on this machine.
+  const auto deadline = Clock::now() + std::chrono::seconds(10);
+  while (!http_->is_running() && Clock::now() < deadline) std::this_thread::sleep_for(std::chrono::milliseconds(1));
 }
 
 void Server::attach(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tokenizer,

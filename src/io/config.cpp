@@ -109,7 +109,7 @@ std::string ModelConfig::to_json() const {
 
 void ModelConfig::validate() const {
   require_size("d_model", d_model);
-  require_size("n_layer", n_layer);
+  require(n_layer > 0 && n_layer <= kMaxConfigLayers, "n_layer", n_layer, "in [1, 65536]");
   require_size("vocab_size", vocab_size);
   require_size("d_state", d_state);
   require_size("d_conv", d_conv);

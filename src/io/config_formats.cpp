@@ -91,7 +91,7 @@ ModelConfig parse_transformers_mamba1(const nlohmann::json& j, const std::string
   ModelConfig c;
   c.arch = Arch::Mamba1;
   c.d_model = r.positive_int("hidden_size");
-  c.n_layer = r.positive_int("num_hidden_layers");
+  c.n_layer = r.layer_count("num_hidden_layers");
   c.vocab_size = r.positive_int("vocab_size");
   c.d_state = r.positive_int_or("state_size", 16);
   c.d_conv = r.positive_int_or("conv_kernel", 4);
@@ -135,7 +135,7 @@ ModelConfig parse_transformers_mamba2(const nlohmann::json& j, const std::string
   ModelConfig c;
   c.arch = Arch::Mamba2;
   c.d_model = r.positive_int("hidden_size");
-  c.n_layer = r.positive_int("num_hidden_layers");
+  c.n_layer = r.layer_count("num_hidden_layers");
   c.vocab_size = r.positive_int("vocab_size");
   c.d_state = r.positive_int_or("state_size", 128);
   c.d_conv = r.positive_int_or("conv_kernel", 4);
@@ -171,7 +171,7 @@ ModelConfig parse_mamba_ssm(const nlohmann::json& j, const std::string& source) 
 
   ModelConfig c;
   c.d_model = r.positive_int("d_model");
-  c.n_layer = r.positive_int("n_layer");
+  c.n_layer = r.layer_count("n_layer");
   // The embedding has vocab_size rounded up to a multiple of pad_vocab_size_multiple rows.
   const int64_t vocab = r.positive_int("vocab_size");
   const int64_t multiple = r.positive_int_or("pad_vocab_size_multiple", 8);

@@ -182,12 +182,18 @@ ModelConfig parse_transformers_nemotron_h(const nlohmann::json& j, const std::st
   const std::string list_key = r.has("layers_block_type") ? "layers_block_type" : "layer_types";
   if (const nlohmann::json* list = r.get(list_key)) {
     if (!list->is_array()) r.reject_value(list_key, *list, "expected a list of layer types");
+    if (list->size() > static_cast<size_t>(kMaxConfigLayers))
+      r.reject(list_key, "has " + std::to_string(list->size()) + " layers, expected at most " +
+                             std::to_string(kMaxConfigLayers));
     for (size_t i = 0; i < list->size(); ++i)
       c.layers.push_back(layer_kind_of(r, list_key + "[" + std::to_string(i) + "]", (*list)[i], true));
     c.n_layer = static_cast<int64_t>(c.layers.size());
     check_layer_count(r, c, list_key);
   } else if (r.has("hybrid_override_pattern")) {
     const std::string pattern = r.string_or("hybrid_override_pattern", "");
+    if (pattern.size() > static_cast<size_t>(kMaxConfigLayers))
+      r.reject("hybrid_override_pattern", "has " + std::to_string(pattern.size()) + " layers, expected at most " +
+                                              std::to_string(kMaxConfigLayers));
     for (size_t i = 0; i < pattern.size(); ++i) {
       const char ch = pattern[i];
       if (ch == 'M') c.layers.push_back(LayerKind::Mamba2);
@@ -252,7 +258,7 @@ ModelConfig parse_transformers_granite_hybrid(const nlohmann::json& j, const std
     r.reject_value("num_local_experts", nlohmann::json(experts),
                    "mixture-of-experts layers are not supported yet; only the dense models (num_local_experts = 0, "
                    "shared_mlp only) load");
-  c.n_layer = r.positive_int("num_hidden_layers");
+  c.n_layer = r.layer_count("num_hidden_layers");
   const std::string list_key = r.has("layer_types") ? "layer_types" : "layers_block_type";
   if (const nlohmann::json* list = r.get(list_key)) {
     if (!list->is_array()) r.reject_value(list_key, *list, "expected a list of layer types");
@@ -293,7 +299,7 @@ ModelConfig parse_transformers_bamba(const nlohmann::json& j, const std::string&
   ModelConfig c;
   c.family = Family::Bamba;
   read_common(r, c);
-  c.n_layer = r.positive_int("num_hidden_layers");
+  c.n_layer = r.layer_count("num_hidden_layers");
   c.layers.assign(static_cast<size_t>(c.n_layer), LayerKind::Mamba2);
   if (const nlohmann::json* idx = r.get("attn_layer_indices")) {
     if (!idx->is_array()) r.reject_value("attn_layer_indices", *idx, "expected a list of layer indices");

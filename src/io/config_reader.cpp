@@ -64,6 +64,13 @@ int64_t ConfigReader::positive_int_or(const std::string& key, int64_t fallback) 
   return x;
 }
 
+int64_t ConfigReader::layer_count(const std::string& key) const {
+  const int64_t x = required_int(key);
+  if (x <= 0 || x > kMaxConfigLayers)
+    reject_value(key, *get(key), "expected a layer count in [1, " + std::to_string(kMaxConfigLayers) + "]");
+  return x;
+}
+
 double ConfigReader::number_or(const std::string& key, double fallback) const {
   const nlohmann::json* v = get(key);
   if (!v) return fallback;

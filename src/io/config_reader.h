@@ -16,6 +16,10 @@ namespace mambacpp {
 // int64 without overflow.
 constexpr int64_t kMaxConfigDim = int64_t{1} << 30;
 
+// Layers of a model: real ones have at most a few hundred; a count near kMaxConfigDim would size per-layer tables
+// of gigabytes (a 1 KB config.json took 2 GB) before the weights are looked at.
+constexpr int64_t kMaxConfigLayers = 65536;
+
 class ConfigReader {
  public:
   // `prefix` is prepended to key names in messages, e.g. "ssm_cfg." for a nested object.
@@ -29,6 +33,8 @@ class ConfigReader {
   // Like int_or/required_int, but the value must be in (0, kMaxConfigDim].
   int64_t positive_int(const std::string& key) const;
   int64_t positive_int_or(const std::string& key, int64_t fallback) const;
+  // A layer count: in [1, kMaxConfigLayers] (the readers size per-layer tables by it before any weight is seen).
+  int64_t layer_count(const std::string& key) const;
   double number_or(const std::string& key, double fallback) const;  // any JSON number, including inf/nan
   bool bool_or(const std::string& key, bool fallback) const;
   std::string string_or(const std::string& key, const std::string& fallback) const;

@@ -450,6 +450,17 @@ SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int3
     if (t < 0 || t >= impl_->model->config().vocab_size)
       fail("state file '", path, "': token ", t, " outside [0, ", impl_->model->config().vocab_size, ")");
   const int64_t n_kv = std::max<int64_t>(kv_tokens, 0);
+  // The KV rows are the positions the slot will hold: past the context limit the next forward call would refuse the
+  // slot, and rows that are not the recorded tokens would have a prompt continue from a state it does not stand for
+  // (the engine keys the state by those tokens). An empty token list records nothing to compare.
+  const ModelConfig& mc = impl_->model->config();
+  const int64_t ctx = impl_->model->load_options().ctx_size > 0 ? impl_->model->load_options().ctx_size : mc.max_position;
+  if (impl_->has_kv() && ctx > 0 && n_kv > ctx)
+    fail("state file '", path, "' holds ", n_kv, " KV positions, more than the context limit of ", ctx, " (",
+         impl_->model->load_options().ctx_size > 0 ? "ctx_size, --ctx-size" : "the config's max_position_embeddings", ")");
+  if (impl_->has_kv() && n_tokens > 0 && static_cast<uint64_t>(n_kv) != n_tokens)
+    fail("state file '", path, "' holds ", n_kv, " KV positions for the ", n_tokens,
+         " tokens it records; expected one position per token");
   // KV rows as the file holds them (version 3: f32), converted to the state dtype.
   const DType file_kv = version == 3 ? DType::F32 : impl_->dtype;
   const size_t per_token = kv_bytes_per_token() / impl_->kv_elem_bytes() * dtype_size(file_kv);
