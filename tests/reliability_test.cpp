@@ -433,6 +433,10 @@ TEST(Reliability, TheLibraryRefusesStateSlotsThatCannotFitBeforeAllocating) {
   auto tokenizer = Tokenizer::load(test::fixture_dir() + "/tokenizer/tokenizer.json");
   EXPECT_THAT(error_of([&] { Engine engine(*model, tokenizer.get(), eo); }), HasSubstr("state slots"));
   EXPECT_EQ(model->create_state(3)->n_slots(), 3);
+  EngineOptions big_cache;
+  big_cache.state_cache_mb = INT64_MAX;  // its byte count would overflow int64
+  EXPECT_THAT(error_of([&] { Engine engine(*model, tokenizer.get(), big_cache); }),
+              HasSubstr("state_cache_mb must be in [0, 2^32]"));
 }
 
 TEST_F(ReliabilityCli, PromptsFileOfThousandsOfLinesRunsInBoundedSlots) {

@@ -108,6 +108,13 @@ struct Queued {
   Clock::time_point submitted;
 };
 
+// The prefix cache's budget in bytes; checked before the shift so that no value overflows.
+int64_t state_cache_bytes(int64_t mb) {
+  if (mb < 0 || mb > (int64_t{1} << 32))
+    fail("engine: state_cache_mb must be in [0, 2^32], found ", mb);
+  return mb << 20;
+}
+
 }  // namespace
 
 struct Engine::Impl {
@@ -134,14 +141,13 @@ struct Engine::Impl {
   EngineStats published;  // under `mutex`: counters as of the last step
 
   Impl(const Model& m, const Tokenizer* t, const EngineOptions& o)
-      : model(m), tokenizer(t), options(o), cache(o.state_cache_mb * (int64_t(1) << 20)) {
+      : model(m), tokenizer(t), options(o), cache(state_cache_bytes(o.state_cache_mb)) {
     if (options.batch_tokens == 0) options.batch_tokens = m.load_options().max_batch_tokens;
     if (options.max_seqs < 1) fail("engine: max_seqs must be >= 1, found ", options.max_seqs);
     if (options.max_queue < 0) fail("engine: max_queue must be >= 0, found ", options.max_queue);
     if (options.batch_tokens < 1) fail("engine: batch_tokens must be >= 1, found ", options.batch_tokens);
     if (options.max_prompt < 1) fail("engine: max_prompt must be >= 1, found ", options.max_prompt);
     if (options.max_new_tokens < 0) fail("engine: max_new_tokens must be >= 0, found ", options.max_new_tokens);
-    if (options.state_cache_mb < 0) fail("engine: state_cache_mb must be >= 0, found ", options.state_cache_mb);
     if (options.state_checkpoint_interval < 0)
       fail("engine: state_checkpoint_interval must be >= 0, found ", options.state_checkpoint_interval);
     vocab = m.config().vocab_size;
