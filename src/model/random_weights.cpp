@@ -1,8 +1,11 @@
 // Model::random: weights of a real shape drawn from a counter-based generator (fast, parallel, reproducible), for
 // benchmarks. Norm weights are 1, decays span slow and fast, projections are scaled by 1/sqrt(fan_in).
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <thread>
 
+#include "backend/cpu/thread_pool.h"
 #include "mambacpp/error.h"
 #include "model/model_impl.h"
 #include "util/splitmix.h"
@@ -67,6 +70,8 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
   else
     pure_shapes(c, shapes);
 
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::map<std::string, TensorView> views;
   std::vector<std::string> names;
   uint64_t stream = 0;
@@ -81,9 +86,9 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
     const bool is_dt_bias = ends_with(name, "dt_bias") || ends_with(name, "dt_proj.bias");
     const double scale = 1.0 / std::sqrt(fan_in);
     constexpr int64_t kBlock = 1 << 16;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < n; b += kBlock) {
-      const int64_t m = std::min(kBlock, n - b);
+    // On the CPU backend's pool (it sleeps when idle; OpenMP's default active wait kept spinning after the load).
+    cpu::parallel_tasks(threads, (n + kBlock - 1) / kBlock, [&](int64_t blk) {
+      const int64_t b = blk * kBlock, m = std::min(kBlock, n - b);
       std::vector<float> vals(static_cast<size_t>(m));
       for (int64_t i = 0; i < m; ++i) {
         const double u = uniform01(seed, stream, static_cast<uint64_t>(b + i));
@@ -95,7 +100,7 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
         vals[i] = static_cast<float>(v);
       }
       convert_from_f32(vals.data(), blob.data() + static_cast<size_t>(b) * dtype_size(storage), storage, m);
-    }
+    });
     TensorView v;
     v.data = blob.data();
     v.dtype = storage;
@@ -111,8 +116,14 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
         return it == views.end() ? nullptr : &it->second;
       },
       names, *impl->backend, impl->dir);
-  // A device backend holds its own copies now; the host blobs are only needed when the CPU reads them in place.
-  if (impl->backend->device() != Device::CPU) impl->random_blobs.clear();
+  // A device backend holds its own copies now, and so does the CPU backend when it keeps weights in huge pages
+  // (adopting a tensor again returns its copy); the host blobs are only needed when the CPU reads them in place.
+  bool copied = impl->backend->device() != Device::CPU;
+  if (!copied) {
+    copied = true;
+    for (const auto& [name, v] : views) copied = copied && impl->backend->adopt_weight(v).data != v.data;
+  }
+  if (copied) impl->random_blobs.clear();
   impl->backend->synchronize();
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
