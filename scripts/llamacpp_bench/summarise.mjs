@@ -44,13 +44,14 @@ out.push("|---|---|---|---|---|---|---|---|---|");
 const pre = [];
 for (const s of shapes) {
   const of = (engine, dtype) => runs.filter((r) => r.shape === s && r.engine === engine && r.dtype === dtype);
-  const bw = median(runs.filter((r) => r.shape === s && r.engine === "read_bw").map((r) => r.result.read_gb_s));
+  const bw = median(runs.filter((r) => r.shape === s && r.engine === "read_bw").map((r) => r.result.read_gb_s));  // 2 MiB
   const bw4k = median(runs.filter((r) => r.shape === s && r.engine === "read_bw").map((r) => r.result.read_gb_s_4k));
   const tps = (e, t) => median(of(e, t).map((r) => r.result.decode_tokens_per_s));
   const pps = (e, t) => median(of(e, t).map((r) => r.result.prefill_tokens_per_s));
-  // Share of the floor per run, against the read bandwidth of that run's block.
+  // Share of the floor per run, against the read bandwidth of that run's block (the higher of its 2 MiB and 4 KiB probes).
   const floor = (e, t) => median(of(e, t).map((r) => {
-    const bwr = runs.find((b) => b.engine === "read_bw" && b.shape === s && b.round === r.round).result.read_gb_s * 1e9;
+    const probe = runs.find((b) => b.engine === "read_bw" && b.shape === s && b.round === r.round).result;
+    const bwr = Math.max(probe.read_gb_s, probe.read_gb_s_4k ?? 0) * 1e9;  // the higher of the two page sizes
     const bytes = e === "mambacpp" ? r.result.decode_step_bytes : r.gguf_bytes + 2 * stateBytes(s);
     return (100 * bytes / bwr) / (r.result.decode_ms_per_step / 1000);
   }));
