@@ -1,7 +1,8 @@
 // Read bandwidth of this machine: threads each sum their contiguous slice of a buffer far larger than the caches,
 // as a decode step streams its weights. Prints one JSON line: the median of 7 passes, in GB/s (1e9 bytes/s), from a
 // buffer in 2 MiB pages (madvise(MADV_HUGEPAGE), where the kernel grants them: mambacpp keeps its CPU weights so)
-// as "read_gb_s", the floor's bandwidth, and from one in 4 KiB pages as "read_gb_s_4k" (a memory-mapped GGUF).
+// as "read_gb_s", and from one in 4 KiB pages as "read_gb_s_4k" (as a memory-mapped GGUF); summarise.mjs's floor
+// takes the higher of the two.
 //   cc -O3 -march=native -fopenmp read_bw.c -o read_bw && ./read_bw 2 [MiB]
 #include <omp.h>
 #include <stdio.h>
