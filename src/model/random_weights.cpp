@@ -106,6 +106,15 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
     v.dtype = storage;
     v.ndim = static_cast<int>(shape.size());
     for (size_t k = 0; k < shape.size(); ++k) v.shape[k] = shape[k];
+    if (impl->backend->device() == Device::CPU) {
+      // The CPU backend's own copy (huge pages), when it makes one: adopted tensor by tensor and the host blob freed
+      // at once, so the load never holds the model twice (adopting the copy again in bind_weights returns it).
+      const TensorView kept = impl->backend->adopt_weight(v);
+      if (kept.data != v.data) {
+        v = kept;
+        std::vector<char>().swap(blob);
+      }
+    }
     views[name] = v;
     names.push_back(name);
   }
@@ -116,14 +125,8 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
         return it == views.end() ? nullptr : &it->second;
       },
       names, *impl->backend, impl->dir);
-  // A device backend holds its own copies now, and so does the CPU backend when it keeps weights in huge pages
-  // (adopting a tensor again returns its copy); the host blobs are only needed when the CPU reads them in place.
-  bool copied = impl->backend->device() != Device::CPU;
-  if (!copied) {
-    copied = true;
-    for (const auto& [name, v] : views) copied = copied && impl->backend->adopt_weight(v).data != v.data;
-  }
-  if (copied) impl->random_blobs.clear();
+  // A device backend holds its own copies now; the host blobs are only needed when the CPU reads them in place.
+  if (impl->backend->device() != Device::CPU) impl->random_blobs.clear();
   impl->backend->synchronize();
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
