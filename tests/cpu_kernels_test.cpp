@@ -24,6 +24,7 @@
 #include "backend/cpu/selective_scan.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/ssd.h"
+#include "backend/cpu/weight_arena.h"
 #include "cpu_kernel_reference.h"
 #include "mambacpp/error.h"
 #include "support/test_support.h"
@@ -253,6 +254,27 @@ void mamba1_case(int64_t DI, int64_t N, const std::vector<int64_t>& lens, const 
     be->mamba1_scan(a, b.layout);
     expect_close(y.dense(), ref_y, kTolF32, "mamba1 f32 y");
     expect_close(widen(state), ref_state, kTolF32, "mamba1 f32 state");
+    if (T == static_cast<int64_t>(lens.size())) {
+      // A decode batch with the weights adopted by the backend (its huge-page copies, where the kernel has them):
+      // the step then takes the backend's -exp(A_log), made once; it must give the same bits as computing it.
+      Strided<float> y2(Vec(static_cast<size_t>(T * DI), kNaN), T, DI);
+      std::vector<float> state2 = cast<float>(state0);
+      Mamba1ScanArgs a2 = a;
+      for (TensorView* w : {&a2.A_log, &a2.D, &a2.dt_bias, &a2.dt_proj})
+        if (!w->empty()) *w = be->adopt_weight(*w);
+      a2.state = TensorView(state2.data(), DType::F32, {b.n_slots, DI, N});
+      a2.y = y2.view();
+      for (int step = 0; step < 2; ++step) {  // the second step reuses what the first made
+        be->mamba1_scan(a2, b.layout);
+        if (step == 0) {
+          EXPECT_TRUE(y2.dense() == y.dense());
+          EXPECT_TRUE(state2 == state);
+        }
+      }
+      be->mamba1_scan(a, b.layout);  // the unadopted weights again: the second step, computed the slow way
+      EXPECT_TRUE(state2 == state);
+      EXPECT_TRUE(y2.dense() == y.dense());
+    }
   }
 }
 
@@ -264,6 +286,19 @@ TEST(CpuKernels, Mamba1ScanOddShapes) {
 TEST(CpuKernels, Mamba1ScanFoldsDtProj) {
   mamba1_case(37, 5, {1, 2, 11, 3}, {3, 0, 2, 1}, DType::F32, 104, /*dt_rank=*/3);
   mamba1_case(24, 16, {1, 1, 1}, {2, 0, 1}, DType::BF16, 105, /*dt_rank=*/7);  // a decode batch
+}
+
+// The decode step (a batch of single tokens: dt_proj folded in, the backend's cached -exp(A_log) with adopted
+// weights) on every SIMD target, with d_state 19 = 16 + 3 and 37 channels leaving tails on each.
+TEST(CpuKernels, Mamba1DecodeStepOnEveryTarget) {
+  for (const std::string& target : cpu::simd::available_targets()) {
+    SCOPED_TRACE("SIMD target " + target);
+    cpu::simd::force_target(target);
+    mamba1_case(37, 19, {1, 1, 1}, {2, 0, 1}, DType::F32, 107, /*dt_rank=*/5);
+    mamba1_case(70, 16, {1, 1}, {1, 0}, DType::BF16, 108, /*dt_rank=*/3);
+    mamba1_case(37, 5, {1}, {0}, DType::F16, 109);
+  }
+  cpu::simd::force_target("");
 }
 
 TEST(CpuKernels, Mamba1ScanRealShapes) {
@@ -583,6 +618,37 @@ TEST(CpuKernels, Bf16StateIsTheF32StateRounded) {
                   TensorView(out16.data(), DType::F32, {T, C}));
   EXPECT_EQ(out16, out32);
   for (size_t i = 0; i < st32.size(); ++i) EXPECT_EQ(st16[i], f32_to_bf16(st32[i])) << "state element " << i;
+}
+
+// The CPU backend's weight copies (weight_arena.h): the same bytes, 64-byte aligned, one copy per source (tied
+// embeddings), a copy adopted again is itself; a tensor larger than a chunk gets its own.
+TEST(CpuKernels, WeightArenaCopiesOncePerSource) {
+  cpu::WeightArena arena;
+  std::vector<uint8_t> small(1000), big((size_t(65) << 20) + 3);
+  for (size_t i = 0; i < small.size(); ++i) small[i] = static_cast<uint8_t>(i * 7 + 1);
+  for (size_t i = 0; i < big.size(); i += 4093) big[i] = static_cast<uint8_t>(i);
+  const void* s = arena.adopt(small.data(), small.size());
+  const void* b = arena.adopt(big.data(), big.size());
+  const void* s2 = arena.adopt(small.data() + 1, 10);  // another source in the same chunk as s
+  ASSERT_NE(s, small.data());
+  EXPECT_EQ(std::memcmp(s, small.data(), small.size()), 0);
+  EXPECT_EQ(std::memcmp(b, big.data(), big.size()), 0);
+  EXPECT_EQ(std::memcmp(s2, small.data() + 1, 10), 0);
+  for (const void* p : {s, b, s2}) EXPECT_EQ(reinterpret_cast<uintptr_t>(p) % 64, 0u);
+  EXPECT_EQ(arena.adopt(small.data(), small.size()), s);
+  EXPECT_EQ(arena.adopt(s, small.size()), s);
+  EXPECT_TRUE(arena.contains(s) && arena.contains(b) && arena.contains(s2));
+  EXPECT_FALSE(arena.contains(small.data()) || arena.contains(big.data()));
+
+  auto be = make_cpu_backend(1);
+  std::vector<float> w = {1.5f, -2.0f, 3.25f};
+  const TensorView v(w.data(), DType::F32, {3});
+  const TensorView a = be->adopt_weight(v);
+  EXPECT_EQ(a.data != v.data, cpu::WeightArena::huge_pages_available());
+  EXPECT_EQ(std::memcmp(a.data, w.data(), sizeof(float) * 3), 0);
+  EXPECT_EQ(a.dtype, DType::F32);
+  EXPECT_EQ(a.shape_string(), v.shape_string());
+  EXPECT_EQ(be->adopt_weight(a).data, a.data);
 }
 
 TEST(CpuKernels, DeviceBufferOwnsAlignedMemory) {

@@ -264,9 +264,21 @@ TEST(CpuSimd, Mamba1StepMatchesFp64) {
           if (sdt == DType::BF16) h0[i] = bf16_to_f32(h16[i]);
         }
         std::vector<double> H(h0.begin(), h0.end());
-        std::vector<float> y(cn);
+        std::vector<float> y(cn), h0a = h0, ya(cn), A(sn);
+        std::vector<uint16_t> h16a = h16;
         simd::mamba1_step(sdt == DType::F32 ? static_cast<void*>(h0.data()) : h16.data(), sdt, x.data(), dt_raw.data(),
                           dtb.data(), A_log.data(), B.data(), C.data(), D.data(), z.data(), n, N, y.data());
+        // With A = -exp(A_log) made beforehand by neg_exp_rows: the same bits (the fp64 checks below then cover it).
+        simd::neg_exp_rows(A_log.data(), n, N, A.data());
+        simd::mamba1_step_a(sdt == DType::F32 ? static_cast<void*>(h0a.data()) : h16a.data(), sdt, x.data(),
+                            dt_raw.data(), dtb.data(), A.data(), B.data(), C.data(), D.data(), z.data(), n, N,
+                            ya.data());
+        EXPECT_EQ(std::memcmp(y.data(), ya.data(), cn * sizeof(float)), 0);
+        EXPECT_TRUE(sdt == DType::F32 ? h0a == h0 : h16a == h16);
+        for (size_t k = 0; k < sn; ++k)  // A itself against fp64: Highway's Exp, within 4 ulp
+          EXPECT_LE(std::fabs(A[k] + std::exp(static_cast<double>(A_log[k]))),
+                    4 * 2 * kU * std::exp(static_cast<double>(A_log[k])))
+              << "A " << k;
         for (int64_t c = 0; c < n; ++c) {
           const double v = static_cast<double>(dt_raw[c]) + dtb[c];
           const double dtv = v > 20 ? v : std::log1p(std::exp(v));

@@ -38,17 +38,20 @@ const fmt = (x, d = 1) => (Number.isFinite(x) ? x.toFixed(d) : "—");
 const shapes = [...new Set(runs.map((r) => r.shape))];
 const out = [];
 out.push("| decode, tokens/s | llama.cpp F32 / F16 / Q8_0 | mambacpp fp32 / bf16 / fp16 | fp32 ÷ F32 | bf16 ÷ F16 | " +
-         "fp16 ÷ F16 | % of floor: llama.cpp F32 / F16 / Q8_0 | % of floor: mambacpp fp32 / bf16 / fp16 | read GB/s |");
+         "fp16 ÷ F16 | % of floor: llama.cpp F32 / F16 / Q8_0 | % of floor: mambacpp fp32 / bf16 / fp16 | " +
+         "read GB/s, 2 MiB / 4 KiB pages |");
 out.push("|---|---|---|---|---|---|---|---|---|");
 const pre = [];
 for (const s of shapes) {
   const of = (engine, dtype) => runs.filter((r) => r.shape === s && r.engine === engine && r.dtype === dtype);
-  const bw = median(runs.filter((r) => r.shape === s && r.engine === "read_bw").map((r) => r.result.read_gb_s));
+  const bw = median(runs.filter((r) => r.shape === s && r.engine === "read_bw").map((r) => r.result.read_gb_s));  // 2 MiB
+  const bw4k = median(runs.filter((r) => r.shape === s && r.engine === "read_bw").map((r) => r.result.read_gb_s_4k));
   const tps = (e, t) => median(of(e, t).map((r) => r.result.decode_tokens_per_s));
   const pps = (e, t) => median(of(e, t).map((r) => r.result.prefill_tokens_per_s));
-  // Share of the floor per run, against the read bandwidth of that run's block.
+  // Share of the floor per run, against the read bandwidth of that run's block (the higher of its 2 MiB and 4 KiB probes).
   const floor = (e, t) => median(of(e, t).map((r) => {
-    const bwr = runs.find((b) => b.engine === "read_bw" && b.shape === s && b.round === r.round).result.read_gb_s * 1e9;
+    const probe = runs.find((b) => b.engine === "read_bw" && b.shape === s && b.round === r.round).result;
+    const bwr = Math.max(probe.read_gb_s, probe.read_gb_s_4k ?? 0) * 1e9;  // the higher of the two page sizes
     const bytes = e === "mambacpp" ? r.result.decode_step_bytes : r.gguf_bytes + 2 * stateBytes(s);
     return (100 * bytes / bwr) / (r.result.decode_ms_per_step / 1000);
   }));
@@ -56,7 +59,7 @@ for (const s of shapes) {
   out.push(`| ${s} | ${L.map((x) => fmt(x)).join(" / ")} | ${M.map((x) => fmt(x)).join(" / ")} | ${fmt(M[0] / L[0], 2)}× | ` +
            `${fmt(M[1] / L[1], 2)}× | ${fmt(M[2] / L[1], 2)}× | ` +
            `${["f32", "f16", "q8_0"].map((t) => fmt(floor("llama.cpp", t), 0)).join(" / ")} | ` +
-           `${["f32", "bf16", "f16"].map((w) => fmt(floor("mambacpp", w), 0)).join(" / ")} | ${fmt(bw, 1)} |`);
+           `${["f32", "bf16", "f16"].map((w) => fmt(floor("mambacpp", w), 0)).join(" / ")} | ${fmt(bw, 1)} / ${fmt(bw4k, 1)} |`);
   const LP = ["f32", "f16", "q8_0"].map((t) => pps("llama.cpp", t)), MP = ["f32", "bf16", "f16"].map((w) => pps("mambacpp", w));
   const peak = median(runs.filter((r) => r.shape === s && r.engine === "fma_peak").map((r) => r.result.fma_peak_gflop_s));
   const gf = (x) => (x * flopsPerToken(s)) / 1e9;

@@ -1,8 +1,11 @@
 // Model::random: weights of a real shape drawn from a counter-based generator (fast, parallel, reproducible), for
 // benchmarks. Norm weights are 1, decays span slow and fast, projections are scaled by 1/sqrt(fan_in).
+#include <algorithm>
 #include <cmath>
 #include <map>
+#include <thread>
 
+#include "backend/cpu/thread_pool.h"
 #include "mambacpp/error.h"
 #include "model/model_impl.h"
 #include "util/splitmix.h"
@@ -67,6 +70,8 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
   else
     pure_shapes(c, shapes);
 
+  const int threads =
+      options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::map<std::string, TensorView> views;
   std::vector<std::string> names;
   uint64_t stream = 0;
@@ -81,9 +86,9 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
     const bool is_dt_bias = ends_with(name, "dt_bias") || ends_with(name, "dt_proj.bias");
     const double scale = 1.0 / std::sqrt(fan_in);
     constexpr int64_t kBlock = 1 << 16;
-#pragma omp parallel for schedule(static)
-    for (int64_t b = 0; b < n; b += kBlock) {
-      const int64_t m = std::min(kBlock, n - b);
+    // On the CPU backend's pool (it sleeps when idle; OpenMP's default active wait kept spinning after the load).
+    cpu::parallel_tasks(threads, (n + kBlock - 1) / kBlock, [&](int64_t blk) {
+      const int64_t b = blk * kBlock, m = std::min(kBlock, n - b);
       std::vector<float> vals(static_cast<size_t>(m));
       for (int64_t i = 0; i < m; ++i) {
         const double u = uniform01(seed, stream, static_cast<uint64_t>(b + i));
@@ -95,12 +100,21 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
         vals[i] = static_cast<float>(v);
       }
       convert_from_f32(vals.data(), blob.data() + static_cast<size_t>(b) * dtype_size(storage), storage, m);
-    }
+    });
     TensorView v;
     v.data = blob.data();
     v.dtype = storage;
     v.ndim = static_cast<int>(shape.size());
     for (size_t k = 0; k < shape.size(); ++k) v.shape[k] = shape[k];
+    if (impl->backend->device() == Device::CPU) {
+      // The CPU backend's own copy (huge pages), when it makes one: adopted tensor by tensor and the host blob freed
+      // at once, so the load never holds the model twice (adopting the copy again in bind_weights returns it).
+      const TensorView kept = impl->backend->adopt_weight(v);
+      if (kept.data != v.data) {
+        v = kept;
+        std::vector<char>().swap(blob);
+      }
+    }
     views[name] = v;
     names.push_back(name);
   }

@@ -131,7 +131,8 @@ Rows<T> rows(const TensorView& v) {
 }  // namespace
 
 CpuBackend::CpuBackend(int threads)
-    : threads_(threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))) {}
+    : threads_(threads > 0 ? threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()))),
+      weights_(cpu::WeightArena::huge_pages_available() ? std::make_unique<cpu::WeightArena>() : nullptr) {}
 
 std::string CpuBackend::description() const {
   return "CPU (" + std::to_string(threads_) + (threads_ == 1 ? " thread, " : " threads, ") + cpu::simd::target_name() + ")";
@@ -147,6 +148,13 @@ void* CpuBackend::allocate(size_t bytes) {
 }
 
 void CpuBackend::deallocate(void* p) { std::free(p); }
+
+TensorView CpuBackend::adopt_weight(const TensorView& host) {
+  if (!weights_ || host.device != Device::CPU || !host.contiguous() || host.empty()) return host;
+  TensorView v = host;
+  v.data = const_cast<void*>(weights_->adopt(host.data, host.nbytes()));
+  return v;
+}
 
 void CpuBackend::copy_from_host(void* dst, const void* host_src, size_t bytes) {
   if (bytes) std::memcpy(dst, host_src, bytes);
@@ -301,15 +309,12 @@ void CpuBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch) 
   const int64_t T = a.x.dim(0), DI = a.x.dim(1), N = a.A_log.dim(1);
   if (a.A_log.dim(0) != DI) fail(op, ": A_log must be [", DI, ", d_state], found ", a.A_log.shape_string());
   check_act(op, "x", a.x, T, DI);
-  std::vector<float> dt_full;  // dt_proj folded in: dt = low-rank dt . dt_proj^T first, as the unfused path does
+  WeightRef dt_proj;
   if (!a.dt_proj.empty()) {
     if (a.dt_proj.ndim != 2 || a.dt_proj.dim(0) != DI)
       fail(op, ": dt_proj must be [", DI, ", dt_rank], found ", a.dt_proj.shape_string());
-    const int64_t R = a.dt_proj.dim(1);
-    check_act(op, "dt (low rank)", a.dt, T, R);
-    dt_full.resize(static_cast<size_t>(T * DI));
-    cpu::linear_f32(crows<float>(a.dt), weight(op, "dt_proj", a.dt_proj, DI * R), WeightRef{},
-                    cpu::Rows<float>{dt_full.data(), DI}, T, R, DI, threads_);
+    check_act(op, "dt (low rank)", a.dt, T, a.dt_proj.dim(1));
+    dt_proj = weight(op, "dt_proj", a.dt_proj, a.dt_proj.numel());
   } else {
     check_act(op, "dt", a.dt, T, DI);
   }
@@ -318,25 +323,45 @@ void CpuBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch) 
   check_act(op, "z", a.z, T, DI);
   check_act(op, "y", a.y, T, DI);
   cpu::Mamba1Params<float> p;
+  p.A_log = weight(op, "A_log", a.A_log, DI * N);
+  p.D = weight(op, "D", a.D, DI);
+  p.dt_bias = weight(op, "dt_bias", a.dt_bias, DI);
+  check_state(op, "ssm", a.state, DI * N);
+  check_batch(op, batch, T, a.state.dim(0));
+  if (cpu::single_token_batch(batch))  // dt_proj folded in
+    return cpu::mamba1_decode_step(a, batch, threads_, mamba1_neg_a(a.A_log));
+  std::vector<float> dt_full;  // dt_proj first: dt = low-rank dt . dt_proj^T
+  if (dt_proj.present()) {
+    dt_full.resize(static_cast<size_t>(T * DI));
+    cpu::linear_f32(crows<float>(a.dt), dt_proj, WeightRef{}, cpu::Rows<float>{dt_full.data(), DI}, T,
+                    a.dt_proj.dim(1), DI, threads_);
+  }
   p.x = crows<float>(a.x);
   p.dt = dt_full.empty() ? crows<float>(a.dt) : cpu::Rows<const float>{dt_full.data(), DI};
   p.B = crows<float>(a.B);
   p.C = crows<float>(a.C);
   p.z = crows<float>(a.z);
-  p.A_log = weight(op, "A_log", a.A_log, DI * N);
-  p.D = weight(op, "D", a.D, DI);
-  p.dt_bias = weight(op, "dt_bias", a.dt_bias, DI);
-  check_state(op, "ssm", a.state, DI * N);
   p.y = rows<float>(a.y);
   p.d_inner = DI;
   p.d_state = N;
   p.threads = threads_;
-  check_batch(op, batch, T, a.state.dim(0));
-  if (cpu::single_token_batch(batch)) return cpu::mamba1_decode_step(a, p.dt, batch, threads_);
   with_f32_state(a.state, batch, [&](float* st, std::span<const SeqSpan> seqs) {
     p.state = st;
     cpu::mamba1_scan(p, seqs);
   });
+}
+
+const float* CpuBackend::mamba1_neg_a(const TensorView& A_log) {
+  if (!weights_ || !weights_->contains(A_log.data)) return nullptr;
+  std::lock_guard<std::mutex> lock(neg_a_mutex_);
+  std::vector<float>& A = neg_a_[{A_log.data, cpu::simd::target_name()}];
+  if (A.empty()) {
+    const int64_t rows = A_log.dim(0), N = A_log.dim(1);
+    A.resize(static_cast<size_t>(rows * N));
+    cpu::simd::to_f32(A_log.data, A_log.dtype, A.data(), rows * N);
+    cpu::simd::neg_exp_rows(A.data(), rows, N, A.data());
+  }
+  return A.data();
 }
 
 void CpuBackend::mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) {

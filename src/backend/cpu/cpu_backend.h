@@ -1,13 +1,20 @@
 // The CPU backend: f32 compute on a thread pool (thread_pool.h) with vector kernels chosen at run time (simd.h),
-// weights read in place in their stored dtype (f32/f16/bf16), state in f32 or bf16. This class
+// weights read in their stored dtype (f32/f16/bf16) from huge-page copies (weight_arena.h) or in place, state in
+// f32 or bf16. This class
 // only checks arguments and turns views into the raw-pointer parameters of the kernels (conv1d.h,
 // selective_scan.h, ssd.h, attention.h, decode_steps.h, linear.cpp, norms.cpp, rows.cpp, activations.cpp,
 // fused_linear.cpp).
 #pragma once
 
+#include <map>
+#include <memory>
+#include <mutex>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "backend/backend.h"
+#include "backend/cpu/weight_arena.h"
 
 namespace mambacpp {
 
@@ -26,7 +33,7 @@ class CpuBackend final : public Backend {
   void copy(void* dst, const void* src, size_t bytes) override;
   void fill_zero(void* dst, size_t bytes) override;
   void synchronize() override {}
-  TensorView adopt_weight(const TensorView& host) override { return host; }
+  TensorView adopt_weight(const TensorView& host) override;
   void prepare_batch(BatchLayout&) override {}
 
   void embed(const TensorView& table, const TensorView& ids, TensorView out) override;
@@ -56,6 +63,13 @@ class CpuBackend final : public Backend {
 
  private:
   int threads_;
+  std::unique_ptr<cpu::WeightArena> weights_;  // null: weights are read in place (no huge pages)
+
+  // A = -exp(A_log) of a Mamba-1 layer whose A_log lies in weights_ (its address names it for the backend's life),
+  // made once per SIMD target (simd::neg_exp_rows: the bits mamba1_step would compute); null for any other A_log.
+  const float* mamba1_neg_a(const TensorView& A_log);
+  std::mutex neg_a_mutex_;
+  std::map<std::pair<const void*, std::string>, std::vector<float>> neg_a_;
 };
 
 }  // namespace mambacpp

@@ -60,8 +60,8 @@ void mamba2_decode_step(const Mamba2ScanArgs& a, const BatchLayout& batch, int t
   });
 }
 
-void mamba1_decode_step(const Mamba1ScanArgs& a, Rows<const float> dt, const BatchLayout& batch, int threads) {
-  const int64_t DI = a.x.dim(1), N = a.A_log.dim(1);
+void mamba1_decode_step(const Mamba1ScanArgs& a, const BatchLayout& batch, int threads, const float* A) {
+  const int64_t DI = a.x.dim(1), N = a.A_log.dim(1), R = a.dt_proj.empty() ? 0 : a.dt_proj.dim(1);
   std::vector<float> bufd, bufb;
   const float* Dw = f32_weight(a.D, DI, bufd);
   const float* dtb = f32_weight(a.dt_bias, DI, bufb);
@@ -71,9 +71,24 @@ void mamba1_decode_step(const Mamba1ScanArgs& a, Rows<const float> dt, const Bat
   auto row = [](const TensorView& v, int64_t t) { return v.ptr<const float>() + t * v.stride0(); };
   parallel_for(threads, n_seqs * n_blocks, 2, [&](int64_t i0, int64_t i1) {
     std::vector<float> abuf;
+    float dt_rows[kChannels];
     for (int64_t i = i0; i < i1; ++i) {
       const SeqSpan& s = batch.seqs[static_cast<size_t>(i / n_blocks)];
       const int64_t c0 = (i % n_blocks) * kChannels, nc = std::min(kChannels, DI - c0), t = s.start;
+      const float* dt = row(a.dt, t) + c0;
+      if (R > 0) {  // this block's dt_proj rows: nc x dt_rank, a few KB
+        simd::dot_rows(row(a.dt, t),
+                       static_cast<const char*>(a.dt_proj.data) + static_cast<size_t>(c0 * R) * dtype_size(a.dt_proj.dtype),
+                       a.dt_proj.dtype, R, nc, dt_rows);
+        dt = dt_rows;
+      }
+      void* h = slot_ptr(a.state, s.slot) + static_cast<size_t>(c0) * row_bytes;
+      float* y = a.y.ptr<float>() + t * a.y.stride0() + c0;
+      if (A) {
+        simd::mamba1_step_a(h, a.state.dtype, row(a.x, t) + c0, dt, dtb + c0, A + c0 * N, row(a.B, t), row(a.C, t),
+                            Dw + c0, row(a.z, t) + c0, nc, N, y);
+        continue;
+      }
       const float* A_log = a.A_log.ptr<const float>() + c0 * N;
       if (a.A_log.dtype != DType::F32) {
         abuf.resize(static_cast<size_t>(nc * N));
@@ -81,9 +96,8 @@ void mamba1_decode_step(const Mamba1ScanArgs& a, Rows<const float> dt, const Bat
                      a.A_log.dtype, abuf.data(), nc * N);
         A_log = abuf.data();
       }
-      simd::mamba1_step(slot_ptr(a.state, s.slot) + static_cast<size_t>(c0) * row_bytes, a.state.dtype,
-                        row(a.x, t) + c0, dt[t] + c0, dtb + c0, A_log, row(a.B, t), row(a.C, t), Dw + c0,
-                        row(a.z, t) + c0, nc, N, a.y.ptr<float>() + t * a.y.stride0() + c0);
+      simd::mamba1_step(h, a.state.dtype, row(a.x, t) + c0, dt, dtb + c0, A_log, row(a.B, t), row(a.C, t), Dw + c0,
+                        row(a.z, t) + c0, nc, N, y);
     }
   });
 }

@@ -19,6 +19,7 @@ namespace {
 
 constexpr int64_t kRowsPerBlock = 16;        // GEMV: W rows per unit of work
 constexpr int64_t kPanelBytes = 192 * 1024;  // GEMM: a packed f32 panel of W rows stays in L2 (512 KiB on Zen 3)
+constexpr int64_t kMinShareBytes = 32 * 1024;  // GEMV: the least weight bytes worth a thread of their own
 constexpr int64_t kStreamTokens = 4;         // up to this many tokens, W is read in place in its stored dtype
 
 // A reusable 64-byte aligned f32 buffer (packed rows are read with whole-vector loads).
@@ -50,7 +51,10 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
   auto block_ptr = [&](int64_t o0) { return static_cast<const char*>(w.data) + static_cast<size_t>(o0 * in) * wsize; };
 
   if (T <= kStreamTokens) {
-    parallel_for(threads, n_blocks, 4, [&](int64_t b0, int64_t b1) {
+    // A thread's share is worth a fork-join from ~32 KiB of weights: Mamba-1's x_proj (80 rows) splits in two.
+    const int64_t block_bytes = kRowsPerBlock * in * static_cast<int64_t>(wsize);
+    const int64_t grain = std::max<int64_t>(1, (kMinShareBytes + block_bytes - 1) / block_bytes);
+    parallel_for(threads, n_blocks, grain, [&](int64_t b0, int64_t b1) {
       const int64_t o0 = b0 * kRowsPerBlock, nr = std::min(b1 * kRowsPerBlock, out) - o0;
       for (int64_t t = 0; t < T; ++t) {
         simd::dot_rows(x[t], block_ptr(o0), w.dtype, in, nr, y[t] + o0);

@@ -43,6 +43,15 @@ void mamba1_step(void* h, DType state_dtype, const float* x, const float* dt_raw
                  const float* A_log, const float* B, const float* C, const float* D, const float* z, int64_t n,
                  int64_t N, float* y);
 
+// mamba1_step with A = -exp(A_log) given ([n, N] f32, as neg_exp_rows makes it: the same bits as mamba1_step's own).
+void mamba1_step_a(void* h, DType state_dtype, const float* x, const float* dt_raw, const float* dt_bias,
+                   const float* A, const float* B, const float* C, const float* D, const float* z, int64_t n,
+                   int64_t N, float* y);
+
+// A[r, :] = -exp(A_log[r, :]) for `rows` rows of N, each row computed as mamba1_step computes it (vectors from the
+// row's start, the tail in scalar), so that mamba1_step_a(A) = mamba1_step(A_log) bit for bit on this target.
+void neg_exp_rows(const float* A_log, int64_t rows, int64_t N, float* A);
+
 // mamba1_step on an f32 state with A = -exp(A_log) given ([n, N] f32): one token of a prefill scan's block of channels.
 void mamba1_scan_token(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
                        const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y);

@@ -10,6 +10,7 @@
 #include "hwy/contrib/math/math-inl.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -201,6 +202,28 @@ void Mamba1Step(void* h, DType sdt, const float* x, const float* dt_raw, const f
   mamba1_step_t(static_cast<float*>(h), x, dt_raw, dt_bias, A_log, B, C, D, z, n, N, y);
 }
 
+void Mamba1StepA(void* h, DType sdt, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
+                 const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y) {
+  if (sdt == DType::BF16)
+    return mamba1_step_t<hwy::bfloat16_t, true>(static_cast<hwy::bfloat16_t*>(h), x, dt_raw, dt_bias, A, B, C, D, z,
+                                                n, N, y);
+  mamba1_step_t<float, true>(static_cast<float*>(h), x, dt_raw, dt_bias, A, B, C, D, z, n, N, y);
+}
+
+// The A of mamba1_step_t<S, false>, row by row: Neg(Exp) over whole vectors from the row's start, -std::exp on the
+// tail (mamba1_step_t<S, true> multiplies the tail's A by dt inside std::exp, as the false variant does).
+void NegExpRows(const float* A_log, int64_t rows, int64_t N, float* A) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float* in = A_log + r * N;
+    float* out = A + r * N;
+    int64_t j = 0;
+    for (; j + L <= N; j += L) hn::StoreU(hn::Neg(hn::Exp(df, hn::LoadU(df, in + j))), df, out + j);
+    for (; j < N; ++j) out[j] = -std::exp(in[j]);
+  }
+}
+
 void Mamba1ScanToken(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
                      const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y) {
   mamba1_step_t<float, true>(h, x, dt_raw, dt_bias, A, B, C, D, z, n, N, y);
@@ -221,6 +244,8 @@ HWY_EXPORT(Silu);
 HWY_EXPORT(SsdStepHead);
 HWY_EXPORT(Mamba1Step);
 HWY_EXPORT(Mamba1ScanToken);
+HWY_EXPORT(Mamba1StepA);
+HWY_EXPORT(NegExpRows);
 HWY_EXPORT(TargetNameHere);
 
 namespace {
@@ -291,6 +316,15 @@ void mamba1_step(void* h, DType state_dtype, const float* x, const float* dt_raw
                  const float* A_log, const float* B, const float* C, const float* D, const float* z, int64_t n,
                  int64_t N, float* y) {
   HWY_DYNAMIC_DISPATCH(Mamba1Step)(h, state_dtype, x, dt_raw, dt_bias, A_log, B, C, D, z, n, N, y);
+}
+
+void mamba1_step_a(void* h, DType state_dtype, const float* x, const float* dt_raw, const float* dt_bias,
+                   const float* A, const float* B, const float* C, const float* D, const float* z, int64_t n,
+                   int64_t N, float* y) {
+  HWY_DYNAMIC_DISPATCH(Mamba1StepA)(h, state_dtype, x, dt_raw, dt_bias, A, B, C, D, z, n, N, y);
+}
+void neg_exp_rows(const float* A_log, int64_t rows, int64_t N, float* A) {
+  HWY_DYNAMIC_DISPATCH(NegExpRows)(A_log, rows, N, A);
 }
 
 void mamba1_scan_token(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
