@@ -614,15 +614,22 @@ class ReliabilityHybridCli : public ::testing::Test {
 };
 
 // A request that failed while running ended as "cancelled" with its error dropped: generate printed nothing and
-// exited 0 (a prompt past --ctx-size, a generation reaching it, a --save-state that could not be written).
+// exited 0 (a prompt past --ctx-size, a --save-state that could not be written). A generation that reaches the
+// context limit is no failure: it stops there with finish reason "length", as a server's context does.
 TEST_F(ReliabilityHybridCli, GenerateFailsWhenARequestFails) {
   test::CliResult r = test::run_cli(gen() + "-n 2 --ctx-size 3");
   EXPECT_EQ(r.exit_code, 1) << r.output();
   EXPECT_THAT(r.err, AllOf(HasSubstr("error: "), HasSubstr("context limit of 3")));
-  r = test::run_cli(gen() + "-n 100 --ignore-eos --ctx-size 50 --json");  // 45 prompt tokens: the 6th new one fails
-  EXPECT_EQ(r.exit_code, 1) << r.output();
-  EXPECT_THAT(r.out, HasSubstr("\"error\":"));  // the JSON result says so too
-  EXPECT_THAT(r.err, HasSubstr("context limit of 50"));
+  r = test::run_cli(gen() + "-n 100 --ignore-eos --temp 0 --ctx-size 50 --json");  // 45 prompt tokens: 45..49 left
+  EXPECT_EQ(r.exit_code, 0) << r.output();
+  const nlohmann::json limited = nlohmann::json::parse(r.out);
+  EXPECT_EQ(limited["stop_reason"], "length");
+  EXPECT_FALSE(limited.contains("error"));
+  const test::CliResult free_run = test::run_cli(gen() + "-n 6 --ignore-eos --temp 0 --json");
+  EXPECT_EQ(free_run.exit_code, 0) << free_run.output();
+  // the 6 tokens that fit (the 6th is sampled from position 49's logits) are those of an unlimited run
+  EXPECT_EQ(limited["tokens"], nlohmann::json::parse(free_run.out)["tokens"]);
+  EXPECT_EQ(limited["tokens"].size(), 6u);
   fs::create_directory(tmp_.file("adir"));
   r = test::run_cli(gen() + "-n 1 --save-state " + tmp_.file("adir"));
   EXPECT_EQ(r.exit_code, 1) << r.output();
@@ -664,7 +671,8 @@ TEST_F(ReliabilityHybridCli, BenchBoundsItsPromptsBeforeDrawingThem) {
   r = test::run_cli(bamba + "--chat-turn -p 4090 -g 8");
   EXPECT_EQ(r.exit_code, 1) << r.output();
   EXPECT_THAT(r.err, AllOf(HasSubstr("--chat-turn"), HasSubstr("context limit of 4096")));
-  r = test::run_cli(bamba + "--serve --requests 2 --min-prompt 4095 --max-prompt 4096 -g 4 --max-seqs 2");
+  // (a generation that reaches the limit stops there as a length stop, so the prompts themselves exceed it here)
+  r = test::run_cli(bamba + "--serve --requests 2 --min-prompt 4097 --max-prompt 4098 -g 4 --max-seqs 2");
   EXPECT_EQ(r.exit_code, 1) << r.output();
   EXPECT_THAT(r.err, AllOf(HasSubstr("--serve request"), HasSubstr("context limit of 4096")));
   r = test::run_cli(bench + "-p 4 --weights f32");  // --weights without --shape changed nothing before

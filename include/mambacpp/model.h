@@ -94,6 +94,9 @@ class Model {
   std::string device_description() const;
   const std::string& directory() const;
   const LoadOptions& load_options() const;
+  // Positions a slot may hold: models with attention, ctx_size where given, else the config's max_position; 0 for
+  // pure Mamba models (no limit).
+  int64_t context_limit() const;
 
   // A state cache with `n_slots` independent sequences, all fresh (zero state). state_dtype (f32 or bf16) is that of
   // the Mamba layers' conv/SSM state and of the attention layers' KV rows.

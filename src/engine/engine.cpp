@@ -316,6 +316,11 @@ struct Engine::Impl {
     }
     if (static_cast<int>(r.result.tokens.size()) >= r.req.max_new_tokens)
       return finish(r, FinishReason::Length, now, info);
+    // A model with a context limit: the next step would feed this token at position prompt + generated - 1, past
+    // the last one the slot may hold, so the generation ends here as a length stop (as a server's max context does).
+    const int64_t limit = model.context_limit();
+    if (limit > 0 && r.prompt_len() + static_cast<int64_t>(r.result.tokens.size()) > limit)
+      return finish(r, FinishReason::Length, now, info);
     emit(r, info, /*final=*/false);
   }
 

@@ -250,6 +250,8 @@ void validate_sequences(const ModelConfig& c, int64_t ctx_limit, const StateCach
 
 }  // namespace
 
+int64_t Model::context_limit() const { return mambacpp::context_limit(impl_->config, impl_->options); }
+
 void run_block(const Model::Impl& m, int64_t layer, const LayerCache& cache, const BatchLayout& batch,
                TensorView residual) {
   const ModelConfig& c = m.config;
@@ -348,7 +350,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
   if (static_cast<int64_t>(state.layers().size()) != c.n_layer)
     fail("forward: the state cache has ", state.layers().size(), " layers, expected ", c.n_layer,
          " (a MambaBlock's state cannot run the whole model)");
-  validate_sequences(c, context_limit(c, impl_->options), state, seqs);
+  validate_sequences(c, context_limit(), state, seqs);
   std::lock_guard<std::mutex> lock(impl_->forward_mutex);
 
   Backend& be = *impl_->backend;
