@@ -1,15 +1,15 @@
 #!/usr/bin/env bash
-# GPU check for the device machine: runs the GPU tests, their timings, compute-sanitizer (memcheck on every GPU
+# GPU check for a GPU machine: runs the GPU tests, their timings, compute-sanitizer (memcheck on every GPU
 # test, racecheck on the shared-memory kernels) and `mambacpp bench` on random weights of real shapes, then prints a
-# summary table last. The device machine has no gtest/json/pcre2 dev packages, so the binaries are built on the
-# development machine and carried (x86-64 on both sides):
+# summary table last. For a GPU machine without gtest/json/pcre2 dev packages, build the binaries on another x86-64
+# machine and copy them there with the two libraries:
 #   cmake -S . -B build-gpu -G Ninja -DMAMBACPP_CUDA=ON -DMAMBACPP_NATIVE=OFF -DCMAKE_BUILD_TYPE=Release
 #   ninja -C build-gpu mambacpp_gpu_tests mambacpp_cli
 #   mkdir -p build-gpu/devlibs && cp -L /lib/x86_64-linux-gnu/{libutf8proc.so.2,libpcre2-8.so.0} build-gpu/devlibs
-#   device: run(command="scripts/gpu_check.sh build-gpu", carry=["build-gpu/tests/mambacpp_gpu_tests",
-#                                                                "build-gpu/mambacpp", "build-gpu/devlibs"])
-# Logs go to $OUT (the device tool's output folder) or /tmp/gpu_check. Exit status: 0 when every step passed.
-# Each step has its own time limit so that the whole script ends inside one 10-minute device call.
+#   then on the GPU machine, with build-gpu/tests/mambacpp_gpu_tests, build-gpu/mambacpp and build-gpu/devlibs:
+#   scripts/gpu_check.sh build-gpu
+# Logs go to $OUT (when set) or /tmp/gpu_check. Exit status: 0 when every step passed.
+# Each step has its own time limit so that the whole script ends inside ten minutes.
 set -u -o pipefail
 
 BUILD=${1:-build-gpu}
@@ -22,7 +22,7 @@ export LD_LIBRARY_PATH=/usr/local/cuda/lib64:/usr/local/cuda/lib${LD_LIBRARY_PAT
 summary=()
 failed=0
 # step NAME LIMIT_SECONDS COMMAND...: runs it with a time limit, logs to $LOG/NAME.log, records rc and seconds.
-# SKIP="name ..." leaves steps out (to fit a short device call).
+# SKIP="name ..." leaves steps out (to fit a shorter time limit).
 step() {
   local name=$1 limit=$2
   shift 2
@@ -42,11 +42,11 @@ if [ ! -x "$TESTS" ]; then
   exit 2
 fi
 echo "=== shared libraries"
-# Runtime libraries the device image may lack (utf8proc, pcre2, gomp) can be carried in $BUILD/devlibs; they are
+# Runtime libraries a GPU machine may lack (utf8proc, pcre2, gomp) can be copied into $BUILD/devlibs; they are
 # used only when the image's own cannot be found.
 if ldd "$TESTS" "$CLI" 2>/dev/null | grep -q "not found" && [ -d "$BUILD/devlibs" ]; then
   export LD_LIBRARY_PATH=$LD_LIBRARY_PATH:$PWD/$BUILD/devlibs
-  echo "using carried libraries from $BUILD/devlibs"
+  echo "using copied libraries from $BUILD/devlibs"
 fi
 ldd "$TESTS" | grep -E "not found|cudart|cublas|gomp"
 if ldd "$TESTS" | grep -q "not found"; then

@@ -87,6 +87,31 @@ inline std::vector<float> rounded(const std::vector<float>& v, DType t) {
   return out;
 }
 
+// fp64 reference of the (gated) RMSNorm per group of `group` features: y * silu(z) when z is given, else y.
+inline std::vector<double> gated_rmsnorm_ref(const std::vector<float>& y, const std::vector<float>* z,
+                                             const std::vector<float>& w, int64_t T, int64_t D, int64_t group,
+                                             float eps) {
+  std::vector<double> ref(static_cast<size_t>(T * D));
+  for (int64_t t = 0; t < T; ++t)
+    for (int64_t g0 = 0; g0 < D; g0 += group) {
+      double ss = 0;
+      std::vector<double> g(static_cast<size_t>(group));
+      for (int64_t i = 0; i < group; ++i) {
+        const double yy = y[t * D + g0 + i];
+        if (z) {
+          const double zz = (*z)[t * D + g0 + i];
+          g[i] = yy * zz / (1.0 + std::exp(-zz));
+        } else {
+          g[i] = yy;
+        }
+        ss += g[i] * g[i];
+      }
+      const double s = 1.0 / std::sqrt(ss / group + eps);
+      for (int64_t i = 0; i < group; ++i) ref[t * D + g0 + i] = g[i] * s * w[g0 + i];
+    }
+  return ref;
+}
+
 inline std::vector<double> to_double(const std::vector<float>& v) { return {v.begin(), v.end()}; }
 
 // Owns the device buffers of one test and makes views of them.

@@ -21,29 +21,6 @@ using gputest::rel_err;
 
 constexpr double kF32Tol = 1e-5;
 
-std::vector<double> gated_ref(const std::vector<float>& y, const std::vector<float>* z, const std::vector<float>& w,
-                              int64_t T, int64_t D, int64_t group, float eps) {
-  std::vector<double> ref(static_cast<size_t>(T * D));
-  for (int64_t t = 0; t < T; ++t)
-    for (int64_t g0 = 0; g0 < D; g0 += group) {
-      double ss = 0;
-      std::vector<double> g(static_cast<size_t>(group));
-      for (int64_t i = 0; i < group; ++i) {
-        const double yy = y[t * D + g0 + i];
-        if (z) {
-          const double zz = (*z)[t * D + g0 + i];
-          g[i] = yy * zz / (1.0 + std::exp(-zz));
-        } else {
-          g[i] = yy;
-        }
-        ss += g[i] * g[i];
-      }
-      const double s = 1.0 / std::sqrt(ss / group + eps);
-      for (int64_t i = 0; i < group; ++i) ref[t * D + g0 + i] = g[i] * s * w[g0 + i];
-    }
-  return ref;
-}
-
 TEST(CudaPrefillOps, RmsNormOnAlignedRows) {
   MAMBACPP_REQUIRE_GPU();
   auto be = make_cuda_backend();
@@ -58,7 +35,7 @@ TEST(CudaPrefillOps, RmsNormOnAlignedRows) {
     TensorView wv = arena.upload(w, DType::F32, {D});
     TensorView out = arena.poisoned({T, D});
     be->rmsnorm(xv, wv, eps, out);
-    const auto ref = gated_ref(x, nullptr, w, T, D, D, eps);
+    const auto ref = gputest::gated_rmsnorm_ref(x, nullptr, w, T, D, D, eps);
     EXPECT_LT(rel_err(arena.download(out), ref), kF32Tol) << "D=" << D;
     be->rmsnorm(xv, wv, eps, xv);
     EXPECT_LT(rel_err(arena.download(xv), ref), kF32Tol) << "in place, D=" << D;
@@ -81,7 +58,7 @@ TEST(CudaPrefillOps, GatedRmsNormOnAlignedRows) {
     TensorView zv = arena.upload_strided(z, T, c.D, 2 * c.D + 8, c.D);
     TensorView out = arena.poisoned({T, c.D});
     be->gated_rmsnorm(yv, zv, arena.upload(w, DType::F32, {c.D}), c.group, eps, out);
-    EXPECT_LT(rel_err(arena.download(out), gated_ref(y, &z, w, T, c.D, c.group, eps)), kF32Tol)
+    EXPECT_LT(rel_err(arena.download(out), gputest::gated_rmsnorm_ref(y, &z, w, T, c.D, c.group, eps)), kF32Tol)
         << "D " << c.D << " group " << c.group;
   }
 }

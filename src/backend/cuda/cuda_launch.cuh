@@ -12,12 +12,14 @@
 
 namespace mambacpp::cuda {
 
+// With `smem` bytes of dynamic shared memory.
 template <class... KernelArgs, class... Args>
-void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+void launch_dependent_smem(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, size_t smem, cudaStream_t stream,
+                           Args&&... args) {
   cudaLaunchConfig_t config{};
   config.gridDim = grid;
   config.blockDim = block;
-  config.dynamicSmemBytes = 0;
+  config.dynamicSmemBytes = smem;
   config.stream = stream;
   cudaLaunchAttribute attribute{};
   attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
@@ -25,6 +27,11 @@ void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, cuda
   config.attrs = &attribute;
   config.numAttrs = 1;
   MAMBACPP_CUDA_CHECK(cudaLaunchKernelEx(&config, kernel, std::forward<Args>(args)...));
+}
+
+template <class... KernelArgs, class... Args>
+void launch_dependent(void (*kernel)(KernelArgs...), dim3 grid, dim3 block, cudaStream_t stream, Args&&... args) {
+  launch_dependent_smem(kernel, grid, block, 0, stream, std::forward<Args>(args)...);
 }
 
 }  // namespace mambacpp::cuda

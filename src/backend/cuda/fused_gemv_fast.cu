@@ -377,19 +377,9 @@ void launch_nt(const FusedGemvLaunch& p, int wpr, cudaStream_t stream) {
   const int64_t n_chunks = (p.T + 8 * NT - 1) / (8 * NT);
   const auto blocks = static_cast<unsigned>((tiles + tiles_per_block - 1) / tiles_per_block * n_chunks);
   constexpr size_t smem = fast_smem_bytes<NT>();  // allowed by init_fast_gemv
-  // As launch_dependent (cuda_launch.cuh), with dynamic shared memory.
-  cudaLaunchConfig_t config{};
-  config.gridDim = dim3(blocks);
-  config.blockDim = dim3(kThreads);
-  config.dynamicSmemBytes = smem;
-  config.stream = stream;
-  cudaLaunchAttribute attribute{};
-  attribute.id = cudaLaunchAttributeProgrammaticStreamSerialization;
-  attribute.val.programmaticStreamSerializationAllowed = 1;
-  config.attrs = &attribute;
-  config.numAttrs = 1;
   const bool whole = NT == 1 && full_rows(p.T, p.in);
-  MAMBACPP_CUDA_CHECK(cudaLaunchKernelEx(&config, fast_gemv_kernel<W, NT>, p, wpr, static_cast<int>(n_chunks), whole));
+  launch_dependent_smem(fast_gemv_kernel<W, NT>, dim3(blocks), dim3(kThreads), smem, stream, p, wpr,
+                        static_cast<int>(n_chunks), whole);
 }
 
 // More than the default 48 KB of dynamic shared memory, set once before any launch (never inside a graph capture).
