@@ -2,6 +2,8 @@
 #include "backend/cuda/gemm_lt.h"
 
 #include <algorithm>
+#include <cstring>
+#include <random>
 
 #include "backend/cuda/cuda_check.h"
 #include "mambacpp/error.h"
@@ -24,6 +26,7 @@ struct LtMatmul::Plan {
   int align_w, align_x, align_y;
   size_t ws_bytes;
   bool pinned = false;
+  int block_rows = 0;  // > 0: run as blocks of this many rows (the pinned algorithm is not runnable at T)
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
   cublasLtMatmulAlgo_t algo{};
@@ -36,6 +39,78 @@ struct LtMatmul::Plan {
   }
 };
 
+struct LtMatmul::Wide {
+  cudaDataType_t ab;
+  int out, in;
+  int align_w, align_x, align_y;
+  size_t ws_bytes;
+  bool found = false;
+  cublasLtMatmulAlgo_t algo{};
+};
+
+namespace {
+
+int algo_attr(const cublasLtMatmulAlgo_t& algo, cublasLtMatmulAlgoConfigAttributes_t attr) {
+  int v = -1;
+  size_t written = 0;
+  if (cublasLtMatmulAlgoConfigGetAttribute(&algo, attr, &v, sizeof(v), &written) != CUBLAS_STATUS_SUCCESS) return -1;
+  return v;
+}
+
+// The decode algorithm with other tiles and custom options, every other field (its split of `in` among them) kept:
+// the variants the heuristic may not offer at wide T (it rarely offers split-K there).
+std::vector<cublasLtMatmulAlgo_t> tile_variants(const cublasLtMatmulAlgo_t& algo) {
+  std::vector<cublasLtMatmulAlgo_t> out;
+  size_t bytes = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, nullptr, 0, &bytes) !=
+          CUBLAS_STATUS_SUCCESS ||
+      bytes == 0)
+    return out;
+  std::vector<uint32_t> tiles(bytes / sizeof(uint32_t));
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_TILE_IDS, tiles.data(), bytes, &bytes) !=
+      CUBLAS_STATUS_SUCCESS)
+    return out;
+  int32_t max_option = 0;
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &max_option,
+                                        sizeof(max_option), &bytes) != CUBLAS_STATUS_SUCCESS)
+    max_option = 0;
+  for (const uint32_t tile : tiles)
+    for (uint32_t option = 0; option <= static_cast<uint32_t>(std::clamp(max_option, 0, 15)); ++option) {
+      cublasLtMatmulAlgo_t v = algo;
+      if (cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_TILE_ID, &tile, sizeof(tile)) ==
+              CUBLAS_STATUS_SUCCESS &&
+          cublasLtMatmulAlgoConfigSetAttribute(&v, CUBLASLT_ALGO_CONFIG_CUSTOM_OPTION, &option, sizeof(option)) ==
+              CUBLAS_STATUS_SUCCESS)
+        out.push_back(v);
+    }
+  return out;
+}
+
+// Random finite 16-bit values of magnitude 2^-3 .. 2 and either sign: products exact in f32, sums over `in` terms
+// whose rounding depends on their order.
+std::vector<uint16_t> probe_values(size_t n, cudaDataType_t ab, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<uint16_t> v(n);
+  const bool bf16 = ab == CUDA_R_16BF;
+  for (auto& e : v) {
+    const uint32_t r = rng();
+    const uint32_t sign = (r >> 31) & 1u, expo = (r >> 24) % 4u;
+    e = bf16 ? static_cast<uint16_t>(sign << 15 | (124u + expo) << 7 | (r & 0x7fu))
+                            : static_cast<uint16_t>(sign << 15 | (12u + expo) << 10 | (r & 0x3ffu));
+  }
+  return v;
+}
+
+// Device memory freed on every path out.
+struct DeviceBlock {
+  void* p = nullptr;
+  ~DeviceBlock() {
+    if (p) cudaFree(p);
+  }
+};
+
+}  // namespace
+
 LtMatmul::LtMatmul() = default;
 
 LtMatmul::~LtMatmul() {
@@ -47,15 +122,16 @@ void LtMatmul::init() {
   if (!handle_) MAMBACPP_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
-cublasLtMatmulAlgo_t LtMatmul::heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
-                                         cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, int align_w,
-                                         int align_x, int align_y, size_t ws_bytes, int out, int T, int in) {
+std::vector<cublasLtMatmulHeuristicResult_t> LtMatmul::candidates(cublasLtMatmulDesc_t desc,
+                                                                  cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                                                  cublasLtMatrixLayout_t c, int align_w, int align_x,
+                                                                  int align_y, size_t ws_bytes, int n) {
   cublasLtMatmulPreference_t pref = nullptr;
   MAMBACPP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = ws_bytes;
   const uint32_t aw = static_cast<uint32_t>(align_w), ax = static_cast<uint32_t>(align_x),
                  ay = static_cast<uint32_t>(align_y);
-  cublasLtMatmulHeuristicResult_t result{};
+  std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(n));
   int found = 0;
   cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
                                                            sizeof(ws));
@@ -68,16 +144,152 @@ cublasLtMatmulAlgo_t LtMatmul::heuristic(cublasLtMatmulDesc_t desc, cublasLtMatr
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_D_BYTES, &ay, sizeof(ay));
   if (st == CUBLAS_STATUS_SUCCESS)
-    st = cublasLtMatmulAlgoGetHeuristic(handle_, desc, a, b, c, c, pref, 1, &result, &found);
+    st = cublasLtMatmulAlgoGetHeuristic(handle_, desc, a, b, c, c, pref, n, results.data(), &found);
   cublasLtMatmulPreferenceDestroy(pref);
   MAMBACPP_CUBLAS_CHECK(st);
-  if (found < 1)
-    fail("linear: cuBLASLt has no algorithm for y [", T, ", ", out, "] = x [", T, ", ", in, "] . w^T");
-  return result.algo;
+  results.resize(static_cast<size_t>(std::max(found, 0)));
+  return results;
 }
 
-LtMatmul::Plan& LtMatmul::plan(cudaDataType_t ab, int out, int T, int in, int64_t ldy, int align_w, int align_x,
-                               int align_y, size_t ws_bytes, bool pinned) {
+cublasLtMatmulAlgo_t LtMatmul::heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                         cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, int align_w,
+                                         int align_x, int align_y, size_t ws_bytes, int out, int T, int in) {
+  const auto found = candidates(desc, a, b, c, align_w, align_x, align_y, ws_bytes, 1);
+  if (found.empty())
+    fail("linear: cuBLASLt has no algorithm for y [", T, ", ", out, "] = x [", T, ", ", in, "] . w^T");
+  return found[0].algo;
+}
+
+const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace, const Plan& ref) {
+  for (auto& w : wides_)
+    if (w->ab == ref.ab && w->out == ref.out && w->in == ref.in && w->align_w == ref.align_w &&
+        w->align_x == ref.align_x && w->align_y == ref.align_y && w->ws_bytes == ref.ws_bytes)
+      return w->found ? &w->algo : nullptr;
+  // The probe synchronizes the stream and allocates: never inside a CUDA graph capture (decode's graphs have fewer
+  // than kWideMinT rows; should one not, it keeps the decode plan).
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
+    return nullptr;
+  auto w = std::make_unique<Wide>();
+  w->ab = ref.ab;
+  w->out = ref.out;
+  w->in = ref.in;
+  w->align_w = ref.align_w;
+  w->align_x = ref.align_x;
+  w->align_y = ref.align_y;
+  w->ws_bytes = ref.ws_bytes;
+
+  // Probe rows: a prefill piece's order of size, the same whatever T came first.
+  constexpr int kProbeT = 1024;
+  const int R = kProbeT;
+  const int out = ref.out, in = ref.in;
+  cublasLtMatrixLayout_t b = nullptr, c = nullptr;
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, ref.ab, in, R, in));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, out, R, out));
+  struct Layouts {
+    cublasLtMatrixLayout_t b, c;
+    ~Layouts() {
+      cublasLtMatrixLayoutDestroy(c);
+      cublasLtMatrixLayoutDestroy(b);
+    }
+  } layouts{b, c};
+
+  // The decode algorithm's own rows (it was chosen at kPinnedRefT): the reference bits.
+  cublasLtMatrixLayout_t b_ref = nullptr, c_ref = nullptr;
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_ref, ref.ab, in, kPinnedRefT, in));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_ref, CUDA_R_32F, out, kPinnedRefT, out));
+  Layouts ref_layouts{b_ref, c_ref};
+  const cublasLtMatmulAlgo_t decode = ref.algo;
+  auto valid = [&](const cublasLtMatmulAlgo_t& a, cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl) {
+    cublasLtMatmulHeuristicResult_t check{};
+    return cublasLtMatmulAlgoCheck(handle_, ref.desc, ref.a, bl, cl, cl, &a, &check) == CUBLAS_STATUS_SUCCESS &&
+           check.workspaceSize <= ref.ws_bytes;
+  };
+  // Same kernel family, same split of `in` (count and reduction): only tiles, stages and options may differ.
+  std::vector<cublasLtMatmulAlgo_t> same_kernel;
+  if (valid(decode, b_ref, c_ref))
+    for (const auto& r : candidates(ref.desc, ref.a, b, c, ref.align_w, ref.align_x, ref.align_y, ref.ws_bytes, 16))
+      if (algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_ID) == algo_attr(decode, CUBLASLT_ALGO_CONFIG_ID) &&
+          algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) == algo_attr(decode, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) &&
+          algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) ==
+              algo_attr(decode, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) &&
+          r.workspaceSize <= ref.ws_bytes)
+        same_kernel.push_back(r.algo);
+  if (valid(decode, b_ref, c_ref))
+    for (const auto& v : tile_variants(decode))
+      if (valid(v, b, c)) same_kernel.push_back(v);
+
+  const size_t w_bytes = size_t(out) * in * 2, x_bytes = size_t(R) * in * 2, y_bytes = size_t(R) * out * 4;
+  DeviceBlock block;
+  const size_t probe_bytes = w_bytes + x_bytes + 2 * y_bytes + size_t(kPinnedRefT) * out * 4;
+  if (!same_kernel.empty() && cudaMalloc(&block.p, probe_bytes) != cudaSuccess) {
+    cudaGetLastError();  // clear the failed allocation; the decode plan stays
+    block.p = nullptr;
+    same_kernel.clear();
+  }
+  if (!same_kernel.empty()) {
+    char* base = static_cast<char*>(block.p);
+    void *dw = base, *dx = base + w_bytes;
+    float* y_init = reinterpret_cast<float*>(base + w_bytes + x_bytes);
+    float* y = y_init + size_t(R) * out;
+    float* y_ref = y + size_t(R) * out;  // kPinnedRefT rows
+    const auto hw = probe_values(size_t(out) * in, ref.ab, 1), hx = probe_values(size_t(R) * in, ref.ab, 2);
+    std::vector<float> h_init(size_t(R) * out);
+    std::mt19937 rng(3);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    for (auto& v : h_init) v = dist(rng);
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dw, hw.data(), w_bytes, cudaMemcpyHostToDevice, stream));
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dx, hx.data(), x_bytes, cudaMemcpyHostToDevice, stream));
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(y_init, h_init.data(), y_bytes, cudaMemcpyHostToDevice, stream));
+    // beta = 1 over random y: the epilogue's add is part of what must match.
+    const float one = 1.0f;
+    auto matmul = [&](const cublasLtMatmulAlgo_t& a, float* dst, cublasLtMatrixLayout_t bl,
+                      cublasLtMatrixLayout_t cl) {
+      MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, ref.desc, &one, dw, ref.a, dx, bl, &one, dst, cl, dst, cl, &a,
+                                           workspace, ref.ws_bytes, stream));
+    };
+    // The first kPinnedRefT rows of y_init + x . w^T, by algorithm a over `rows` rows.
+    const size_t ref_bytes = size_t(kPinnedRefT) * out * 4;
+    auto result = [&](const cublasLtMatmulAlgo_t& a, float* dst, int rows, std::vector<float>& host) {
+      MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dst, y_init, size_t(rows) * out * 4, cudaMemcpyDeviceToDevice, stream));
+      if (rows == R) matmul(a, dst, b, c);
+      else matmul(a, dst, b_ref, c_ref);
+      host.resize(size_t(kPinnedRefT) * out);
+      MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(host.data(), dst, ref_bytes, cudaMemcpyDeviceToHost, stream));
+      MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    };
+    std::vector<float> want, got;
+    result(decode, y_ref, kPinnedRefT, want);
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    MAMBACPP_CUDA_CHECK(cudaEventCreate(&e0));
+    MAMBACPP_CUDA_CHECK(cudaEventCreate(&e1));
+    float best_ms = 0;
+    for (const auto& a : same_kernel) {
+      result(a, y, R, got);
+      if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) continue;
+      constexpr int kTimedRuns = 3;
+      MAMBACPP_CUDA_CHECK(cudaEventRecord(e0, stream));
+      for (int i = 0; i < kTimedRuns; ++i) matmul(a, y, b, c);
+      MAMBACPP_CUDA_CHECK(cudaEventRecord(e1, stream));
+      MAMBACPP_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      MAMBACPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (!w->found || ms < best_ms) {
+        w->found = true;
+        w->algo = a;
+        best_ms = ms;
+      }
+    }
+    cudaEventDestroy(e1);
+    cudaEventDestroy(e0);
+  }
+  ++(w->found ? wide_chosen_ : wide_rejected_);
+  wides_.push_back(std::move(w));
+  return wides_.back()->found ? &wides_.back()->algo : nullptr;
+}
+
+LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataType_t ab, int out, int T, int in,
+                               int64_t ldy, int align_w, int align_x, int align_y, size_t ws_bytes, bool pinned) {
   for (auto& p : plans_)
     if (p->ab == ab && p->out == out && p->T == T && p->in == in && p->ldy == ldy && p->align_w == align_w &&
         p->align_x == align_x && p->align_y == align_y && p->ws_bytes == ws_bytes && p->pinned == pinned)
@@ -103,6 +315,11 @@ LtMatmul::Plan& LtMatmul::plan(cudaDataType_t ab, int out, int T, int in, int64_
   MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, out, T, ldy));
 
   bool have = false;
+  auto valid_here = [&](const cublasLtMatmulAlgo_t& a) {
+    cublasLtMatmulHeuristicResult_t check{};
+    return cublasLtMatmulAlgoCheck(handle_, p->desc, p->a, p->b, p->c, p->c, &a, &check) == CUBLAS_STATUS_SUCCESS &&
+           check.workspaceSize <= ws_bytes;
+  };
   if (pinned) {
     // The reference shape's layouts (T = kPinnedRefT, same leading dimensions), for the heuristic only.
     cublasLtMatrixLayout_t rb = nullptr, rc = nullptr;
@@ -117,10 +334,31 @@ LtMatmul::Plan& LtMatmul::plan(cudaDataType_t ab, int out, int T, int in, int64_
     }
     cublasLtMatrixLayoutDestroy(rc);
     cublasLtMatrixLayoutDestroy(rb);
-    cublasLtMatmulHeuristicResult_t check{};
-    have = cublasLtMatmulAlgoCheck(handle_, p->desc, p->a, p->b, p->c, p->c, &p->algo, &check) ==
-               CUBLAS_STATUS_SUCCESS &&
-           check.workspaceSize <= ws_bytes;
+    if (T >= kWideMinT)
+      if (const cublasLtMatmulAlgo_t* w = wide(stream, workspace, *p); w && valid_here(*w)) {
+        p->algo = *w;
+        have = true;
+      }
+    if (!have) have = valid_here(p->algo);
+    // Not runnable at T (a split-K algorithm's workspace grows with T): the same algorithm over blocks of rows, the
+    // largest power of two it accepts. A row's bits stay the decode plan's.
+    for (int rows = kPinnedRefT; !have && rows < T; rows *= 2) {
+      cublasLtMatrixLayout_t bb = nullptr, bc = nullptr;
+      MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bb, ab, in, rows, in));
+      MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bc, CUDA_R_32F, out, rows, ldy));
+      cublasLtMatmulHeuristicResult_t check{};
+      const bool ok = cublasLtMatmulAlgoCheck(handle_, p->desc, p->a, bb, bc, bc, &p->algo, &check) ==
+                          CUBLAS_STATUS_SUCCESS &&
+                      check.workspaceSize <= ws_bytes;
+      cublasLtMatrixLayoutDestroy(bc);
+      cublasLtMatrixLayoutDestroy(bb);
+      if (ok) p->block_rows = rows;
+      else if (p->block_rows) break;
+    }
+    if (p->block_rows) {
+      have = true;
+      ++pinned_blocked_;
+    }
     if (!have) ++pinned_fallbacks_;
   }
   if (!have) p->algo = heuristic(p->desc, p->a, p->b, p->c, align_w, align_x, align_y, ws_bytes, out, T, in);
@@ -135,8 +373,15 @@ void LtMatmul::run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDa
                    const void* x, float* y, int out, int T, int in, int64_t ldy, float beta, bool pinned) {
   init();
   const int elem = 2;  // 16-bit operands
-  Plan& p = plan(ab, out, T, in, ldy, alignment(w, int64_t(in) * elem), alignment(x, int64_t(in) * elem),
+  Plan& p = plan(stream, workspace, ab, out, T, in, ldy, alignment(w, int64_t(in) * elem), alignment(x, int64_t(in) * elem),
                  alignment(y, ldy * 4), ws_bytes, pinned);
+  if (p.block_rows) {
+    const int rows = p.block_rows;  // copied: the calls below may drop the plan from the cache
+    for (int t = 0; t < T; t += rows)
+      run(stream, workspace, ws_bytes, ab, w, static_cast<const char*>(x) + int64_t(t) * in * elem, y + t * ldy, out,
+          std::min(rows, T - t), in, ldy, beta, pinned);
+    return;
+  }
   const float alpha = 1.0f;
   MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                                        workspace, ws_bytes, stream));
