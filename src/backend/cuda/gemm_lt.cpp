@@ -71,8 +71,8 @@ std::vector<cublasLtMatmulAlgo_t> tile_variants(const cublasLtMatmulAlgo_t& algo
       CUBLAS_STATUS_SUCCESS)
     return out;
   int32_t max_option = 0;
-  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &max_option,
-                                        sizeof(max_option), &bytes) != CUBLAS_STATUS_SUCCESS)
+  if (cublasLtMatmulAlgoCapGetAttribute(&algo, CUBLASLT_ALGO_CAP_CUSTOM_OPTION_MAX, &max_option, sizeof(max_option),
+                                        &bytes) != CUBLAS_STATUS_SUCCESS)
     max_option = 0;
   for (const uint32_t tile : tiles)
     for (uint32_t option = 0; option <= static_cast<uint32_t>(std::clamp(max_option, 0, 15)); ++option) {
@@ -96,7 +96,7 @@ std::vector<uint16_t> probe_values(size_t n, cudaDataType_t ab, uint32_t seed) {
     const uint32_t r = rng();
     const uint32_t sign = (r >> 31) & 1u, expo = (r >> 24) % 4u;
     e = bf16 ? static_cast<uint16_t>(sign << 15 | (124u + expo) << 7 | (r & 0x7fu))
-                            : static_cast<uint16_t>(sign << 15 | (12u + expo) << 10 | (r & 0x3ffu));
+             : static_cast<uint16_t>(sign << 15 | (12u + expo) << 10 | (r & 0x3ffu));
   }
   return v;
 }
@@ -122,10 +122,10 @@ void LtMatmul::init() {
   if (!handle_) MAMBACPP_CUBLAS_CHECK(cublasLtCreate(&handle_));
 }
 
-std::vector<cublasLtMatmulHeuristicResult_t> LtMatmul::candidates(cublasLtMatmulDesc_t desc,
-                                                                  cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
-                                                                  cublasLtMatrixLayout_t c, int align_w, int align_x,
-                                                                  int align_y, size_t ws_bytes, int n) {
+std::vector<cublasLtMatmulHeuristicResult_t> LtMatmul::candidates(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                                                  cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                                                  int align_w, int align_x, int align_y,
+                                                                  size_t ws_bytes, int n) {
   cublasLtMatmulPreference_t pref = nullptr;
   MAMBACPP_CUBLAS_CHECK(cublasLtMatmulPreferenceCreate(&pref));
   const uint64_t ws = ws_bytes;
@@ -133,8 +133,8 @@ std::vector<cublasLtMatmulHeuristicResult_t> LtMatmul::candidates(cublasLtMatmul
                  ay = static_cast<uint32_t>(align_y);
   std::vector<cublasLtMatmulHeuristicResult_t> results(static_cast<size_t>(n));
   int found = 0;
-  cublasStatus_t st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws,
-                                                           sizeof(ws));
+  cublasStatus_t st =
+      cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &ws, sizeof(ws));
   if (st == CUBLAS_STATUS_SUCCESS)
     st = cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MIN_ALIGNMENT_A_BYTES, &aw, sizeof(aw));
   if (st == CUBLAS_STATUS_SUCCESS)
@@ -151,12 +151,11 @@ std::vector<cublasLtMatmulHeuristicResult_t> LtMatmul::candidates(cublasLtMatmul
   return results;
 }
 
-cublasLtMatmulAlgo_t LtMatmul::heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
-                                         cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c, int align_w,
-                                         int align_x, int align_y, size_t ws_bytes, int out, int T, int in) {
+cublasLtMatmulAlgo_t LtMatmul::heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                                         cublasLtMatrixLayout_t c, int align_w, int align_x, int align_y,
+                                         size_t ws_bytes, int out, int T, int in) {
   const auto found = candidates(desc, a, b, c, align_w, align_x, align_y, ws_bytes, 1);
-  if (found.empty())
-    fail("linear: cuBLASLt has no algorithm for y [", T, ", ", out, "] = x [", T, ", ", in, "] . w^T");
+  if (found.empty()) fail("linear: cuBLASLt has no algorithm for y [", T, ", ", out, "] = x [", T, ", ", in, "] . w^T");
   return found[0].algo;
 }
 
@@ -168,8 +167,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
   // The probe synchronizes the stream and allocates: never inside a CUDA graph capture (decode's graphs have fewer
   // than kWideMinT rows; should one not, it keeps the decode plan).
   cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone)
-    return nullptr;
+  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return nullptr;
   auto w = std::make_unique<Wide>();
   w->ab = ref.ab;
   w->out = ref.out;
@@ -243,8 +241,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
     MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(y_init, h_init.data(), y_bytes, cudaMemcpyHostToDevice, stream));
     // beta = 1 over random y: the epilogue's add is part of what must match.
     const float one = 1.0f;
-    auto matmul = [&](const cublasLtMatmulAlgo_t& a, float* dst, cublasLtMatrixLayout_t bl,
-                      cublasLtMatrixLayout_t cl) {
+    auto matmul = [&](const cublasLtMatmulAlgo_t& a, float* dst, cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl) {
       MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, ref.desc, &one, dw, ref.a, dx, bl, &one, dst, cl, dst, cl, &a,
                                            workspace, ref.ws_bytes, stream));
     };
@@ -252,8 +249,10 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
     const size_t ref_bytes = size_t(kPinnedRefT) * out * 4;
     auto result = [&](const cublasLtMatmulAlgo_t& a, float* dst, int rows, std::vector<float>& host) {
       MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dst, y_init, size_t(rows) * out * 4, cudaMemcpyDeviceToDevice, stream));
-      if (rows == R) matmul(a, dst, b, c);
-      else matmul(a, dst, b_ref, c_ref);
+      if (rows == R)
+        matmul(a, dst, b, c);
+      else
+        matmul(a, dst, b_ref, c_ref);
       host.resize(size_t(kPinnedRefT) * out);
       MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(host.data(), dst, ref_bytes, cudaMemcpyDeviceToHost, stream));
       MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -347,13 +346,15 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
       MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bb, ab, in, rows, in));
       MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bc, CUDA_R_32F, out, rows, ldy));
       cublasLtMatmulHeuristicResult_t check{};
-      const bool ok = cublasLtMatmulAlgoCheck(handle_, p->desc, p->a, bb, bc, bc, &p->algo, &check) ==
-                          CUBLAS_STATUS_SUCCESS &&
-                      check.workspaceSize <= ws_bytes;
+      const bool ok =
+          cublasLtMatmulAlgoCheck(handle_, p->desc, p->a, bb, bc, bc, &p->algo, &check) == CUBLAS_STATUS_SUCCESS &&
+          check.workspaceSize <= ws_bytes;
       cublasLtMatrixLayoutDestroy(bc);
       cublasLtMatrixLayoutDestroy(bb);
-      if (ok) p->block_rows = rows;
-      else if (p->block_rows) break;
+      if (ok)
+        p->block_rows = rows;
+      else if (p->block_rows)
+        break;
     }
     if (p->block_rows) {
       have = true;
@@ -373,8 +374,8 @@ void LtMatmul::run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDa
                    const void* x, float* y, int out, int T, int in, int64_t ldy, float beta, bool pinned) {
   init();
   const int elem = 2;  // 16-bit operands
-  Plan& p = plan(stream, workspace, ab, out, T, in, ldy, alignment(w, int64_t(in) * elem), alignment(x, int64_t(in) * elem),
-                 alignment(y, ldy * 4), ws_bytes, pinned);
+  Plan& p = plan(stream, workspace, ab, out, T, in, ldy, alignment(w, int64_t(in) * elem),
+                 alignment(x, int64_t(in) * elem), alignment(y, ldy * 4), ws_bytes, pinned);
   if (p.block_rows) {
     const int rows = p.block_rows;  // copied: the calls below may drop the plan from the cache
     for (int t = 0; t < T; t += rows)
