@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for the fused decode kernel (fused_gemv_fast.cu): build, the precision / invariance / fused-decode
+# One GPU run for the fused decode kernel (fused_gemv_fast.cu): build, the precision / invariance / fused-decode
 # GPU tests, decode rows with the kernel (MAMBACPP_DECODE_GEMM=fused) and with the default cuBLASLt path in the same
 # run, and ncu times / DRAM bytes of the kernel at mamba2-2.7b batch 1 and 32. Logs under $OUT.
 # Usage: gpu_decode_ab.sh SRC_DIR [BUILD_DIR]   (NOBUILD=1 skips the build; FULL=1 runs every GPU test and the whole

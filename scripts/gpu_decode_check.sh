@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One device call for issue 13's work: the GPU tests, then the decode table in fast and exact precision, prefill in
+# One GPU run for issue 13's work: the GPU tests, then the decode table in fast and exact precision, prefill in
 # both, and an ncu look at the kernels of a fast mamba2-2.7b batch-32 step. Logs under $OUT (or /tmp/gpu_decode).
 # Usage: gpu_decode_check.sh BUILD_DIR
 set -u -o pipefail

@@ -75,8 +75,8 @@ __device__ __forceinline__ FusedGemvLaunch chunk_of(const FusedGemvLaunch& p, in
 }
 
 // Shape of an instantiation (NT n-tiles of 8 rows per block):
-// - kChunk: input features staged per block round. 512 for one n-tile (fewer rounds: the next round's activation
-//   loads must land while this round's weights stream), 256 above (registers for 4 rows per warp). A lane stages
+// - kChunk: input features staged per block pass. 512 for one n-tile (fewer passes: the next pass's activation
+//   loads must land while this pass's weights stream), 256 above (registers for 4 rows per warp). A lane stages
 //   features 8l .. 8l + 7 of every 256, in feature order, whatever the chunk: the norm sums are the same bits.
 // - kNO: 16-output tiles per warp. Every block re-reads its rows' activations from L2, as many times as there are
 //   blocks across the outputs: with 32 rows and more, each warp takes two tiles (the B fragments reused), halving
@@ -107,8 +107,8 @@ constexpr size_t ring_bytes() {
   const size_t part = size_t(kWarps) * tiles_per_warp<NT>() * 16 * 8 * NT * 4;
   return ring > part ? ring : part;
 }
-// Batches of up to 8 rows whose rows fit in kFullRowBytes are staged whole, once (no rounds, no barriers in the
-// main loop); larger ones in rounds of kChunk features. Both compute the same values (see the staging below).
+// Batches of up to 8 rows whose rows fit in kFullRowBytes are staged whole, once (no passes, no barriers in the
+// main loop); larger ones in passes of kChunk features. Both compute the same values (see the staging below).
 constexpr size_t kFullRowBytes = 24 * 1024;
 template <int NT>
 constexpr size_t act_bytes() {

@@ -159,6 +159,13 @@ cublasLtMatmulAlgo_t LtMatmul::heuristic(cublasLtMatmulDesc_t desc, cublasLtMatr
   return found[0].algo;
 }
 
+bool LtMatmul::runnable(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
+                        cublasLtMatrixLayout_t c, const cublasLtMatmulAlgo_t& algo, size_t ws_bytes) const {
+  cublasLtMatmulHeuristicResult_t check{};
+  return cublasLtMatmulAlgoCheck(handle_, desc, a, b, c, c, &algo, &check) == CUBLAS_STATUS_SUCCESS &&
+         check.workspaceSize <= ws_bytes;
+}
+
 const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace, const Plan& ref) {
   for (auto& w : wides_)
     if (w->ab == ref.ab && w->out == ref.out && w->in == ref.in && w->align_w == ref.align_w &&
@@ -178,8 +185,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
   w->ws_bytes = ref.ws_bytes;
 
   // Probe rows: a prefill piece's order of size, the same whatever T came first.
-  constexpr int kProbeT = 1024;
-  const int R = kProbeT;
+  constexpr int R = 1024;
   const int out = ref.out, in = ref.in;
   cublasLtMatrixLayout_t b = nullptr, c = nullptr;
   MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, ref.ab, in, R, in));
@@ -199,9 +205,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
   Layouts ref_layouts{b_ref, c_ref};
   const cublasLtMatmulAlgo_t decode = ref.algo;
   auto valid = [&](const cublasLtMatmulAlgo_t& a, cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl) {
-    cublasLtMatmulHeuristicResult_t check{};
-    return cublasLtMatmulAlgoCheck(handle_, ref.desc, ref.a, bl, cl, cl, &a, &check) == CUBLAS_STATUS_SUCCESS &&
-           check.workspaceSize <= ref.ws_bytes;
+    return runnable(ref.desc, ref.a, bl, cl, a, ref.ws_bytes);
   };
   // Same kernel family, same split of `in` (count and reduction): only tiles, stages and options may differ.
   std::vector<cublasLtMatmulAlgo_t> same_kernel;
@@ -249,10 +253,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
     const size_t ref_bytes = size_t(kPinnedRefT) * out * 4;
     auto result = [&](const cublasLtMatmulAlgo_t& a, float* dst, int rows, std::vector<float>& host) {
       MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dst, y_init, size_t(rows) * out * 4, cudaMemcpyDeviceToDevice, stream));
-      if (rows == R)
-        matmul(a, dst, b, c);
-      else
-        matmul(a, dst, b_ref, c_ref);
+      matmul(a, dst, rows == R ? b : b_ref, rows == R ? c : c_ref);
       host.resize(size_t(kPinnedRefT) * out);
       MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(host.data(), dst, ref_bytes, cudaMemcpyDeviceToHost, stream));
       MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream));
@@ -314,11 +315,7 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
   MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, out, T, ldy));
 
   bool have = false;
-  auto valid_here = [&](const cublasLtMatmulAlgo_t& a) {
-    cublasLtMatmulHeuristicResult_t check{};
-    return cublasLtMatmulAlgoCheck(handle_, p->desc, p->a, p->b, p->c, p->c, &a, &check) == CUBLAS_STATUS_SUCCESS &&
-           check.workspaceSize <= ws_bytes;
-  };
+  auto valid_here = [&](const cublasLtMatmulAlgo_t& a) { return runnable(p->desc, p->a, p->b, p->c, a, ws_bytes); };
   if (pinned) {
     // The reference shape's layouts (T = kPinnedRefT, same leading dimensions), for the heuristic only.
     cublasLtMatrixLayout_t rb = nullptr, rc = nullptr;
@@ -345,10 +342,7 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
       cublasLtMatrixLayout_t bb = nullptr, bc = nullptr;
       MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bb, ab, in, rows, in));
       MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bc, CUDA_R_32F, out, rows, ldy));
-      cublasLtMatmulHeuristicResult_t check{};
-      const bool ok =
-          cublasLtMatmulAlgoCheck(handle_, p->desc, p->a, bb, bc, bc, &p->algo, &check) == CUBLAS_STATUS_SUCCESS &&
-          check.workspaceSize <= ws_bytes;
+      const bool ok = runnable(p->desc, p->a, bb, bc, p->algo, ws_bytes);
       cublasLtMatrixLayoutDestroy(bc);
       cublasLtMatrixLayoutDestroy(bb);
       if (ok)

@@ -58,6 +58,9 @@ class LtMatmul {
   cublasLtMatmulAlgo_t heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                  cublasLtMatrixLayout_t c, int align_w, int align_x, int align_y, size_t ws_bytes,
                                  int out, int T, int in);
+  // Whether cuBLASLt runs algo on these layouts within ws_bytes of workspace.
+  bool runnable(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                const cublasLtMatmulAlgo_t& algo, size_t ws_bytes) const;
   // Up to `n` of the heuristic's algorithms, best first.
   std::vector<cublasLtMatmulHeuristicResult_t> candidates(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                                                           cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
