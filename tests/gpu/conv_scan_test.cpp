@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <vector>
 
@@ -187,6 +188,84 @@ TEST(CudaMamba1Scan, OddSizesAndBF16StateAndWeights) {
 TEST(CudaMamba1Scan, StatesBeyondOnePassAccumulateAcrossPasses) {
   MAMBACPP_REQUIRE_GPU();
   run_mamba1({9, 300, {5, 1, 12}, {2, 1, 0}, 3, DType::F32, DType::F32}, 34);
+}
+
+// Decode batches (every sequence one token) of 4 or more sequences at d_state 16 take the one-thread-per-channel step
+// kernel (mamba1_scan.cu): f32 and bf16 state and weights, widths that are not a multiple of its block, slots out of
+// order, unused slots. (Fewer sequences stay on the lane-per-state kernel: the single-sequence case.)
+TEST(CudaMamba1Scan, SingleTokenBatchesTakeTheStepKernel) {
+  MAMBACPP_REQUIRE_GPU();
+  run_mamba1({100, 16, {1, 1, 1, 1}, {3, 0, 5, 1}, 6, DType::F32, DType::F32}, 36);
+  run_mamba1({257, 16, {1, 1, 1, 1, 1}, {2, 0, 1, 5, 4}, 7, DType::BF16, DType::BF16}, 37);
+  run_mamba1({33, 16, {1}, {1}, 2, DType::BF16, DType::F32}, 38);
+}
+
+// The step kernel gives the lane-per-state kernel's bits: 4 sequences of 3 tokens scanned one step at a time, all 4
+// per step (the step kernel), equal the same steps with each sequence alone (fewer than 4 sequences: the
+// lane-per-state kernel), y and state, bit for bit, f32 and bf16 state; with an f32 state they also equal the
+// whole sequences scanned at once (prefill). This is what keeps decode equal to prefill at every batch size.
+TEST(CudaMamba1Scan, StepKernelBitsEqualTheSequenceKernel) {
+  MAMBACPP_REQUIRE_GPU();
+  for (DType state_dtype : {DType::F32, DType::BF16}) {
+    auto be = make_cuda_backend(DType::BF16);
+    DeviceArena arena(*be);
+    Rng rng(40);
+    const int64_t DI = 200, N = 16, L = 3, S = 4, T = L * S, n_slots = 5;
+    const std::vector<int64_t> slots = {1, 3, 0, 4};  // slot 2 unused
+    const auto x = rng.vec(T * DI, -2, 2), dt = rng.vec(T * DI, -3, 1), z = rng.vec(T * DI, -3, 3);
+    const auto bc = rng.vec(T * 2 * N, -1.5f, 1.5f);
+    const auto A_log = rng.vec(DI * N, -1.0f, 2.5f), D = rng.vec(DI), dt_bias = rng.vec(DI, -4.0f, 0.0f);
+    const auto st0 = rounded(rng.vec(n_slots * DI * N, -1, 1), state_dtype);
+    TensorView hA(const_cast<float*>(A_log.data()), DType::F32, {DI, N});
+    TensorView bcv = arena.upload(bc, DType::F32, {T, 2 * N});
+    Mamba1ScanArgs a;
+    a.x = arena.upload(x, DType::F32, {T, DI});
+    a.dt = arena.upload(dt, DType::F32, {T, DI});
+    a.z = arena.upload(z, DType::F32, {T, DI});
+    a.B = bcv.cols(0, N);
+    a.C = bcv.cols(N, N);
+    a.A_log = be->adopt_weight(hA);
+    a.D = arena.upload(D, DType::F32, {DI});
+    a.dt_bias = arena.upload(dt_bias, DType::F32, {DI});
+    // Token t of sequence i is row i * L + t; each run starts from st0 and writes every row of its y.
+    auto run = [&](const std::vector<BatchLayout>& launches) {
+      Mamba1ScanArgs r = a;
+      r.state = arena.upload(st0, state_dtype, {n_slots, DI, N});
+      r.y = arena.poisoned({T, DI});
+      for (BatchLayout b : launches) {
+        b.total_tokens = T;
+        be->prepare_batch(b);
+        be->mamba1_scan(r, b);
+      }
+      return std::make_pair(arena.download(r.y), arena.download(r.state));
+    };
+    std::vector<BatchLayout> together, alone;
+    for (int64_t t = 0; t < L; ++t) {
+      BatchLayout step;
+      for (int64_t i = 0; i < S; ++i) {
+        const SeqSpan span{i * L + t, 1, slots[static_cast<size_t>(i)]};
+        step.seqs.push_back(span);
+        BatchLayout one;
+        one.seqs.push_back(span);
+        alone.push_back(one);
+      }
+      together.push_back(step);
+    }
+    auto expect_same_bits = [](const std::vector<float>& got, const std::vector<float>& want, const char* what) {
+      ASSERT_EQ(got.size(), want.size());
+      for (size_t i = 0; i < want.size(); ++i)
+        ASSERT_EQ(std::bit_cast<uint32_t>(got[i]), std::bit_cast<uint32_t>(want[i])) << what << "[" << i << "]";
+    };
+    const auto step_kernel = run(together), lane_kernel = run(alone);
+    expect_same_bits(step_kernel.first, lane_kernel.first, "y");
+    expect_same_bits(step_kernel.second, lane_kernel.second, "state");
+    if (state_dtype == DType::F32) {  // a bf16 state is rounded between decode steps, not inside a prefill
+      BatchLayout whole = make_batch({L, L, L, L}, slots);
+      const auto prefill = run({whole});
+      expect_same_bits(step_kernel.first, prefill.first, "y (prefill)");
+      expect_same_bits(step_kernel.second, prefill.second, "state (prefill)");
+    }
+  }
 }
 
 TEST(CudaMamba1Scan, Mamba130mWidthLongPrefill) {

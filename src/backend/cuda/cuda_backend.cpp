@@ -427,6 +427,7 @@ class CudaBackend final : public Backend {
     p.d_state = N;
     p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba1_scan");
     p.n_seqs = n_prepared_seqs_;
+    p.single_tokens = std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
     launch_mamba1_scan(p, stream());
   }
 

@@ -35,6 +35,40 @@ __device__ __forceinline__ void store_state(void* p, bool bf16, int64_t i, float
   }
 }
 
+// 16 bytes of a state buffer (8 bf16 or 4 f32 values, in address order) as floats, and back (bf16: rounded to
+// nearest even, as store_state rounds).
+template <bool BF16>
+struct StateVec {
+  static constexpr int kElems = BF16 ? 8 : 4;
+  __device__ __forceinline__ static void unpack(const uint4& raw, float* out) {
+    const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
+    if constexpr (BF16) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        out[2 * k] = __uint_as_float(u[k] << 16);  // low half = lower address
+        out[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) out[k] = __uint_as_float(u[k]);
+    }
+  }
+  __device__ __forceinline__ static uint4 pack(const float* v) {
+    uint32_t u[4];
+    if constexpr (BF16) {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);  // .x at the lower address
+        u[k] = *reinterpret_cast<const uint32_t*>(&b);
+      }
+    } else {
+#pragma unroll
+      for (int k = 0; k < 4; ++k) u[k] = __float_as_uint(v[k]);
+    }
+    return make_uint4(u[0], u[1], u[2], u[3]);
+  }
+};
+
 // softplus(v) = log(1 + exp(v)); v itself above 20, as torch.nn.functional.softplus (threshold 20) does.
 __device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 __device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }

@@ -95,6 +95,7 @@ struct Mamba1Launch {
   int64_t d_inner = 0, d_state = 0;
   const SeqSpan* seqs = nullptr;  // device
   int64_t n_seqs = 0;
+  bool single_tokens = false;  // every sequence has one token (decode): the one-thread-per-channel step kernel
 };
 void launch_mamba1_scan(const Mamba1Launch& p, cudaStream_t stream);
 

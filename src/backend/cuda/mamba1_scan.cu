@@ -9,6 +9,7 @@
 // the sequence (the states of different n never interact; only y sums over them): the first pass writes the
 // partial sum to y, later passes add to it, and the last applies D and the gate.
 #include <algorithm>
+#include <cstdint>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -20,6 +21,12 @@ namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kStatesPerPass = 256;  // 32 lanes x 8 registers
+
+// h * exp(dt A) + dt x B, each rounding spelled out: the two kernels below must give the same bits (decode ==
+// prefill), and the compiler's own choice of which product to fuse differs between them.
+__device__ __forceinline__ float state_update(float dtv, float A, float h, float dtx, float B) {
+  return __fmaf_rn(B, dtx, __fmul_rn(expf(__fmul_rn(dtv, A)), h));
+}
 
 template <int NPER>
 struct StepIn {
@@ -88,18 +95,18 @@ __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G,
     for (int64_t t = seq.start; t < t_end; ++t) {
       const StepIn<NPER> nxt = t + 1 < t_end ? load_step<NPER>(p, t + 1, cc, n, nv, G, lane_g) : cur;
       const float dtv = softplus_f(cur.dt + bias);
-      const float dtx = dtv * cur.x;
+      const float dtx = __fmul_rn(dtv, cur.x);
       float acc = 0.0f;
 #pragma unroll
       for (int j = 0; j < NPER; ++j) {
-        h[j] = expf(dtv * A[j]) * h[j] + dtx * cur.B[j];
-        acc += cur.C[j] * h[j];
+        h[j] = state_update(dtv, A[j], h[j], dtx, cur.B[j]);
+        acc = __fmaf_rn(cur.C[j], h[j], acc);
       }
       for (int off = G / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
       if (lane_g == 0 && c_valid) {
         float* yp = p.y.data + t * p.y.stride + c;
         float v = first_pass ? acc : *yp + acc;
-        if (last_pass) v = (v + Dc * cur.x) * silu_f(cur.z);
+        if (last_pass) v = __fmaf_rn(Dc, cur.x, v) * silu_f(cur.z);
         *yp = v;
       }
       cur = nxt;
@@ -112,10 +119,77 @@ __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G,
   }
 }
 
+// Decode (every sequence one token) at d_state = kStepStates: one thread per (sequence, channel) holding the
+// channel's whole state, read and written as 16-byte vectors (the kernel above gives each state its own lane and
+// 2-byte loads: 43 us per layer at mamba-2.8b batch 32). It computes what mamba1_kernel<1> with G = kStepStates
+// computes, bit for bit: the same roundings per state (state_update), and C . h summed in the order of that
+// kernel's butterfly (lane 0 ends with the sum of pairs k, k + off for off = G/2 .. 1), so decode, prefill and
+// every batch size agree (CudaMamba1Scan.StepKernelBitsEqualTheSequenceKernel).
+constexpr int kStepThreads = 64;
+constexpr int kStepStates = 16;
+// Below this many sequences the kernel above, a lane per state, has more threads in flight: mamba-2.8b batch 1 took
+// 0.15 ms per step longer on this one. Either kernel gives the same bits.
+constexpr int64_t kStepMinSeqs = 4;
+
+template <bool BF16>
+__global__ void __launch_bounds__(kStepThreads) mamba1_step_kernel(Mamba1Launch p) {
+  using SV = StateVec<BF16>;
+  constexpr int N = kStepStates, V = SV::kElems;
+  allow_next_kernel();
+  const int64_t c = blockIdx.x * int64_t(kStepThreads) + threadIdx.x;
+  if (c >= p.d_inner) return;
+  float A[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) A[j] = -expf(load_f(p.A_log.data, p.A_log.dtype, c * N + j));
+  const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, c);
+  const float Dc = load_f(p.D.data, p.D.dtype, c);
+  const SeqSpan seq = p.seqs[blockIdx.y];
+  if (seq.len <= 0) return;
+  // The state is read after the wait: a scan launched right after another one over the same state (two steps with
+  // nothing between) would otherwise read it before the first has written it.
+  wait_for_previous_kernel();
+
+  const int64_t t = seq.start;
+  uint4* st = reinterpret_cast<uint4*>(static_cast<char*>(p.state) + (seq.slot * p.d_inner + c) * N * (BF16 ? 2 : 4));
+  float h[N];
+#pragma unroll
+  for (int q = 0; q < N / V; ++q) SV::unpack(st[q], h + q * V);
+  const float x = p.x.data[t * p.x.stride + c];
+  const float dtv = softplus_f(p.dt.data[t * p.dt.stride + c] + bias);
+  const float z = p.z.data[t * p.z.stride + c];
+  const float dtx = __fmul_rn(dtv, x);
+  const float* Bt = p.B.data + t * p.B.stride;
+  const float* Ct = p.C.data + t * p.C.stride;
+  float part[N];
+#pragma unroll
+  for (int j = 0; j < N; ++j) {
+    h[j] = state_update(dtv, A[j], h[j], dtx, Bt[j]);
+    part[j] = __fmaf_rn(Ct[j], h[j], 0.0f);
+  }
+#pragma unroll
+  for (int off = N / 2; off > 0; off >>= 1)
+#pragma unroll
+    for (int k = 0; k < off; ++k) part[k] += part[k + off];
+  p.y.data[t * p.y.stride + c] = __fmaf_rn(Dc, x, part[0]) * silu_f(z);
+#pragma unroll
+  for (int q = 0; q < N / V; ++q) st[q] = SV::pack(h + q * V);
+}
+
 }  // namespace
 
 void launch_mamba1_scan(const Mamba1Launch& p, cudaStream_t stream) {
   if (p.n_seqs <= 0 || p.d_inner <= 0) return;
+  if (p.single_tokens && p.n_seqs >= kStepMinSeqs && p.d_state == kStepStates && p.dt_proj.data == nullptr &&
+      reinterpret_cast<uintptr_t>(p.state) % 16 == 0 && p.n_seqs <= 65535) {
+    const dim3 grid(static_cast<unsigned>((p.d_inner + kStepThreads - 1) / kStepThreads),
+                    static_cast<unsigned>(p.n_seqs));
+    if (p.state_bf16) {
+      launch_dependent(mamba1_step_kernel<true>, grid, dim3(kStepThreads), stream, p);
+    } else {
+      launch_dependent(mamba1_step_kernel<false>, grid, dim3(kStepThreads), stream, p);
+    }
+    return;
+  }
   for (int64_t n0 = 0; n0 < std::max<int64_t>(p.d_state, 1); n0 += kStatesPerPass) {
     const int64_t tile = std::min(kStatesPerPass, p.d_state - n0);
     int G = 1;

@@ -120,38 +120,6 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
 constexpr int kVecThreads = 128;
 constexpr int kVecRows = 4;
 
-template <bool BF16>
-struct StateVec {
-  static constexpr int kElems = BF16 ? 8 : 4;
-  __device__ __forceinline__ static void unpack(const uint4& raw, float* out) {
-    const uint32_t u[4] = {raw.x, raw.y, raw.z, raw.w};
-    if constexpr (BF16) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        out[2 * k] = __uint_as_float(u[k] << 16);  // low half = lower address
-        out[2 * k + 1] = __uint_as_float(u[k] & 0xffff0000u);
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) out[k] = __uint_as_float(u[k]);
-    }
-  }
-  __device__ __forceinline__ static uint4 pack(const float* v) {
-    uint32_t u[4];
-    if constexpr (BF16) {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        const __nv_bfloat162 b = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);  // .x at the lower address
-        u[k] = *reinterpret_cast<const uint32_t*>(&b);
-      }
-    } else {
-#pragma unroll
-      for (int k = 0; k < 4; ++k) u[k] = __float_as_uint(v[k]);
-    }
-    return make_uint4(u[0], u[1], u[2], u[3]);
-  }
-};
-
 template <bool BF16, int L>
 __global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch p) {
   using SV = StateVec<BF16>;
@@ -189,12 +157,22 @@ __global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch 
     bv[4 * q] = b4.x, bv[4 * q + 1] = b4.y, bv[4 * q + 2] = b4.z, bv[4 * q + 3] = b4.w;
     cv[4 * q] = c4.x, cv[4 * q + 1] = c4.y, cv[4 * q + 2] = c4.z, cv[4 * q + 3] = c4.w;
   }
+  // Every row's x (and gate) is loaded before the first state store: the compiler cannot move a load past a store
+  // that may alias it, and one L2 round trip per row in series was the step's critical path.
+  float xs[kVecRows], zs[kVecRows];
+#pragma unroll
+  for (int k = 0; k < kVecRows; ++k) {
+    const int64_t row = row0 + int64_t(k) * kGroups;
+    const int64_t col = h * P + (row < P ? row : 0);
+    xs[k] = p.x.data[t * p.x.stride + col];
+    zs[k] = p.z.data ? p.z.data[t * p.z.stride + col] : 0.0f;
+  }
 #pragma unroll
   for (int k = 0; k < kVecRows; ++k) {
     const int64_t row = row0 + int64_t(k) * kGroups;
     const bool ok = row < P;  // groups past the head still shuffle below
     const int64_t col = h * P + (ok ? row : 0);
-    const float xv = p.x.data[t * p.x.stride + col];
+    const float xv = xs[k];
     const float dtx = dtv * xv;
     float hv[V];
     SV::unpack(raw[k], hv);
@@ -209,7 +187,7 @@ __global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch 
     for (int off = L / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
     if (lane == 0 && ok) {
       float out = acc + Dh * xv;
-      if (p.z.data) out *= silu_f(p.z.data[t * p.z.stride + col]);  // the fused decode block's gate
+      if (p.z.data) out *= silu_f(zs[k]);  // the fused decode block's gate
       p.y.data[t * p.y.stride + col] = out;
     }
   }
