@@ -220,7 +220,7 @@ std::vector<uint8_t> ZipArchive::extract(const ZipEntry& e) const {
       }
       out_done += produced;
       if (rc == Z_BUF_ERROR && z.avail_in == 0 && in_left == 0) break;  // input exhausted before the end
-      if (rc == Z_BUF_ERROR) rc = Z_OK;  // no progress possible this round: more room or input comes next
+      if (rc == Z_BUF_ERROR) rc = Z_OK;  // no progress possible in this call: more room or input comes next
     }
     inflateEnd(&z);
     if (rc != Z_STREAM_END)

@@ -373,8 +373,7 @@ class CudaBackend final : public Backend {
     p.seqs = seqs;
     p.token_seq = token_seq_;
     p.n_seqs = n_prepared_seqs_;
-    p.all_single = !batch.seqs.empty() && std::all_of(batch.seqs.begin(), batch.seqs.end(),
-                                                      [](const SeqSpan& s) { return s.len == 1; });
+    p.all_single = !batch.seqs.empty() && one_token_each(batch);
     launch_conv1d_silu(p, stream());
   }
 
@@ -427,7 +426,7 @@ class CudaBackend final : public Backend {
     p.d_state = N;
     p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba1_scan");
     p.n_seqs = n_prepared_seqs_;
-    p.single_tokens = std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
+    p.single_tokens = one_token_each(batch);
     launch_mamba1_scan(p, stream());
   }
 
@@ -476,9 +475,7 @@ class CudaBackend final : public Backend {
     p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba2_ssd");
     p.n_seqs = n_prepared_seqs_;
     if (p.n_seqs == 0) return;
-    const bool all_single = std::all_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) {
-      return s.len == 1;
-    });
+    const bool all_single = one_token_each(batch);
     if (all_single) {
       need(p.n_seqs <= INT_MAX && H <= 65535, "mamba2_ssd: too many sequences/heads for one launch");
       launch_mamba2_step(p, stream());
@@ -910,6 +907,11 @@ class CudaBackend final : public Backend {
 
   // The device copy of the batch's spans, after checking that it is the one prepare_batch made for this batch and
   // that every span fits the activations (T rows) and the state (n_slots).
+  // Every sequence of the batch has one token (a decode step): the step kernels of conv1d and the scans.
+  static bool one_token_each(const BatchLayout& b) {
+    return std::all_of(b.seqs.begin(), b.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
+  }
+
   // A decode batch the fused kernels take: 1..kFusedMaxRows sequences, sequence i in row i with one token.
   static bool decode_rows(const BatchLayout& b, int64_t max_rows) {
     const int64_t B = b.total_tokens;
