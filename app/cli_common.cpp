@@ -94,7 +94,8 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
                "sequence's last bits may depend on its batch size");
   cmd.add_flag("--no-cuda-graph", opts.no_cuda_graph, "GPU: run decode steps eagerly instead of replaying a CUDA graph");
   cmd.add_flag("--no-fused-decode", opts.no_fused_decode,
-               "GPU: run decode blocks with the plain per-op kernels instead of the fused ones");
+               "GPU: run blocks with the plain per-op kernels instead of the fused ones (decode steps, and "
+               "prefill's norms and residual adds)");
 }
 
 LoadOptions load_options(const ModelOptions& opts) {

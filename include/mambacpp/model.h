@@ -42,8 +42,9 @@ struct LoadOptions {
   int64_t kv_page_tokens = 64;      // hybrid models: KV rows per page (a slot's KV memory grows by pages)
   int64_t ctx_size = 0;             // models with attention: positions a slot may hold; 0 = the config's limit
                                     // (max_position_embeddings where it binds) or none. A prompt past it is refused.
-  bool fused_decode = true;          // decode steps run each block as a few fused kernels where the backend has them
-                                     // (false: the plain per-op kernels of prefill; for comparisons and tests)
+  bool fused_decode = true;          // decode steps run each block as a few fused kernels, and prefill folds the
+                                     // norms and the residual add into its projections, where the backend has them
+                                     // (false: the plain per-op kernels; for comparisons and tests)
   Precision precision = Precision::Fast;  // GPU, 16-bit weights: how activations enter the matrix products
                                           // (mambacpp/precision.h); Exact for verification
   bool batch_invariant = true;  // fast precision: one GEMM algorithm at every decode batch size (false: batches of

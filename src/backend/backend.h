@@ -112,13 +112,14 @@ struct AttentionArgs {
   int64_t max_pages = 0;
 };
 
-// A linear over the rows of a decode batch with pieces of a block folded in (Backend::fused_linear):
+// A linear over the rows of a batch with pieces of a block folded in (Backend::fused_linear):
 //   y = prologue(x) . w^T (+ bias)
 // - prologue (norm_w set): RMSNorm of x over each run of `norm_group` consecutive input features (0: all of them),
-//   times norm_w;
-// - epilogue (conv_w set): outputs [conv_begin, conv_begin + conv_channels) go through a one-token causal conv1d +
-//   SiLU from the row's slot of conv_state (which shifts by one) into conv_out, and are not written to y; every
-//   other output is written to y, or added to it when `accumulate` (the residual add).
+//   times norm_w; with `gate` set, of x * silu(gate) (Mamba-2's gated RMSNorm);
+// - epilogue (conv_w set; decode batches only, sequence i in row i with one token): outputs [conv_begin,
+//   conv_begin + conv_channels) go through a one-token causal conv1d + SiLU from the row's slot of conv_state (which
+//   shifts by one) into conv_out, and are not written to y; every other output is written to y, or added to it when
+//   `accumulate` (the residual add).
 // Rounding differs from the unfused ops by f32 reassociation only (a one-group norm scale may be applied after the
 // dot product).
 struct FusedLinearArgs {
@@ -126,6 +127,7 @@ struct FusedLinearArgs {
   TensorView w;           // [out, in]
   TensorView bias;        // [out] or empty
   TensorView norm_w;      // [in] f32, or empty: no norm
+  TensorView gate;        // [B, in] f32, or empty: no gate
   int64_t norm_group = 0;
   float eps = 0.0f;
   TensorView y;           // [B, out] f32
@@ -217,10 +219,11 @@ class Backend {
   // x *= alpha in place. x: [T, D].
   virtual void scale(TensorView x, float alpha);
 
-  // ---- Fused decode (optional) ---------------------------------------------------------------------------------
-  // For decode batches: sequence i is row i of the batch and has one token. supports_fused_linear answers, without
-  // running anything, whether fused_linear takes these arguments (shapes, dtypes, alignment, batch size); the
-  // answer depends only on them, so a recipe asks for every piece of a block first and never stops halfway.
+  // ---- Fused linears (optional) --------------------------------------------------------------------------------
+  // Decode batches (sequence i is row i of the batch and has one token) take every part; without the conv epilogue
+  // the op is row by row, and a backend may take it for prefill pieces too. supports_fused_linear answers, without
+  // running anything, whether fused_linear takes these arguments (shapes, dtypes, alignment, batch); the answer
+  // depends only on them, so a recipe asks for every piece of a block first and never stops halfway.
   virtual bool supports_fused_linear(const FusedLinearArgs&, const BatchLayout&) const { return false; }
   virtual void fused_linear(const FusedLinearArgs&, const BatchLayout&) { unsupported("fused_linear"); }
 

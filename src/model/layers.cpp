@@ -107,6 +107,11 @@ void run_hybrid_layer(const Model::Impl& m, int64_t layer, StateCache& state, co
   const size_t li = static_cast<size_t>(layer);
   const LayerWeights& w = m.weights.layers[li];
   const float eps = static_cast<float>(c.norm_eps);
+  if (w.kind == LayerKind::Mamba2 && m.options.fused_decode && c.residual_multiplier == 1.0 &&
+      mamba_block_fused_projections(be, c, w, state.layers()[li], batch, ws, residual)) {
+    if (c.mlp_after_mixer) run_mlp_sublayer(m, layer, T, residual);
+    return;
+  }
   TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
   TensorView out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
   be.rmsnorm(residual, w.norm, eps, normed);

@@ -30,16 +30,13 @@ Mamba2ScanArgs mamba2_scan_args(const ModelConfig& c, const LayerWeights& w, con
   return a;
 }
 
-}  // namespace
-
-void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
-                  const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out) {
+// Mamba-1 between its projections: in_proj's output xz = [x | z] -> conv, x_proj, dt_proj, the scan gated by silu(z)
+// -> y [T, d_inner], out_proj's input.
+void mamba1_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                 const BatchLayout& batch, Workspace& ws, const TensorView& xz, TensorView y) {
   const int64_t T = batch.total_tokens;
   const Device dev = be.device();
   const int64_t di = c.d_inner, n = c.d_state, r = c.dt_rank;
-  // in_proj -> [x | z], each [T, d_inner].
-  TensorView xz = Workspace::f32(ws.proj, dev, T, 2 * di);
-  be.linear(h, w.in_proj, w.in_proj_bias, xz);
   TensorView xc = Workspace::f32(ws.conv, dev, T, di);
   be.conv1d_silu(xz.cols(0, di), w.conv, w.conv_bias, cache.conv, batch, xc);
   // x_proj -> [dt_low | B | C].
@@ -66,26 +63,81 @@ void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, cons
   a.dt_bias = w.dt_bias;
   a.z = xz.cols(di, di);
   a.state = cache.ssm;
-  a.y = Workspace::f32(ws.y, dev, T, di);
+  a.y = y;
   be.mamba1_scan(a, batch);
-  be.linear(a.y, w.out_proj, w.out_proj_bias, out);
+}
+
+// Mamba-2 between in_proj and the gated norm: zxbcdt = [z | xBC | dt] -> conv, SSD -> y [T, d_inner] (ungated).
+void mamba2_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                 const BatchLayout& batch, Workspace& ws, const TensorView& zxbcdt, TensorView y) {
+  const int64_t T = batch.total_tokens;
+  const Device dev = be.device();
+  const int64_t di = c.d_inner, conv_ch = c.conv_channels();
+  TensorView xbc = Workspace::f32(ws.conv, dev, T, conv_ch);
+  be.conv1d_silu(zxbcdt.cols(di, conv_ch), w.conv, w.conv_bias, cache.conv, batch, xbc);
+  be.mamba2_ssd(mamba2_scan_args(c, w, cache, zxbcdt, xbc, y), batch);
+}
+
+}  // namespace
+
+void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                  const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out) {
+  // in_proj -> [x | z], each [T, d_inner].
+  const int64_t T = batch.total_tokens;
+  TensorView xz = Workspace::f32(ws.proj, be.device(), T, 2 * c.d_inner);
+  be.linear(h, w.in_proj, w.in_proj_bias, xz);
+  TensorView y = Workspace::f32(ws.y, be.device(), T, c.d_inner);
+  mamba1_core(be, c, w, cache, batch, ws, xz, y);
+  be.linear(y, w.out_proj, w.out_proj_bias, out);
 }
 
 void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                   const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out) {
-  const int64_t T = batch.total_tokens;
+  const int64_t T = batch.total_tokens, di = c.d_inner;
   const Device dev = be.device();
-  const int64_t di = c.d_inner, conv_ch = c.conv_channels();
   // in_proj -> [z (d_inner) | xBC (d_inner + 2 G N) | dt (n_heads)].
   TensorView zxbcdt = Workspace::f32(ws.proj, dev, T, c.in_proj_size());
   be.linear(h, w.in_proj, w.in_proj_bias, zxbcdt);
-  TensorView xbc = Workspace::f32(ws.conv, dev, T, conv_ch);
-  be.conv1d_silu(zxbcdt.cols(di, conv_ch), w.conv, w.conv_bias, cache.conv, batch, xbc);
-  Mamba2ScanArgs a = mamba2_scan_args(c, w, cache, zxbcdt, xbc, Workspace::f32(ws.y, dev, T, di));
-  be.mamba2_ssd(a, batch);
+  TensorView y = Workspace::f32(ws.y, dev, T, di);
+  mamba2_core(be, c, w, cache, batch, ws, zxbcdt, y);
   TensorView yn = Workspace::f32(ws.y_normed, dev, T, di);
-  be.gated_rmsnorm(a.y, zxbcdt.cols(0, di), w.gated_norm, di / c.norm_groups(), static_cast<float>(c.norm_eps), yn);
+  be.gated_rmsnorm(y, zxbcdt.cols(0, di), w.gated_norm, di / c.norm_groups(), static_cast<float>(c.norm_eps), yn);
   be.linear(yn, w.out_proj, w.out_proj_bias, out);
+}
+
+bool mamba_block_fused_projections(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                                   const BatchLayout& batch, Workspace& ws, TensorView residual) {
+  const Device dev = be.device();
+  const int64_t T = batch.total_tokens, di = c.d_inner;
+  const bool mamba2 = c.arch == Arch::Mamba2;
+  const float eps = static_cast<float>(c.norm_eps);
+  FusedLinearArgs in;  // the block's RMSNorm, then in_proj
+  in.x = residual;
+  in.w = w.in_proj;
+  in.bias = w.in_proj_bias;
+  in.norm_w = w.norm;
+  in.eps = eps;
+  in.y = Workspace::f32(ws.proj, dev, T, mamba2 ? c.in_proj_size() : 2 * di);
+  FusedLinearArgs out;  // Mamba-2: the gated norm first; then out_proj, added onto the residual
+  out.x = Workspace::f32(ws.y, dev, T, di);
+  out.w = w.out_proj;
+  out.bias = w.out_proj_bias;
+  if (mamba2) {
+    out.gate = in.y.cols(0, di);
+    out.norm_w = w.gated_norm;
+    out.norm_group = di / c.norm_groups();
+    out.eps = eps;
+  }
+  out.y = residual;
+  out.accumulate = true;
+  if (!be.supports_fused_linear(in, batch) || !be.supports_fused_linear(out, batch)) return false;
+  be.fused_linear(in, batch);
+  if (mamba2)
+    mamba2_core(be, c, w, cache, batch, ws, in.y, out.x);
+  else
+    mamba1_core(be, c, w, cache, batch, ws, in.y, out.x);
+  be.fused_linear(out, batch);
+  return true;
 }
 
 bool mamba_block_decode_fused(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,

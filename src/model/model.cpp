@@ -260,6 +260,7 @@ void run_block(const Model::Impl& m, int64_t layer, const LayerCache& cache, con
   Workspace& ws = m.workspace;
   const int64_t T = batch.total_tokens;
   const LayerWeights& w = m.weights.layers[static_cast<size_t>(layer)];
+  if (m.options.fused_decode && mamba_block_fused_projections(be, c, w, cache, batch, ws, residual)) return;
   TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
   TensorView mixer_out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
   be.rmsnorm(residual, w.norm, static_cast<float>(c.norm_eps), normed);

@@ -75,6 +75,95 @@ TEST(CudaFastLinear, RowsAreTheSameBitsAtEveryBatchSizeAndMatchTheRoundedProduct
   }
 }
 
+// Fast fused_linear on prefill pieces (the prefill recipe, mamba_block_fused_projections): the norm, or the gated
+// norm of x * silu(gate), rounded to bf16 by one kernel, then the pinned GEMM, added onto y when accumulating.
+// - Against the plain ops it replaces (norm / gated norm, fast linear, add): the same f32 values are rounded and
+//   the same GEMM plan runs, so without accumulation the bits are equal (asserted ==); with it, the GEMM's epilogue
+//   adds onto y instead of a separate add: one f32 rounding either way, asserted to 1e-6 of max|y|.
+// - Against fp64 over the host's rounding of the fp64 norm: an activation near a rounding boundary may round the
+//   other way (the kernel's rsqrtf is not the host's), 2^-8 of one product, so 2e-3 of max|y| as in
+//   fast_fused_linear_test.cpp.
+// - Row t is the same bits in a piece of T rows as alone (a one-row decode batch: the same kernels).
+TEST(CudaFastFusedLinear, PrefillRowsFoldTheNormsAndEqualThePlainOps) {
+  MAMBACPP_REQUIRE_GPU();
+  struct Shape { int64_t out, in, group; bool gate, accumulate; int64_t x_width; };
+  // in_proj-like (one group), out_proj-like (gated, groups, onto the residual), an odd width (the scalar kernel),
+  // and rows with a stride that defeats 16-byte accesses (the scalar kernel for aligned widths).
+  for (const Shape sh : {Shape{1320, 256, 256, false, false, 256}, Shape{256, 640, 160, true, true, 640},
+                         Shape{37, 18, 18, true, true, 18}, Shape{96, 64, 32, true, false, 67}}) {
+    SCOPED_TRACE("out " + std::to_string(sh.out) + " in " + std::to_string(sh.in) + " group " +
+                 std::to_string(sh.group));
+    auto be = make_cuda_backend(DType::BF16, Precision::Fast);
+    DeviceArena arena(*be);
+    Rng rng(71 + sh.out);
+    const int64_t Tmax = 700;
+    const float eps = 1e-5f;
+    const auto w = rounded(rng.vec(sh.out * sh.in), DType::BF16);
+    const auto nw = rng.vec(sh.in, 0.5f, 1.5f);
+    const auto x = rng.vec(Tmax * sh.in, -2, 2), z = rng.vec(Tmax * sh.in, -3, 3);
+    const auto y0 = rng.vec(Tmax * sh.out, -1, 1);
+    TensorView wv = arena.upload(w, DType::BF16, {sh.out, sh.in});
+    TensorView nwv = arena.upload(nw, DType::F32, {sh.in});
+    TensorView xv = arena.upload_strided(x, Tmax, sh.in, sh.x_width, 0);
+    TensorView zv = arena.upload_strided(z, Tmax, sh.in, sh.x_width, 0);
+    auto run = [&](int64_t T) {
+      FusedLinearArgs a;
+      a.x = xv.rows(0, T);
+      if (sh.gate) a.gate = zv.rows(0, T);
+      a.w = wv;
+      a.norm_w = nwv;
+      a.norm_group = sh.group;
+      a.eps = eps;
+      a.y = sh.accumulate ? arena.upload(std::vector<float>(y0.begin(), y0.begin() + T * sh.out), DType::F32,
+                                         {T, sh.out})
+                          : arena.poisoned({T, sh.out});
+      a.accumulate = sh.accumulate;
+      BatchLayout batch;
+      batch.seqs.push_back({0, T, 0});
+      batch.total_tokens = T;
+      EXPECT_TRUE(be->supports_fused_linear(a, batch)) << "T " << T;
+      be->fused_linear(a, batch);
+      return arena.download(a.y);
+    };
+    const auto full = run(Tmax);
+
+    // The plain ops on the same inputs.
+    TensorView normed = arena.poisoned({Tmax, sh.in});
+    if (sh.gate)
+      be->gated_rmsnorm(xv, zv, nwv, sh.group, eps, normed);
+    else
+      be->rmsnorm(xv, nwv, eps, normed);
+    TensorView prod = arena.poisoned({Tmax, sh.out});
+    be->linear(normed, wv, {}, prod);
+    TensorView plain = arena.upload(y0, DType::F32, {Tmax, sh.out});
+    if (sh.accumulate) be->add_inplace(plain, prod);
+    const auto want = arena.download(sh.accumulate ? plain : prod);
+    if (sh.accumulate) {
+      EXPECT_LT(gputest::rel_err(full, gputest::to_double(want)), 1e-6);
+    } else {
+      ASSERT_EQ(0, std::memcmp(full.data(), want.data(), full.size() * sizeof(float)));
+    }
+
+    // fp64 over the host-rounded activations.
+    const auto act = gputest::gated_rmsnorm_ref(x, sh.gate ? &z : nullptr, nw, Tmax, sh.in, sh.group, eps);
+    std::vector<float> act32(act.begin(), act.end());
+    const auto act16 = rounded(act32, DType::BF16);
+    std::vector<double> ref(static_cast<size_t>(Tmax * sh.out));
+    for (int64_t t = 0; t < Tmax; ++t)
+      for (int64_t o = 0; o < sh.out; ++o) {
+        double acc = sh.accumulate ? y0[t * sh.out + o] : 0.0;
+        for (int64_t i = 0; i < sh.in; ++i) acc += double(act16[t * sh.in + i]) * w[o * sh.in + i];
+        ref[t * sh.out + o] = acc;
+      }
+    EXPECT_LT(gputest::rel_err(full, ref), 2e-3);
+
+    for (int64_t T : {1, 3, 257, 300}) {
+      const auto got = run(T);
+      ASSERT_EQ(0, std::memcmp(got.data(), full.data(), got.size() * sizeof(float))) << "T = " << T;
+    }
+  }
+}
+
 // A model large enough for the real kernels (16-byte state vectors, aligned GEMM operands), small enough for CI.
 ModelConfig medium_config(Arch arch) {
   ModelConfig c = arch == Arch::Mamba1 ? test::tiny_mamba1_config() : test::tiny_mamba2_config();

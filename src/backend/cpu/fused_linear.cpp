@@ -82,7 +82,7 @@ bool CpuBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayo
     const SeqSpan& s = batch.seqs[static_cast<size_t>(i)];
     if (s.start != i || s.len != 1) return false;
   }
-  if (a.x.ndim != 2 || a.w.ndim != 2) return false;
+  if (a.x.ndim != 2 || a.w.ndim != 2 || !a.gate.empty()) return false;  // no gated prologue here
   const int64_t in = a.x.dim(1), out = a.w.dim(0);
   if (!f32_rows(a.x, B, in) || !f32_rows(a.y, B, out) || a.w.dim(1) != in || !a.w.contiguous() ||
       !float_storage(a.w.dtype) || a.w.device != Device::CPU)

@@ -493,11 +493,14 @@ class CudaBackend final : public Backend {
     if (p.fast) {  // bf16 copies of x, B, C and of the entering states (mamba2_ssd_fast.cu)
       auto part = [](int64_t elems) { return align(static_cast<size_t>(std::max<int64_t>(elems, 1)) * 2); };
       const size_t bx = part(T * H * P), bg = part(T * G * N), bs = part(n_chunks * H * P * N);
-      char* base = static_cast<char*>(grow(ssd_fast_, bx + 2 * bg + bs));
+      const size_t bscores = align(static_cast<size_t>(std::max<int64_t>(n_score_tiles_ * G, 1)) * kSsdFastTile *
+                                   kSsdFastTile * sizeof(float));
+      char* base = static_cast<char*>(grow(ssd_fast_, bx + 2 * bg + bs + bscores));
       sc.x16 = reinterpret_cast<uint16_t*>(base);
       sc.B16 = reinterpret_cast<uint16_t*>(base + bx);
       sc.C16 = reinterpret_cast<uint16_t*>(base + bx + bg);
       sc.states16 = reinterpret_cast<uint16_t*>(base + bx + 2 * bg);
+      sc.scores = reinterpret_cast<float*>(base + bx + 2 * bg + bs);
     }
     const auto* chunks = static_cast<const SsdChunk*>(chunk_table_.ptr);
     const auto* seq_chunks = reinterpret_cast<const SsdSeqChunks*>(static_cast<const char*>(chunk_table_.ptr) +
@@ -522,9 +525,14 @@ class CudaBackend final : public Backend {
   // Fused decode (fused_linear.cpp): batches of up to kFusedMaxRows sequences, sequence i in row i.
   // Fast precision with 16-bit weights: every decode batch size on the same kernels (fused_ops.h, kFastMaxRows);
   // never the fused GEMVs, whose products differ from the GEMM's.
+  // Without a conv epilogue the fast path is row by row and takes prefill pieces too (the prefill recipe's norms and
+  // residual add folded into the GEMMs).
   bool supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const override {
-    if (fast_fused(a, batch)) return decode_rows(batch, kFastMaxRows) && fast_fused_supported(a, batch.total_tokens);
+    if (fast_fused(a, batch)) return fast_rows(a, batch) && fast_fused_supported(a, batch.total_tokens);
     return decode_rows(batch, kFusedMaxRows) && fused_gemv_launch(a, batch.total_tokens).has_value();
+  }
+  bool fast_rows(const FusedLinearArgs& a, const BatchLayout& batch) const {
+    return a.conv_w.empty() ? batch.total_tokens >= 1 : decode_rows(batch, kFastMaxRows);
   }
   // Whether fused_linear takes the fast kernels: fast precision, 16-bit weights, and (unless batch invariance is
   // required) more rows than the fused GEMVs take.
@@ -536,7 +544,7 @@ class CudaBackend final : public Backend {
   void fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) override {
     const int64_t B = batch.total_tokens;
     if (fast_fused(a, batch)) {
-      need(decode_rows(batch, kFastMaxRows) && fast_fused_supported(a, B),
+      need(fast_rows(a, batch) && fast_fused_supported(a, B),
            "fused_linear: these arguments have no fast kernels (ask supports_fused_linear first)");
       fused_linear_fast(a, batch);
       return;
@@ -557,16 +565,20 @@ class CudaBackend final : public Backend {
     const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.dim(0);
     need(in <= INT_MAX && out <= INT_MAX && a.y.stride0() <= INT_MAX, "fused_linear: dimensions beyond cuBLAS's ",
          "32-bit limits: x ", a.x.shape_string(), ", w ", a.w.shape_string());
-    if (decode_gemm_fused_) {
+    // The opted-in GEMVs take decode batches only: a prompt's rows take the GEMM alone or batched alike.
+    if (decode_gemm_fused_ && decode_rows(batch, kFastMaxRows)) {
       if (std::optional<FusedGemvLaunch> p = fast_gemv_launch(a, B)) {
         if (p->conv_channels > 0) p->seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
         launch_fast_gemv(*p, sm_count_, stream());
         return;
       }
     }
-    void* x16 = decode_scratch(fast_x16_, B, in, 2);
-    launch_rmsnorm_round(crows(a.x), a.norm_w.empty() ? DevWeight{} : weight(a.norm_w),
-                         a.norm_group > 0 ? a.norm_group : in, a.eps, a.w.dtype, x16, B, in, stream());
+    // Decode batches round into the scratch graphs hold; prefill pieces into the linear op's own.
+    void* x16 = B <= kFastMaxRows ? decode_scratch(fast_x16_, B, in, 2)
+                                  : grow(split_, static_cast<size_t>(B * in) * 2);
+    launch_rmsnorm_round(crows(a.x), a.gate.empty() ? ConstF32Rows{} : crows(a.gate),
+                         a.norm_w.empty() ? DevWeight{} : weight(a.norm_w), a.norm_group > 0 ? a.norm_group : in,
+                         a.eps, a.w.dtype, x16, B, in, stream());
     if (!a.bias.empty()) launch_broadcast_bias(weight(a.bias), rows(a.y), B, out, stream());
     cublas();  // the shared workspace exists
     const cudaDataType_t ab = a.w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
@@ -937,14 +949,20 @@ class CudaBackend final : public Backend {
     if (chunk_table_generation_ == batch_generation_ && chunk_table_chunk_size_ == chunk_size) return n_chunks_;
     std::vector<SsdChunk> chunks;
     std::vector<SsdSeqChunks> per_seq(b.seqs.size());
+    int64_t score_tiles = 0;
     for (size_t s = 0; s < b.seqs.size(); ++s) {
       const SeqSpan& sp = b.seqs[s];
       per_seq[s].first = static_cast<int32_t>(chunks.size());
-      for (int64_t off = 0; off < sp.len; off += chunk_size)
-        chunks.push_back({sp.start + off, static_cast<int32_t>(std::min(chunk_size, sp.len - off)),
-                          static_cast<int32_t>(s)});
+      for (int64_t off = 0; off < sp.len; off += chunk_size) {
+        const int64_t len = std::min(chunk_size, sp.len - off);
+        need(score_tiles <= INT32_MAX, "mamba2_ssd: too many chunks for one call");
+        chunks.push_back({sp.start + off, static_cast<int32_t>(len), static_cast<int32_t>(s),
+                          static_cast<int32_t>(score_tiles)});
+        if (sp.len > 1) score_tiles += ssd_score_tiles(len);  // single tokens take the step kernel
+      }
       per_seq[s].count = static_cast<int32_t>(chunks.size()) - per_seq[s].first;
     }
+    n_score_tiles_ = score_tiles;
     chunk_seq_offset_ = align(chunks.size() * sizeof(SsdChunk));
     std::vector<unsigned char> host(chunk_seq_offset_ + per_seq.size() * sizeof(SsdSeqChunks));
     if (!chunks.empty()) std::memcpy(host.data(), chunks.data(), chunks.size() * sizeof(SsdChunk));
@@ -1042,6 +1060,7 @@ class CudaBackend final : public Backend {
   Scratch chunk_table_;  // SsdChunk[n_chunks] then SsdSeqChunks[n_seqs]
   size_t chunk_seq_offset_ = 0;
   int64_t n_chunks_ = 0;
+  int64_t n_score_tiles_ = 0;  // SsdChunk::score_tile's range in the chunk table above
   uint64_t chunk_table_generation_ = ~uint64_t(0);
   int64_t chunk_table_chunk_size_ = 0;
 

@@ -48,10 +48,11 @@ void launch_broadcast_bias(DevWeight bias, F32Rows y, int64_t T, int64_t out, cu
 
 // ---- norms.cu ---------------------------------------------------------------------------------------------------
 void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D, cudaStream_t stream);
-// out [T, D] contiguous, dtype `to` (bf16/f16) = rmsnorm over each run of group_size features times w (f32 [D]);
-// w absent: x rounded only. D % group_size == 0.
-void launch_rmsnorm_round(ConstF32Rows x, DevWeight w, int64_t group_size, float eps, DType to, void* out,
-                          int64_t T, int64_t D, cudaStream_t stream);
+// out [T, D] contiguous, dtype `to` (bf16/f16) = rmsnorm over each run of group_size features times w (f32 [D]) of
+// x, or of x * silu(gate) when gate.data is set; w absent: that only rounded. D % group_size == 0. Rows with 16-byte
+// alignment round the f32 values launch_rmsnorm / launch_gated_rmsnorm write for them (one kernel at every T).
+void launch_rmsnorm_round(ConstF32Rows x, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps, DType to,
+                          void* out, int64_t T, int64_t D, cudaStream_t stream);
 void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps, F32Rows out,
                           int64_t T, int64_t D, cudaStream_t stream);
 
@@ -105,7 +106,17 @@ struct SsdChunk {
   int64_t start = 0;  // first token
   int32_t len = 0;    // tokens in this chunk (1..chunk_size)
   int32_t seq = 0;    // index into the batch's sequences
+  // Fast precision: the chunk's first tile in SsdScratch::scores (its ssd_score_tiles(len) tiles follow; one set per
+  // group).
+  int32_t score_tile = 0;
 };
+// The fast chunk kernels' tile (mamba2_ssd_fast.cu): 64 rows i, sources j, columns p.
+inline constexpr int kSsdFastTile = 64;
+// Score tiles of a chunk of len tokens: the 64 x 64 tiles (i, j) with j <= i.
+inline int64_t ssd_score_tiles(int64_t len) {
+  const int64_t t = (len + kSsdFastTile - 1) / kSsdFastTile;
+  return t * (t + 1) / 2;
+}
 // The chunks of one sequence: rows [first, first + count) of the chunk table.
 struct SsdSeqChunks {
   int32_t first = 0;
@@ -148,6 +159,7 @@ struct SsdScratch {
   uint16_t* B16 = nullptr;
   uint16_t* C16 = nullptr;
   uint16_t* states16 = nullptr;
+  float* scores = nullptr;  // fast: C_i . B_j per score tile and group ([tile][group][64 x 64], SsdChunk::score_tile)
 };
 // Multi-token batches: chunked SSD over the chunk table (device: chunks [n_chunks], seq_chunks [n_seqs]).
 void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,

@@ -37,6 +37,7 @@ std::optional<FusedGemvLaunch> build_launch(const FusedLinearArgs& a, int64_t B,
   need(a.bias.empty() || a.bias.numel() == out, op, ": bias has ", a.bias.numel(), " elements, expected ", out);
   need(a.norm_w.empty() || a.norm_w.numel() == in, op, ": norm_w has ", a.norm_w.numel(), " elements, expected ", in);
   if (B < 1 || B > max_rows || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous()) return std::nullopt;
+  if (!a.gate.empty()) return std::nullopt;  // the fused GEMVs have no gated prologue
   if (!is_float_dtype(a.w.dtype) || (!a.bias.empty() && !is_float_dtype(a.bias.dtype))) return std::nullopt;
   if (!a.norm_w.empty() && !f32_vector(a.norm_w)) return std::nullopt;
 
@@ -106,8 +107,9 @@ bool fast_fused_supported(const FusedLinearArgs& a, int64_t B) {
   const int64_t in = a.x.dim(1), out = a.w.dim(0);
   need(a.w.dim(1) == in && a.y.dim(1) == out, op, ": x ", a.x.shape_string(), ", w ", a.w.shape_string(), ", y ",
        a.y.shape_string(), " do not chain");
-  if (B < 1 || B > kFastMaxRows || in < 1 || out < 1 || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous())
-    return false;
+  // Rows past a decode batch's kFastMaxRows: prefill pieces, which take no conv epilogue (checked by the caller).
+  if (B < 1 || in < 1 || out < 1 || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous()) return false;
+  if (!a.gate.empty() && (!f32_rows(a.gate, B) || a.gate.dim(1) != in)) return false;
   if (a.w.dtype != DType::BF16 && a.w.dtype != DType::F16) return false;
   if (!a.bias.empty() && (a.accumulate || a.bias.numel() != out || !is_float_dtype(a.bias.dtype))) return false;
   if (!a.norm_w.empty()) {

@@ -24,8 +24,9 @@ inline constexpr int kFusedMaxConvTaps = 4;          // conv epilogue: d_conv (4
 // largest decode batch as norm-and-round kernel -> one pinned tensor-core GEMM (gemm_lt.h) -> conv step kernel,
 // the same kernels at every batch size (batch invariance).
 inline constexpr int64_t kFastMaxRows = 256;
-// Whether the fast path takes these arguments for B rows: 16-bit weights, f32 rows, no bias on an accumulating
-// output, a conv of at most kFusedMaxConvTaps taps. Shapes that do not chain throw (as fused_gemv_launch).
+// Whether the fast path takes these arguments for B rows (any B: the caller allows a conv epilogue on decode batches
+// of up to kFastMaxRows only): 16-bit weights, f32 rows, no bias on an accumulating output, a conv of at most
+// kFusedMaxConvTaps taps. Shapes that do not chain throw (as fused_gemv_launch).
 bool fast_fused_supported(const FusedLinearArgs& a, int64_t B);
 
 // y = x . w^T (+ bias) for T <= kFusedMaxRows rows (see fused_gemv_supported), with optional pieces folded in:

@@ -544,7 +544,8 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
     // No state: y = D * x only (ssd_chunk_output's carried-in and intra-chunk terms are empty sums).
   } else {
     if (fast) {
-      launch_ssd_round_inputs(p, sc, stream);  // the bf16 x, B, C both fast kernels read
+      launch_ssd_round_inputs(p, sc, stream);  // the bf16 x, B, C the fast kernels read
+      launch_ssd_chunk_scores_fast(p, chunks, n_chunks, sc, stream);
       launch_ssd_chunk_state_fast(p, chunks, n_chunks, sc, stream);
     } else if (tensor_cores) {
       launch_ssd_chunk_state_tc(p, chunks, n_chunks, sc, stream);

@@ -26,8 +26,10 @@
 namespace mambacpp::cuda {
 namespace {
 
-constexpr int kThreads = 128;  // 4 warps x 16 rows = one 64-row tile
-constexpr int kT = 64;         // rows i, sources j, columns p per tile
+constexpr int kThreads = 128;     // 4 warps x 16 rows = one 64-row tile
+constexpr int kT = kSsdFastTile;  // rows i, sources j, columns p per tile
+// A score tile: kT x kT floats in the output kernel's accumulator layout (below).
+constexpr int kScoreTileFloats = kT * kT;
 constexpr int kXPitch = kT + 8;  // bf16 pitch of the X tile: 144 bytes, 8 rows of an ldmatrix hit distinct banks
 
 __device__ __forceinline__ uint32_t smem_addr(const void* p) {
@@ -162,12 +164,55 @@ __global__ void __launch_bounds__(256) ssd_round_inputs_kernel(Mamba2Launch p, S
   }
 }
 
+// ---- chunk scores: grid (n_chunks, n_groups, tiles_i * tiles_i) --------------------------------------------------
+// s_ij = C_i . B_j over d_state for the tiles jt <= it of each chunk, once per group: every head of the group scales
+// the same scores by its own decays (the output kernel), so computing them there redid this product n_heads /
+// n_groups times. Same products in the same order as the output kernel's warps would do them (scores<8>), written
+// f32 in their accumulator layout: float4 nt of thread tid (rows 16 w + g and + 8, columns 8 nt + 2 q, + 1) at
+// float4 index nt * kThreads + tid, so the output kernel copies a tile as it is and reads it conflict-free.
+size_t fast_scores_smem_bytes(int64_t N) {
+  return static_cast<size_t>(2 * kT * (N + 8)) * sizeof(__nv_bfloat16);
+}
+
+__global__ void __launch_bounds__(kThreads) ssd_chunk_scores_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
+                                                                         SsdScratch sc, int tiles) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
+  const SsdChunk ch = chunks[blockIdx.x];
+  const int64_t g = blockIdx.y, G = p.n_groups;
+  const int it = static_cast<int>(blockIdx.z) / tiles, jt = static_cast<int>(blockIdx.z) % tiles;
+  const int i0 = it * kT, j0 = jt * kT;
+  if (jt > it || i0 >= ch.len) return;  // block-uniform
+  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (no score tiles)
+  const int N = static_cast<int>(p.d_state);
+  const int64_t GN = G * N;
+  const int pitch = N + 8;
+  auto* cs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  __nv_bfloat16* bs = cs + kT * pitch;
+  copy_tile(cs, pitch, sc.C16 + (ch.start + i0) * GN + g * N, GN, min(kT, ch.len - i0), N);
+  copy_tile(bs, pitch, sc.B16 + (ch.start + j0) * GN + g * N, GN, min(kT, ch.len - j0), N);
+  cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  float s[8][4] = {};
+  scores<8>(s, cs, bs, pitch, N, warp, lane);
+  const int64_t tile = int64_t(ch.score_tile) + it * (it + 1) / 2 + jt;
+  float4* out = reinterpret_cast<float4*>(sc.scores + (tile * G + g) * kScoreTileFloats);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) out[nt * kThreads + tid] = make_float4(s[nt][0], s[nt][1], s[nt][2], s[nt][3]);
+}
+
 // ---- chunk output: grid (n_chunks, n_heads, tiles_i * tiles_p) ---------------------------------------------------
-// Dynamic shared memory: the C tile of the i rows and two K tiles (H_in rows p, then B rows j), each kT x (N + 8),
-// and two X tiles [j][p], kT x kXPitch; then the decays and dt of two source tiles.
+// Dynamic shared memory: region A, the C tile of the i rows and the H_in tile (rows p), each kT x (N + 8) bf16, which
+// the second score buffer reuses once the carried-in term is done (so at least a score tile); one score tile; two X
+// tiles [j][p], kT x kXPitch; then the decays and dt of two source tiles.
+__host__ __device__ inline size_t fast_output_region_a_bytes(int64_t N) {
+  const size_t c_and_h = static_cast<size_t>(2 * kT * (N + 8)) * sizeof(__nv_bfloat16);
+  return c_and_h > kScoreTileFloats * sizeof(float) ? c_and_h : kScoreTileFloats * sizeof(float);
+}
 size_t fast_output_smem_bytes(int64_t N) {
-  return static_cast<size_t>(3 * kT * (N + 8) + 2 * kT * kXPitch) * sizeof(__nv_bfloat16) +
-         2 * kT * (sizeof(double) + sizeof(float));
+  return fast_output_region_a_bytes(N) + kScoreTileFloats * sizeof(float) +
+         static_cast<size_t>(2 * kT * kXPitch) * sizeof(__nv_bfloat16) + 2 * kT * (sizeof(double) + sizeof(float));
 }
 
 __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
@@ -188,19 +233,26 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
   const int rows_i = min(kT, ch.len - i0);
   const int cols_p = static_cast<int>(std::min<int64_t>(kT, P - p0));
   const int pitch = N + 8;
+  const size_t region_a = fast_output_region_a_bytes(N);
   auto* cs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  // Buffer b by arithmetic, not a pointer array indexed at run time (that would go to local memory).
-  auto kbuf = [&](int b) { return cs + (1 + b) * kT * pitch; };
-  auto xbuf = [&](int b) { return cs + 3 * kT * pitch + b * kT * kXPitch; };
-  auto* cum_s = reinterpret_cast<double*>(cs + 3 * kT * pitch + 2 * kT * kXPitch);  // [2][kT]
-  auto* dt_s = reinterpret_cast<float*>(cum_s + 2 * kT);                           // [2][kT]
+  __nv_bfloat16* hs = cs + kT * pitch;  // H_in
+  // Buffer b by arithmetic, not a pointer array indexed at run time (that would go to local memory). Score buffer 1
+  // is region A (C and H_in): first written for source tile 1, after every warp's carried-in term.
+  auto sbuf = [&](int b) { return reinterpret_cast<float*>(smem_raw + (b ? 0 : region_a)); };
+  auto* x0 = reinterpret_cast<__nv_bfloat16*>(smem_raw + region_a + kScoreTileFloats * sizeof(float));
+  auto xbuf = [&](int b) { return x0 + b * kT * kXPitch; };
+  auto* cum_s = reinterpret_cast<double*>(x0 + 2 * kT * kXPitch);  // [2][kT]
+  auto* dt_s = reinterpret_cast<float*>(cum_s + 2 * kT);          // [2][kT]
+  const float* scores_g = sc.scores + g * kScoreTileFloats;
+  const int64_t first_tile = int64_t(ch.score_tile) + it * (it + 1) / 2;  // tile (it, 0); (it, jt) follows
 
-  // Source tile jt into buffer set b, all by cp.async (one group): B rows, X rows, decays and dt.
+  // Source tile jt into buffer set b, all by cp.async (one group): scores, X rows, decays and dt.
   auto issue_source = [&](int jt, int b) {
     const int j0 = jt * kT;
     const int rows_j = min(kT, ch.len - j0);
     const int64_t t0 = ch.start + j0;
-    copy_tile(kbuf(b ^ 1), pitch, sc.B16 + t0 * GN + g * N, GN, rows_j, N);  // (b ^ 1): see the loop below
+    const float* tile = scores_g + (first_tile + jt) * G * kScoreTileFloats;
+    for (int e = tid; e < kScoreTileFloats / 4; e += kThreads) cp_async16(sbuf(b) + 4 * e, tile + 4 * e, true);
     copy_tile(xbuf(b), kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, cols_p);
     if (cols_p < kT) {  // columns p past the head: zeros (not copied; only when head_dim is not a multiple of 64)
       for (int e = tid; e < kT * (kT - cols_p); e += kThreads) {
@@ -218,9 +270,9 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
   const double cum0 = r0 < rows_i ? sc.cum[(ch.start + i0 + r0) * H + h] : 0.0;
   const double cum1 = r1 < rows_i ? sc.cum[(ch.start + i0 + r1) * H + h] : 0.0;
 
-  // Group 0: the C tile and H_in (kbuf(0)); group 1: source tile 0 (B into kbuf[1], X into xbuf[0]).
+  // Group 0: the C tile and H_in; group 1: source tile 0 (scores into sbuf(0), X into xbuf(0)).
   copy_tile(cs, pitch, sc.C16 + (ch.start + i0) * GN + g * N, GN, rows_i, N);
-  copy_tile(kbuf(0), pitch, sc.states16 + ((chunk * H + h) * P + p0) * N, N, cols_p, N);
+  copy_tile(hs, pitch, sc.states16 + ((chunk * H + h) * P + p0) * N, N, cols_p, N);
   cp_async_commit();
   issue_source(0, 0);
   cp_async_wait<1>();
@@ -228,7 +280,7 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
 
   // Carried-in term: acc[i][p] = exp(S_i) * sum_n C_i[n] H_in[p, n].
   float acc[8][4] = {};
-  scores<8>(acc, cs, kbuf(0), pitch, N, warp, lane);
+  scores<8>(acc, cs, hs, pitch, N, warp, lane);
   {
     const float e0 = expf(static_cast<float>(cum0)), e1 = expf(static_cast<float>(cum1));
 #pragma unroll
@@ -241,27 +293,25 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
   }
 
   // Intra-chunk term, one 64-token source tile at a time up to the diagonal tile. Source tile jt sits in buffer set
-  // b = jt % 2: X in xbuf(b), decays in cum_s/dt_s[b], B in kbuf(b ^ 1) (kbuf(0) held H_in before tile 0).
+  // b = jt % 2: scores in sbuf(b), X in xbuf(b), decays in cum_s/dt_s[b].
   for (int jt = 0; jt <= it; ++jt) {
     const int b = jt & 1;
     const int j0 = jt * kT;
     const int rows_j = min(kT, ch.len - j0);  // >= 1: j0 <= i0 < len
     cp_async_wait<0>();
-    __syncthreads();  // tile jt is in; everyone is done with buffer set b ^ 1 (tile jt - 1, or H_in)
+    __syncthreads();  // tile jt is in; everyone is done with buffer set b ^ 1 (tile jt - 1, or C and H_in)
     if (jt < it) issue_source(jt + 1, b ^ 1);
-    const __nv_bfloat16* kt = kbuf(b ^ 1);
     const double* cum_j = cum_s + b * kT;
     const float* dt_j = dt_s + b * kT;
 
-    // On the diagonal tile, source columns beyond this warp's last row (16 w + 15) are all masked: skip them.
+    // This thread's scores of the tile (ssd_chunk_scores_fast_kernel's layout).
     const bool diag = jt == it;
-    const int nt_end = diag ? 2 * warp + 2 : 8;
-    float s[8][4] = {};
-    switch (nt_end) {  // warp-uniform
-      case 2: scores<2>(s, cs, kt, pitch, N, warp, lane); break;
-      case 4: scores<4>(s, cs, kt, pitch, N, warp, lane); break;
-      case 6: scores<6>(s, cs, kt, pitch, N, warp, lane); break;
-      default: scores<8>(s, cs, kt, pitch, N, warp, lane); break;
+    const float4* st = reinterpret_cast<const float4*>(sbuf(b));
+    float s[8][4];
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float4 v = st[nt * kThreads + tid];
+      s[nt][0] = v.x, s[nt][1] = v.y, s[nt][2] = v.z, s[nt][3] = v.w;
     }
     // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j.
 #pragma unroll
@@ -430,6 +480,22 @@ void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, 
   ssd_chunk_state_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
                                      cdiv(p.head_dim, kT) * tiles_n),
                                 kStateThreads, 0, stream>>>(p, chunks, scratch, tiles_n);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                                  const SsdScratch& scratch, cudaStream_t stream) {
+  static std::once_flag opt_in;
+  std::call_once(opt_in, [] {
+    MAMBACPP_CUDA_CHECK(cudaFuncSetAttribute(ssd_chunk_scores_fast_kernel,
+                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                             static_cast<int>(fast_scores_smem_bytes(kMaxSsdTcState))));
+  });
+  const unsigned tiles = cdiv(p.chunk_size, kT);
+  ssd_chunk_scores_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_groups),
+                                      tiles * tiles),
+                                 kThreads, fast_scores_smem_bytes(p.d_state), stream>>>(p, chunks, scratch,
+                                                                                         static_cast<int>(tiles));
   MAMBACPP_CUDA_LAUNCHED();
 }
 

@@ -20,9 +20,11 @@ void launch_ssd_chunk_output_tc(const Mamba2Launch& p, const SsdChunk* chunks, i
                                 const SsdScratch& scratch, cudaStream_t stream);
 
 // Fast precision (Mamba2Launch::fast; mamba2_ssd_fast.cu): bf16 copies of x, B, C into the scratch, then the chunk
-// state from those and the chunk output from those and the entering states' bf16 copy (written by the state pass),
-// one bf16 product per term.
+// state from those, the scores C_i . B_j once per group, and the chunk output from the scores, x and the entering
+// states' bf16 copy (written by the state pass), one bf16 product per term.
 void launch_ssd_round_inputs(const Mamba2Launch& p, const SsdScratch& scratch, cudaStream_t stream);
+void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
+                                  const SsdScratch& scratch, cudaStream_t stream);
 void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                  const SsdScratch& scratch, cudaStream_t stream);
 void launch_ssd_chunk_output_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,

@@ -56,30 +56,50 @@ __global__ void __launch_bounds__(kThreads) gated_rmsnorm_kernel(ConstF32Rows y,
 // The fast-precision GEMMs' prologue: a group-wise RMSNorm times w (group_size == D: the plain RMSNorm; w absent:
 // no norm, the rows only rounded), written once as the weight's 16-bit dtype into a contiguous [T, D] buffer.
 // grid.x strides over rows * groups, as above.
+__device__ __forceinline__ uint16_t bits16(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
+__device__ __forceinline__ uint16_t bits16(__half v) { return __half_as_ushort(v); }
+
 template <class H>
-__global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(ConstF32Rows x, DevWeight w, int64_t group_size,
-                                                                 float eps, H* out, int64_t T, int64_t D,
-                                                                 int64_t n_groups) {
+__device__ __forceinline__ H round_to(float v) {
+  if constexpr (std::is_same_v<H, __nv_bfloat16>) {
+    return __float2bfloat16_rn(v);
+  } else {
+    return __float2half_rn(v);
+  }
+}
+
+// Two values rounded as the 16-bit pair at the lower address (lo) and the next one (hi).
+template <class H>
+__device__ __forceinline__ uint32_t round_pair(float lo, float hi) {
+  return static_cast<uint32_t>(bits16(round_to<H>(lo))) | static_cast<uint32_t>(bits16(round_to<H>(hi))) << 16;
+}
+
+// (The scalar fallback for rows the vector kernel below does not take; the same sums as rmsnorm_kernel and
+// gated_rmsnorm_kernel.)
+template <class H>
+__global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(ConstF32Rows x, ConstF32Rows gate, DevWeight w,
+                                                                 int64_t group_size, float eps, H* out, int64_t T,
+                                                                 int64_t D, int64_t n_groups) {
   __shared__ float scratch[32];
   for (int64_t r = blockIdx.x; r < T * n_groups; r += gridDim.x) {
     const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
     const float* xr = x.data + t * x.stride + c0;
+    const float* zr = gate.data ? gate.data + t * gate.stride + c0 : nullptr;
     float scale = 1.0f;
     if (w.data) {
       float ss = 0.0f;
 #pragma unroll 4
-      for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) ss += xr[i] * xr[i];
+      for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
+        const float g = zr ? xr[i] * silu_f(zr[i]) : xr[i];
+        ss += g * g;
+      }
       scale = rsqrtf(block_sum(ss, scratch) / static_cast<float>(group_size) + eps);
     }
     H* o = out + t * D + c0;
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
-      const float v = w.data ? xr[i] * scale * load_f(w.data, w.dtype, c0 + i) : xr[i];
-      if constexpr (std::is_same_v<H, __nv_bfloat16>) {
-        o[i] = __float2bfloat16_rn(v);
-      } else {
-        o[i] = __float2half_rn(v);
-      }
+      const float g = zr ? xr[i] * silu_f(zr[i]) : xr[i];
+      o[i] = round_to<H>(w.data ? g * scale * load_f(w.data, w.dtype, c0 + i) : g);
     }
   }
 }
@@ -92,10 +112,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(ConstF32Rows x,
 constexpr int kVecPer = 4;
 constexpr int kVecMaxThreads = 1024;
 
-template <bool Gated>
+// Out: float (the norm's f32 rows), or bf16 / half (the fast GEMMs' rounded inputs, launch_rmsnorm_round).
+template <bool Gated, class Out>
 __global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(ConstF32Rows x, ConstF32Rows z, DevWeight w,
-                                                                   int64_t group_size, float eps, F32Rows out,
-                                                                   int64_t n_groups) {
+                                                                   int64_t group_size, float eps, Out* out,
+                                                                   int64_t out_stride, int64_t n_groups) {
   __shared__ float scratch[32];
   const int64_t r = blockIdx.x;  // one block per (row, group); the launcher keeps T * n_groups within grid.x
   const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
@@ -125,15 +146,21 @@ __global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(ConstF32Row
 #pragma unroll
   for (int k = 0; k < kVecPer; ++k) ss += v[k].x * v[k].x + v[k].y * v[k].y + v[k].z * v[k].z + v[k].w * v[k].w;
   const float scale = rsqrtf(block_sum(ss, scratch) / static_cast<float>(group_size) + eps);
-  float4* o = reinterpret_cast<float4*>(out.data + t * out.stride + c0);
+  Out* o = out + t * out_stride + c0;
 #pragma unroll
   for (int k = 0; k < kVecPer; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n4) {
       const int64_t c = c0 + 4 * int64_t(i);
-      o[i] = make_float4(v[k].x * scale * load_f(w.data, w.dtype, c), v[k].y * scale * load_f(w.data, w.dtype, c + 1),
-                         v[k].z * scale * load_f(w.data, w.dtype, c + 2),
-                         v[k].w * scale * load_f(w.data, w.dtype, c + 3));
+      const float4 r = make_float4(v[k].x * scale * load_f(w.data, w.dtype, c),
+                                   v[k].y * scale * load_f(w.data, w.dtype, c + 1),
+                                   v[k].z * scale * load_f(w.data, w.dtype, c + 2),
+                                   v[k].w * scale * load_f(w.data, w.dtype, c + 3));
+      if constexpr (std::is_same_v<Out, float>) {
+        reinterpret_cast<float4*>(o)[i] = r;
+      } else {  // four 16-bit values: 8 bytes (rows and groups are multiples of 4 elements)
+        reinterpret_cast<uint2*>(o)[i] = make_uint2(round_pair<Out>(r.x, r.y), round_pair<Out>(r.z, r.w));
+      }
     }
   }
 }
@@ -156,7 +183,8 @@ void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t
   if (T <= 0 || D <= 0) return;
   const int vt = rows_vec_ok(x.data, x.stride) && rows_vec_ok(out.data, out.stride) ? norm_vec_threads(T, D) : 0;
   if (vt > 0) {
-    rmsnorm_vec_kernel<false><<<static_cast<unsigned>(T), vt, 0, stream>>>(x, ConstF32Rows{}, w, D, eps, out, 1);
+    rmsnorm_vec_kernel<false><<<static_cast<unsigned>(T), vt, 0, stream>>>(x, ConstF32Rows{}, w, D, eps, out.data,
+                                                                            out.stride, 1);
     MAMBACPP_CUDA_LAUNCHED();
     return;
   }
@@ -173,8 +201,8 @@ void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t g
                      ? norm_vec_threads(T * n_groups, group_size)
                      : 0;
   if (vt > 0) {
-    rmsnorm_vec_kernel<true><<<static_cast<unsigned>(T * n_groups), vt, 0, stream>>>(y, z, w, group_size, eps, out,
-                                                                                     n_groups);
+    rmsnorm_vec_kernel<true><<<static_cast<unsigned>(T * n_groups), vt, 0, stream>>>(y, z, w, group_size, eps,
+                                                                                     out.data, out.stride, n_groups);
     MAMBACPP_CUDA_LAUNCHED();
     return;
   }
@@ -183,19 +211,38 @@ void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t g
   MAMBACPP_CUDA_LAUNCHED();
 }
 
-void launch_rmsnorm_round(ConstF32Rows x, DevWeight w, int64_t group_size, float eps, DType to, void* out,
-                          int64_t T, int64_t D, cudaStream_t stream) {
-  if (T <= 0 || D <= 0) return;
-  if (group_size <= 0 || !w.data) group_size = D;
+namespace {
+
+template <class H>
+void rmsnorm_round(ConstF32Rows x, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps, H* out, int64_t T,
+                   int64_t D, cudaStream_t stream) {
   const int64_t n_groups = D / group_size;
-  if (to == DType::BF16) {
-    rmsnorm_round_kernel<<<row_blocks(T * n_groups), kThreads, 0, stream>>>(
-        x, w, group_size, eps, static_cast<__nv_bfloat16*>(out), T, D, n_groups);
+  const bool aligned = rows_vec_ok(x.data, x.stride) && (!gate.data || rows_vec_ok(gate.data, gate.stride)) &&
+                       reinterpret_cast<uintptr_t>(out) % 8 == 0;
+  const int vt = w.data && aligned ? norm_vec_threads(T * n_groups, group_size) : 0;
+  if (vt > 0 && gate.data) {
+    rmsnorm_vec_kernel<true><<<static_cast<unsigned>(T * n_groups), vt, 0, stream>>>(x, gate, w, group_size, eps,
+                                                                                     out, D, n_groups);
+  } else if (vt > 0) {
+    rmsnorm_vec_kernel<false><<<static_cast<unsigned>(T * n_groups), vt, 0, stream>>>(x, gate, w, group_size, eps,
+                                                                                      out, D, n_groups);
   } else {
-    rmsnorm_round_kernel<<<row_blocks(T * n_groups), kThreads, 0, stream>>>(
-        x, w, group_size, eps, static_cast<__half*>(out), T, D, n_groups);
+    rmsnorm_round_kernel<<<row_blocks(T * n_groups), kThreads, 0, stream>>>(x, gate, w, group_size, eps, out, T, D,
+                                                                            n_groups);
   }
   MAMBACPP_CUDA_LAUNCHED();
+}
+
+}  // namespace
+
+void launch_rmsnorm_round(ConstF32Rows x, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps, DType to,
+                          void* out, int64_t T, int64_t D, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  if (group_size <= 0 || !w.data) group_size = D;
+  if (to == DType::BF16)
+    rmsnorm_round(x, gate, w, group_size, eps, static_cast<__nv_bfloat16*>(out), T, D, stream);
+  else
+    rmsnorm_round(x, gate, w, group_size, eps, static_cast<__half*>(out), T, D, stream);
 }
 
 }  // namespace mambacpp::cuda
