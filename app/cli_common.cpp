@@ -74,9 +74,10 @@ void add_model_options(CLI::App& cmd, ModelOptions& opts) {
   cmd.add_option("-t,--threads", opts.threads, "CPU threads (0 = all)")
       ->check(IntRange(0, kMaxThreads))
       ->capture_default_str();
-  cmd.add_option("--batch-tokens", opts.max_batch_tokens, "tokens per internal prefill piece (bounds memory)")
-      ->check(IntRange(1, kMaxCliCount))
-      ->capture_default_str();
+  cmd.add_option("--batch-tokens", opts.max_batch_tokens,
+                 "tokens per internal prefill piece (bounds memory); default " + std::to_string(kGpuPieceTokens) +
+                     " on the GPU, " + std::to_string(kCpuPieceTokens) + " on the CPU")
+      ->check(IntRange(1, kMaxCliCount));
   cmd.add_option("--state-dtype", opts.state_dtype, "conv/SSM state dtype: fp32, or bf16 (half the state bytes)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str();

@@ -16,7 +16,7 @@ struct ModelOptions {
   std::string device = "auto";
   std::string dtype = "bf16";  // weights on the GPU
   int threads = 0;
-  int64_t max_batch_tokens = 2048;
+  int64_t max_batch_tokens = 0;  // 0: the device's default piece size
   int64_t ctx_size = 0;  // attention layers' context limit; 0: the config's
   bool no_cuda_graph = false;
   bool no_fused_decode = false;

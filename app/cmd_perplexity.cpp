@@ -33,7 +33,8 @@ void run_perplexity(const PerplexityCliOptions& o) {
   std::vector<int32_t> ids = tokenizer->encode(read_input_file(o.file, "--file"));
   PerplexityOptions po;
   po.context = o.context;
-  po.batch_tokens = o.model.max_batch_tokens;
+  // Forward calls of --batch-tokens tokens; by default 2048 on every device (the [tokens, vocab] logits buffer).
+  po.batch_tokens = o.model.max_batch_tokens > 0 ? o.model.max_batch_tokens : kCpuPieceTokens;
   po.state_dtype = o.model.state();
   if (stderr_is_terminal())
     po.on_progress = [](int64_t done, int64_t total) {

@@ -591,7 +591,7 @@ TEST(Reliability, LayerCountsAreBoundedBeforeTablesAreSized) {
 TEST(Reliability, LoadOptionsSizesAreCheckedByTheLibrary) {
   const std::string dir = hybrid_dir("nemotron_h_f32");
   for (const auto& [set, name] : std::vector<std::pair<std::function<void(LoadOptions&)>, std::string>>{
-           {[](LoadOptions& o) { o.max_batch_tokens = 0; }, "max_batch_tokens"},
+           {[](LoadOptions& o) { o.max_batch_tokens = -1; }, "max_batch_tokens"},
            {[](LoadOptions& o) { o.max_batch_tokens = int64_t{1} << 40; }, "max_batch_tokens"},
            {[](LoadOptions& o) { o.ctx_size = -1; }, "ctx_size"},
            {[](LoadOptions& o) { o.ctx_size = int64_t{1} << 40; }, "ctx_size"},
@@ -602,6 +602,16 @@ TEST(Reliability, LoadOptionsSizesAreCheckedByTheLibrary) {
     set(lo);
     EXPECT_THAT(error_of([&] { Model::load(dir, lo); }), AllOf(HasSubstr(name), HasSubstr("found"))) << name;
   }
+}
+
+// max_batch_tokens 0 (the default) is the device's piece size, which the loaded model reports; a given one is kept.
+TEST(Reliability, BatchTokensDefaultIsTheDevicesPieceSize) {
+  const std::string dir = hybrid_dir("nemotron_h_f32");
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  EXPECT_EQ(Model::load(dir, lo)->load_options().max_batch_tokens, kCpuPieceTokens);
+  lo.max_batch_tokens = 7;
+  EXPECT_EQ(Model::load(dir, lo)->load_options().max_batch_tokens, 7);
 }
 
 class ReliabilityHybridCli : public ::testing::Test {

@@ -32,12 +32,20 @@ DeviceChoice parse_device_choice(const std::string& s);  // "auto" | "cpu" | "cu
 // Largest LoadOptions::threads: OpenMP fails beyond what it can create (100000 crashed), and no machine needs more.
 constexpr int kMaxThreads = 1024;
 
+// Default prefill piece sizes (LoadOptions::max_batch_tokens = 0). On the GPU each piece has a fixed cost (the chunk
+// table, ~13 launches per layer, a state pass) that 8192 tokens amortise: a 16k prompt on mamba2-2.7b ran 6.5%
+// faster than in pieces of 2048 and no slower than in one piece (docs/benchmarks.md, "Piece size"), for a workspace of
+// ~170 KB per token there (1.4 GB). On the CPU a piece's fixed cost is small against its GEMMs; 2048 bounds memory.
+constexpr int64_t kGpuPieceTokens = 8192;
+constexpr int64_t kCpuPieceTokens = 2048;
+
 struct LoadOptions {
   DeviceChoice device = DeviceChoice::Auto;
   DType weight_dtype = DType::BF16;  // GPU only: dtype of the weights on the device (CPU keeps the stored dtype)
   int threads = 0;                   // CPU threads in [0, kMaxThreads]; 0 = all hardware threads (load throws otherwise)
   bool progress = false;             // report loading progress on stderr
-  int64_t max_batch_tokens = 2048;   // prefill runs in pieces of at most this many tokens (bounds memory)
+  int64_t max_batch_tokens = 0;      // prefill runs in pieces of at most this many tokens (bounds memory); 0 = the
+                                     // device's default (kGpuPieceTokens on a GPU, kCpuPieceTokens on the CPU)
   bool cuda_graphs = true;           // GPU decode steps replay a captured CUDA graph (false: the same kernels, eagerly)
   int64_t kv_page_tokens = 64;      // hybrid models: KV rows per page (a slot's KV memory grows by pages)
   int64_t ctx_size = 0;             // models with attention: positions a slot may hold; 0 = the config's limit

@@ -50,7 +50,7 @@ class State:
 class Model:
     tokenizer: Tokenizer | None
     def __init__(self, path: _Path | None = None, device: str = "auto", dtype: str | None = None, threads: int = 0,
-                 *, batch_tokens: int = 2048, cuda_graphs: bool = True,
+                 *, batch_tokens: int = 0, cuda_graphs: bool = True,
                  precision: str = "fast") -> None: ...
     @property
     def config(self) -> Mapping[str, Any]: ...

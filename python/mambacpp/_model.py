@@ -36,12 +36,13 @@ class Model:
 
     ``path=None`` loads the shipped model. ``device``: "auto" (the GPU when usable), "cpu" or "cuda". ``dtype``:
     the weights' dtype on the GPU ("bf16", "fp16", "fp32"; None: bf16); the CPU keeps the stored dtype.
-    ``threads``: CPU threads (0: all; at most 1024). ``batch_tokens``: prefill runs in pieces of at most this many tokens.
+    ``threads``: CPU threads (0: all; at most 1024). ``batch_tokens``: prefill runs in pieces of at most this many tokens
+    (0: 8192 on the GPU, 2048 on the CPU).
     ``precision``: how 16-bit weights meet the activations on the GPU, "fast" (activations rounded to the weight
     dtype, one tensor-core product) or "exact" (as accurate as f32); the README's "GPU precision modes".
     """
 
-    def __init__(self, path=None, device="auto", dtype=None, threads=0, *, batch_tokens=2048, cuda_graphs=True,
+    def __init__(self, path=None, device="auto", dtype=None, threads=0, *, batch_tokens=0, cuda_graphs=True,
                  precision="fast"):
         path = default_model_dir() if path is None else os.fspath(path)
         if not os.path.isdir(path):
@@ -53,7 +54,7 @@ class Model:
         if precision not in ("fast", "exact"):
             raise InvalidArgumentError(f"precision: expected 'fast' or 'exact', found {precision!r}")
         threads = _checks.integer(threads, "threads", 0, _MAX_THREADS)
-        batch_tokens = _checks.integer(batch_tokens, "batch_tokens", 1)
+        batch_tokens = _checks.integer(batch_tokens, "batch_tokens", 0)
         self._native = _Model(path, device, dtype or "", threads, batch_tokens, bool(cuda_graphs), precision)
         self._config = types.MappingProxyType(_config_dict(self._native.config_json))
         tok = os.path.join(path, "tokenizer.json")

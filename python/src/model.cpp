@@ -55,8 +55,9 @@ void bind_model(py::module_& m) {
              if (threads < 0 || threads > kMaxThreads)
                throw InvalidArgument("threads: expected 0 (all cores) to " + std::to_string(kMaxThreads) + ", found " +
                                      std::to_string(threads));
-             if (batch_tokens < 1)
-               throw InvalidArgument("batch_tokens: expected >= 1, found " + std::to_string(batch_tokens));
+             if (batch_tokens < 0)
+               throw InvalidArgument("batch_tokens: expected >= 0 (0: the device's default), found " +
+                                     std::to_string(batch_tokens));
              lo.threads = threads;
              lo.max_batch_tokens = batch_tokens;
              lo.cuda_graphs = cuda_graphs;

@@ -31,19 +31,21 @@ namespace {
 constexpr int64_t kMaxKvPageTokens = 65536;
 }  // namespace
 
-std::unique_ptr<Backend> make_backend(const LoadOptions& options) {
+std::unique_ptr<Backend> make_backend(LoadOptions& options) {
   // Checked here, where every loader passes, not only by the CLI: OpenMP crashes past the threads it can create.
   if (options.threads < 0 || options.threads > kMaxThreads)
     fail("threads (--threads): expected 0 (all hardware threads) to ", kMaxThreads, ", found ", options.threads);
   // The other sizes every loader reads, for the bindings as for the CLI: a batch-token count of 0 ran as 1, a
   // negative ctx_size as none, and a page of 2^40 tokens asked for terabytes at the first token.
-  if (options.max_batch_tokens < 1 || options.max_batch_tokens > INT32_MAX)
-    fail("max_batch_tokens (--batch-tokens): expected 1 to ", INT32_MAX, ", found ", options.max_batch_tokens);
+  if (options.max_batch_tokens < 0 || options.max_batch_tokens > INT32_MAX)
+    fail("max_batch_tokens (--batch-tokens): expected 0 (the device's default) to ", INT32_MAX, ", found ",
+         options.max_batch_tokens);
   if (options.ctx_size < 0 || options.ctx_size > INT32_MAX)
     fail("ctx_size (--ctx-size): expected 0 (the config's limit) to ", INT32_MAX, ", found ", options.ctx_size);
   if (options.kv_page_tokens < 1 || options.kv_page_tokens > kMaxKvPageTokens)
     fail("kv_page_tokens: expected 1 to ", kMaxKvPageTokens, ", found ", options.kv_page_tokens);
   const bool use_cuda = options.device == DeviceChoice::CUDA || (options.device == DeviceChoice::Auto && cuda_available());
+  if (options.max_batch_tokens == 0) options.max_batch_tokens = use_cuda ? kGpuPieceTokens : kCpuPieceTokens;
   return use_cuda ? make_cuda_backend(options.weight_dtype, options.precision, options.batch_invariant) : make_cpu_backend(options.threads);
 }
 

@@ -82,8 +82,9 @@ struct StateCache::Impl {
 
 StateCache::Impl& state_impl(StateCache& s);
 
-// The backend LoadOptions::device asks for (auto: the GPU when one is usable).
-std::unique_ptr<Backend> make_backend(const LoadOptions& options);
+// The backend LoadOptions::device asks for (auto: the GPU when one is usable). Checks the options' sizes and fills in
+// the defaults that depend on the device (max_batch_tokens 0).
+std::unique_ptr<Backend> make_backend(LoadOptions& options);
 
 // Embedding -> blocks -> norm_f for one prepared piece whose token ids (if any) are in ws.ids; leaves the final
 // hidden states in ws.normed. Embeddings inputs must already be in ws.residual.

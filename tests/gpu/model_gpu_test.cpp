@@ -12,6 +12,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -59,6 +60,27 @@ std::vector<float> all_logits(const Model& m, std::span<const int32_t> ids, cons
     at += c;
   }
   return out;
+}
+
+// The default piece size on the GPU (LoadOptions::max_batch_tokens 0) is kGpuPieceTokens, and a prompt longer than a
+// piece gives the logits of pieces of another size (exact mode: bit for bit is not promised, the tolerance is f32's).
+TEST(GpuModel, DefaultPieceSizeIsTheGpusAndPiecesDoNotMatter) {
+  const std::string dir = fixture_model_dirs().front();
+  auto ids = read_token_ids(dir + "/tokens.txt");
+  auto by_default = load_gpu(dir, DType::F32, 0);
+  EXPECT_EQ(by_default->load_options().max_batch_tokens, kGpuPieceTokens);
+  auto small = load_gpu(dir, DType::F32, 3);
+  const int64_t L = static_cast<int64_t>(ids.size());
+  ASSERT_GT(L, 3);
+  std::vector<float> a = all_logits(*by_default, ids, {L}), b = all_logits(*small, ids, {L});
+  ASSERT_EQ(a.size(), b.size());
+  double worst = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(a[i]) && std::isfinite(b[i])) << i;
+    worst = std::max(worst, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(a[i])));
+  }
+  EXPECT_LE(worst, 1e-4 * scale);  // f32 activations over a handful of layers: ~1e-6 relative, a wide margin
 }
 
 TEST(GpuModel, FixturesMatchTransformers) {
