@@ -99,7 +99,8 @@ void run_generate(const GenerateCliOptions& o) {
 
   const bool stream = !o.json && prompts.size() == 1 && tokenizer;
   // Progress of long prompts on a terminal (one line, overwritten), for the first request.
-  const bool progress = stderr_is_terminal() && static_cast<int64_t>(prompts[0].size()) > 4 * model->load_options().max_batch_tokens;
+  const bool progress = stderr_is_terminal() &&
+                        static_cast<int64_t>(prompts[0].size()) > 4 * model->load_options().max_batch_tokens;
   const int64_t first_len = static_cast<int64_t>(prompts[0].size());
   auto shown = std::make_shared<bool>(false);
   requests[0].on_event = [stream, progress, first_len, shown](const RequestEvent& e) {

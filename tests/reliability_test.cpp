@@ -586,7 +586,7 @@ TEST(Reliability, LayerCountsAreBoundedBeforeTablesAreSized) {
 }
 
 // The library checks the sizes it reads from LoadOptions where every loader passes (the bindings and the C++ API as
-// well as the CLI): a batch-token count of 0 ran as 1, a negative ctx_size as none, a page of 2^40 tokens asked for
+// well as the CLI): a negative batch-token count ran as 1, a negative ctx_size as none, a page of 2^40 tokens asked for
 // terabytes at the first token.
 TEST(Reliability, LoadOptionsSizesAreCheckedByTheLibrary) {
   const std::string dir = hybrid_dir("nemotron_h_f32");

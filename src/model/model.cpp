@@ -35,7 +35,7 @@ std::unique_ptr<Backend> make_backend(LoadOptions& options) {
   // Checked here, where every loader passes, not only by the CLI: OpenMP crashes past the threads it can create.
   if (options.threads < 0 || options.threads > kMaxThreads)
     fail("threads (--threads): expected 0 (all hardware threads) to ", kMaxThreads, ", found ", options.threads);
-  // The other sizes every loader reads, for the bindings as for the CLI: a batch-token count of 0 ran as 1, a
+  // The other sizes every loader reads, for the bindings as for the CLI: a negative batch-token count ran as 1, a
   // negative ctx_size as none, and a page of 2^40 tokens asked for terabytes at the first token.
   if (options.max_batch_tokens < 0 || options.max_batch_tokens > INT32_MAX)
     fail("max_batch_tokens (--batch-tokens): expected 0 (the device's default) to ", INT32_MAX, ", found ",
