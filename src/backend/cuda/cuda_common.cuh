@@ -9,6 +9,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <cstring>
+#include <type_traits>
 
 #include "mambacpp/dtype.h"
 
@@ -72,6 +74,20 @@ struct StateVec {
 // softplus(v) = log(1 + exp(v)); v itself above 20, as torch.nn.functional.softplus (threshold 20) does.
 __device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 __device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }
+
+// a and b rounded to the 16-bit type H (__nv_bfloat16 or __half), a in the low half (the lower address or column).
+template <class H>
+__device__ __forceinline__ uint32_t pack2(float a, float b) {
+  uint32_t u;
+  if constexpr (std::is_same_v<H, __nv_bfloat16>) {
+    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+    memcpy(&u, &h, 4);
+  } else {
+    const __half2 h = __floats2half2_rn(a, b);
+    memcpy(&u, &h, 4);
+  }
+  return u;
+}
 
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll

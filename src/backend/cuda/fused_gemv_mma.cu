@@ -26,19 +26,6 @@ constexpr int kWarps = kThreads / 32;
 // 32-feature step at kk, mma #0 gives those slots features kk + 8q + 0..3 and mma #1 features kk + 8q + 4..7. So a
 // lane loads 16 contiguous bytes of weight rows g and g+8 and 8 contiguous activations of row g of each n-tile.
 template <class W>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  uint32_t u;
-  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    memcpy(&u, &h, 4);
-  } else {
-    const __half2 h = __floats2half2_rn(a, b);
-    memcpy(&u, &h, 4);
-  }
-  return u;
-}
-
-template <class W>
 __device__ __forceinline__ float round16(float a) {
   if constexpr (std::is_same_v<W, __nv_bfloat16>) {
     return __bfloat162float(__float2bfloat16_rn(a));

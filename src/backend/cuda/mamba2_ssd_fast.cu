@@ -20,6 +20,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/mamba2_ssd_tc.h"
 #include "backend/cuda/mma_bf16x3.cuh"
 
@@ -77,11 +78,6 @@ __device__ __forceinline__ void load_b16(const __nv_bfloat16* t, int pitch, int 
   const int o = (n0 + g) * pitch + k0 + 2 * q;
   b[0] = ld32(t + o);
   b[1] = ld32(t + o + 8);
-}
-
-__device__ __forceinline__ uint32_t pack_bf16x2(float lo_col, float hi_col) {
-  const __nv_bfloat162 v = __floats2bfloat162_rn(lo_col, hi_col);  // .x (lower address, lower column) = lo_col
-  return *reinterpret_cast<const uint32_t*>(&v);
 }
 
 // kT rows x (width bf16) tile from global rows (stride in elements) into shared (pitch in elements); rows >= valid
@@ -153,10 +149,10 @@ __global__ void __launch_bounds__(256) ssd_round_inputs_kernel(Mamba2Launch p, S
     }
     if (vec && c + 8 <= width) {
       uint4 o;
-      o.x = pack_bf16x2(v[0], v[1]);
-      o.y = pack_bf16x2(v[2], v[3]);
-      o.z = pack_bf16x2(v[4], v[5]);
-      o.w = pack_bf16x2(v[6], v[7]);
+      o.x = pack2<__nv_bfloat16>(v[0], v[1]);
+      o.y = pack2<__nv_bfloat16>(v[2], v[3]);
+      o.z = pack2<__nv_bfloat16>(v[4], v[5]);
+      o.w = pack2<__nv_bfloat16>(v[6], v[7]);
       *reinterpret_cast<uint4*>(out + c) = o;
     } else {
       for (int k = 0; k < 8 && c + k < width; ++k) out[c + k] = __bfloat16_as_ushort(__float2bfloat16_rn(v[k]));
@@ -331,10 +327,10 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
     for (int kk = 0; kk < 4; ++kk) {
       if (kk < kk_end) {
         uint32_t a[4];
-        a[0] = pack_bf16x2(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack_bf16x2(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack_bf16x2(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack_bf16x2(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+        a[0] = pack2<__nv_bfloat16>(s[2 * kk][0], s[2 * kk][1]);
+        a[1] = pack2<__nv_bfloat16>(s[2 * kk][2], s[2 * kk][3]);
+        a[2] = pack2<__nv_bfloat16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+        a[3] = pack2<__nv_bfloat16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t b0[2], b1[2];
@@ -438,7 +434,7 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
       for (int k = 0; k < 4; ++k) {
         const float lo = __uint_as_float(a[k] << 16), hi = __uint_as_float(a[k] & 0xffff0000u);
         const int u = 2 * (k >> 1);
-        a[k] = pack_bf16x2(lo * w[u], hi * w[u + 1]);
+        a[k] = pack2<__nv_bfloat16>(lo * w[u], hi * w[u + 1]);
       }
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
@@ -486,11 +482,7 @@ void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, 
 void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                   const SsdScratch& scratch, cudaStream_t stream) {
   static std::once_flag opt_in;
-  std::call_once(opt_in, [] {
-    MAMBACPP_CUDA_CHECK(cudaFuncSetAttribute(ssd_chunk_scores_fast_kernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(fast_scores_smem_bytes(kMaxSsdTcState))));
-  });
+  allow_dynamic_smem_once(opt_in, ssd_chunk_scores_fast_kernel, fast_scores_smem_bytes(kMaxSsdTcState));
   const unsigned tiles = cdiv(p.chunk_size, kT);
   ssd_chunk_scores_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_groups),
                                       tiles * tiles),
@@ -502,11 +494,7 @@ void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks,
 void launch_ssd_chunk_output_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                   const SsdScratch& scratch, cudaStream_t stream) {
   static std::once_flag opt_in;
-  std::call_once(opt_in, [] {
-    MAMBACPP_CUDA_CHECK(cudaFuncSetAttribute(ssd_chunk_output_fast_kernel,
-                                             cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(fast_output_smem_bytes(kMaxSsdTcState))));
-  });
+  allow_dynamic_smem_once(opt_in, ssd_chunk_output_fast_kernel, fast_output_smem_bytes(kMaxSsdTcState));
   const int tiles_p = static_cast<int>(cdiv(p.head_dim, kT));
   ssd_chunk_output_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
                                       cdiv(p.chunk_size, kT) * tiles_p),

@@ -12,6 +12,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/mamba2_ssd_tc.h"
 #include "backend/cuda/mma_bf16x3.cuh"
 
@@ -299,12 +300,8 @@ void launch_ssd_chunk_state_tc(const Mamba2Launch& p, const SsdChunk* chunks, in
 
 void launch_ssd_chunk_output_tc(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                 const SsdScratch& scratch, cudaStream_t stream) {
-  // Above 48 KB a kernel needs an opt-in; the largest covered d_state sets it once for all.
-  static std::once_flag opt_in;
-  std::call_once(opt_in, [] {
-    MAMBACPP_CUDA_CHECK(cudaFuncSetAttribute(ssd_chunk_output_tc_kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                             static_cast<int>(output_smem_bytes(kMaxState))));
-  });
+  static std::once_flag opt_in;  // the largest covered d_state's size, set once for all
+  allow_dynamic_smem_once(opt_in, ssd_chunk_output_tc_kernel, output_smem_bytes(kMaxState));
   const int tiles_p = static_cast<int>(cdiv(p.head_dim, kT));
   ssd_chunk_output_tc_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
                                     cdiv(p.chunk_size, kT) * tiles_p),

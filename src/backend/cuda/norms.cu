@@ -53,12 +53,7 @@ __global__ void __launch_bounds__(kThreads) gated_rmsnorm_kernel(ConstF32Rows y,
   }
 }
 
-// The fast-precision GEMMs' prologue: a group-wise RMSNorm times w (group_size == D: the plain RMSNorm; w absent:
-// no norm, the rows only rounded), written once as the weight's 16-bit dtype into a contiguous [T, D] buffer.
-// grid.x strides over rows * groups, as above.
-__device__ __forceinline__ uint16_t bits16(__nv_bfloat16 v) { return __bfloat16_as_ushort(v); }
-__device__ __forceinline__ uint16_t bits16(__half v) { return __half_as_ushort(v); }
-
+// v rounded to the 16-bit type H (__nv_bfloat16 or __half).
 template <class H>
 __device__ __forceinline__ H round_to(float v) {
   if constexpr (std::is_same_v<H, __nv_bfloat16>) {
@@ -68,14 +63,10 @@ __device__ __forceinline__ H round_to(float v) {
   }
 }
 
-// Two values rounded as the 16-bit pair at the lower address (lo) and the next one (hi).
-template <class H>
-__device__ __forceinline__ uint32_t round_pair(float lo, float hi) {
-  return static_cast<uint32_t>(bits16(round_to<H>(lo))) | static_cast<uint32_t>(bits16(round_to<H>(hi))) << 16;
-}
-
-// (The scalar fallback for rows the vector kernel below does not take; the same sums as rmsnorm_kernel and
-// gated_rmsnorm_kernel.)
+// The fast-precision GEMMs' prologue: a group-wise RMSNorm times w (group_size == D: the plain RMSNorm; w absent:
+// no norm, the rows only rounded), written once as the weight's 16-bit dtype into a contiguous [T, D] buffer.
+// grid.x strides over rows * groups, as above. The scalar fallback for rows the vector kernel below does not take;
+// the same sums as rmsnorm_kernel and gated_rmsnorm_kernel.
 template <class H>
 __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(ConstF32Rows x, ConstF32Rows gate, DevWeight w,
                                                                  int64_t group_size, float eps, H* out, int64_t T,
@@ -159,7 +150,7 @@ __global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(ConstF32Row
       if constexpr (std::is_same_v<Out, float>) {
         reinterpret_cast<float4*>(o)[i] = r;
       } else {  // four 16-bit values: 8 bytes (rows and groups are multiples of 4 elements)
-        reinterpret_cast<uint2*>(o)[i] = make_uint2(round_pair<Out>(r.x, r.y), round_pair<Out>(r.z, r.w));
+        reinterpret_cast<uint2*>(o)[i] = make_uint2(pack2<Out>(r.x, r.y), pack2<Out>(r.z, r.w));
       }
     }
   }
