@@ -33,19 +33,6 @@ constexpr int kThreads = 256;
 constexpr int kWarps = kThreads / 32;
 
 template <class W>
-__device__ __forceinline__ uint32_t pack_round2(float a, float b) {
-  uint32_t u;
-  if constexpr (std::is_same_v<W, __nv_bfloat16>) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    memcpy(&u, &h, 4);
-  } else {
-    const __half2 h = __floats2half2_rn(a, b);
-    memcpy(&u, &h, 4);
-  }
-  return u;
-}
-
-template <class W>
 __device__ __forceinline__ void mma_16816(float (&c)[4], uint32_t a0, uint32_t a1, uint32_t a2, uint32_t a3,
                                           uint32_t b0, uint32_t b1) {
   if constexpr (std::is_same_v<W, __nv_bfloat16>) {
@@ -216,7 +203,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)
           if (post_scale) ss[rr] = __fmaf_rn(xv[e + 1], xv[e + 1], __fmaf_rn(xv[e], xv[e], ss[rr]));
           float a = __fmul_rn(xv[e], n8[e]), b = __fmul_rn(xv[e + 1], n8[e + 1]);
           if (per_group) a = __fmul_rn(a, gs), b = __fmul_rn(b, gs);
-          h[e / 2] = pack_round2<W>(a, b);
+          h[e / 2] = pack2<W>(a, b);
         }
         *reinterpret_cast<uint4*>(act + t * (kChunk + kActPad) + 256 * u + 8 * lane) =
             make_uint4(h[0], h[1], h[2], h[3]);
@@ -269,7 +256,7 @@ __global__ void __launch_bounds__(kThreads, NT == 1 ? 3 : 2)
         for (int e = 0; e < 8; e += 2) {
           float a = __fmul_rn(xv[b][e], n8[e]), v = __fmul_rn(xv[b][e + 1], n8[e + 1]);
           if (per_group) a = __fmul_rn(a, gs), v = __fmul_rn(v, gs);
-          h[e / 2] = pack_round2<W>(a, v);
+          h[e / 2] = pack2<W>(a, v);
         }
         *reinterpret_cast<uint4*>(act + t * lda + f) = make_uint4(h[0], h[1], h[2], h[3]);
       }
