@@ -199,19 +199,20 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_scores_fast_kernel(Mamba2L
 }
 
 // ---- chunk output: grid (n_chunks, n_heads, tiles_i * tiles_p) ---------------------------------------------------
-// Dynamic shared memory: region A, the C tile of the i rows and the H_in tile (rows p), each kT x (N + 8) bf16, which
-// the second score buffer reuses once the carried-in term is done (so at least a score tile); one score tile; two X
-// tiles [j][p], kT x kXPitch; then the decays and dt of two source tiles.
+// Dynamic shared memory: the C tile of the i rows and the H_in tile (rows p), each kT x (N + 8) bf16; two X tiles
+// [j][p], kT x kXPitch; then the decays and dt of two source tiles (~55 KB at d_state 128: four blocks per SM). The
+// score tiles go from global memory straight to the registers that use them (the scores kernel wrote them in this
+// kernel's accumulator layout), the next tile's loads in flight during the current tile's products; staged through
+// shared memory they took 32 KB more and left three blocks per SM.
 __host__ __device__ inline size_t fast_output_region_a_bytes(int64_t N) {
-  const size_t c_and_h = static_cast<size_t>(2 * kT * (N + 8)) * sizeof(__nv_bfloat16);
-  return c_and_h > kScoreTileFloats * sizeof(float) ? c_and_h : kScoreTileFloats * sizeof(float);
+  return static_cast<size_t>(2 * kT * (N + 8)) * sizeof(__nv_bfloat16);
 }
 size_t fast_output_smem_bytes(int64_t N) {
-  return fast_output_region_a_bytes(N) + kScoreTileFloats * sizeof(float) +
-         static_cast<size_t>(2 * kT * kXPitch) * sizeof(__nv_bfloat16) + 2 * kT * (sizeof(double) + sizeof(float));
+  return fast_output_region_a_bytes(N) + static_cast<size_t>(2 * kT * kXPitch) * sizeof(__nv_bfloat16) +
+         2 * kT * (sizeof(double) + sizeof(float));
 }
 
-__global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
+__global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
                                                                         SsdScratch sc, int tiles_p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, q = lane & 3;
@@ -232,23 +233,19 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
   const size_t region_a = fast_output_region_a_bytes(N);
   auto* cs = reinterpret_cast<__nv_bfloat16*>(smem_raw);
   __nv_bfloat16* hs = cs + kT * pitch;  // H_in
-  // Buffer b by arithmetic, not a pointer array indexed at run time (that would go to local memory). Score buffer 1
-  // is region A (C and H_in): first written for source tile 1, after every warp's carried-in term.
-  auto sbuf = [&](int b) { return reinterpret_cast<float*>(smem_raw + (b ? 0 : region_a)); };
-  auto* x0 = reinterpret_cast<__nv_bfloat16*>(smem_raw + region_a + kScoreTileFloats * sizeof(float));
+  // Buffer b by arithmetic, not a pointer array indexed at run time (that would go to local memory).
+  auto* x0 = reinterpret_cast<__nv_bfloat16*>(smem_raw + region_a);
   auto xbuf = [&](int b) { return x0 + b * kT * kXPitch; };
   auto* cum_s = reinterpret_cast<double*>(x0 + 2 * kT * kXPitch);  // [2][kT]
   auto* dt_s = reinterpret_cast<float*>(cum_s + 2 * kT);          // [2][kT]
   const float* scores_g = sc.scores + g * kScoreTileFloats;
   const int64_t first_tile = int64_t(ch.score_tile) + it * (it + 1) / 2;  // tile (it, 0); (it, jt) follows
 
-  // Source tile jt into buffer set b, all by cp.async (one group): scores, X rows, decays and dt.
+  // Source tile jt into buffer set b, all by cp.async (one group): X rows, decays and dt.
   auto issue_source = [&](int jt, int b) {
     const int j0 = jt * kT;
     const int rows_j = min(kT, ch.len - j0);
     const int64_t t0 = ch.start + j0;
-    const float* tile = scores_g + (first_tile + jt) * G * kScoreTileFloats;
-    for (int e = tid; e < kScoreTileFloats / 4; e += kThreads) cp_async16(sbuf(b) + 4 * e, tile + 4 * e, true);
     copy_tile(xbuf(b), kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, cols_p);
     if (cols_p < kT) {  // columns p past the head: zeros (not copied; only when head_dim is not a multiple of 64)
       for (int e = tid; e < kT * (kT - cols_p); e += kThreads) {
@@ -260,17 +257,28 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
     copy_column(dt_s + b * kT, sc.dt + t0 * H + h, H, kT, rows_j);
     cp_async_commit();
   };
+  // This thread's scores of source tile jt (ssd_chunk_scores_fast_kernel's layout), as 8 independent loads.
+  auto load_scores = [&](int jt, float (&s)[8][4]) {
+    const float4* tile = reinterpret_cast<const float4*>(scores_g + (first_tile + jt) * G * kScoreTileFloats);
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float4 v = __ldg(tile + nt * kThreads + tid);
+      s[nt][0] = v.x, s[nt][1] = v.y, s[nt][2] = v.z, s[nt][3] = v.w;
+    }
+  };
 
   // This thread's two rows (within the tile) and their cumulative decays.
   const int r0 = 16 * warp + gr, r1 = r0 + 8;
   const double cum0 = r0 < rows_i ? sc.cum[(ch.start + i0 + r0) * H + h] : 0.0;
   const double cum1 = r1 < rows_i ? sc.cum[(ch.start + i0 + r1) * H + h] : 0.0;
 
-  // Group 0: the C tile and H_in; group 1: source tile 0 (scores into sbuf(0), X into xbuf(0)).
+  // Group 0: the C tile and H_in; group 1: source tile 0 (X into xbuf(0)); tile 0's scores into registers.
   copy_tile(cs, pitch, sc.C16 + (ch.start + i0) * GN + g * N, GN, rows_i, N);
   copy_tile(hs, pitch, sc.states16 + ((chunk * H + h) * P + p0) * N, N, cols_p, N);
   cp_async_commit();
   issue_source(0, 0);
+  float s[8][4];
+  load_scores(0, s);
   cp_async_wait<1>();
   __syncthreads();
 
@@ -289,26 +297,17 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
   }
 
   // Intra-chunk term, one 64-token source tile at a time up to the diagonal tile. Source tile jt sits in buffer set
-  // b = jt % 2: scores in sbuf(b), X in xbuf(b), decays in cum_s/dt_s[b].
+  // b = jt % 2: X in xbuf(b), decays in cum_s/dt_s[b]; its scores in s.
   for (int jt = 0; jt <= it; ++jt) {
     const int b = jt & 1;
     const int j0 = jt * kT;
     const int rows_j = min(kT, ch.len - j0);  // >= 1: j0 <= i0 < len
     cp_async_wait<0>();
-    __syncthreads();  // tile jt is in; everyone is done with buffer set b ^ 1 (tile jt - 1, or C and H_in)
+    __syncthreads();  // tile jt is in; everyone is done with buffer set b ^ 1 (tile jt - 1)
     if (jt < it) issue_source(jt + 1, b ^ 1);
     const double* cum_j = cum_s + b * kT;
     const float* dt_j = dt_s + b * kT;
-
-    // This thread's scores of the tile (ssd_chunk_scores_fast_kernel's layout).
     const bool diag = jt == it;
-    const float4* st = reinterpret_cast<const float4*>(sbuf(b));
-    float s[8][4];
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float4 v = st[nt * kThreads + tid];
-      s[nt][0] = v.x, s[nt][1] = v.y, s[nt][2] = v.z, s[nt][3] = v.w;
-    }
     // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j.
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
@@ -320,23 +319,28 @@ __global__ void __launch_bounds__(kThreads, 3) ssd_chunk_output_fast_kernel(Mamb
         s[nt][e] = ok ? s[nt][e] * expf(static_cast<float>(cr - cum_j[c])) * dt_j[c] : 0.0f;
       }
     }
-    // acc += scores . X (k = source j, n = column p); the scores' accumulators are the A fragments.
+    // The scores' accumulators are the A fragments of the product below; once packed, s takes the next tile.
+    uint32_t a[4][4];
+#pragma unroll
+    for (int kk = 0; kk < 4; ++kk) {
+      a[kk][0] = pack2<__nv_bfloat16>(s[2 * kk][0], s[2 * kk][1]);
+      a[kk][1] = pack2<__nv_bfloat16>(s[2 * kk][2], s[2 * kk][3]);
+      a[kk][2] = pack2<__nv_bfloat16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+      a[kk][3] = pack2<__nv_bfloat16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+    }
+    if (jt < it) load_scores(jt + 1, s);
+    // acc += scores . X (k = source j, n = column p).
     const int kk_end = diag ? warp + 1 : 4;
     const __nv_bfloat16* xt = xbuf(b);
 #pragma unroll
     for (int kk = 0; kk < 4; ++kk) {
       if (kk < kk_end) {
-        uint32_t a[4];
-        a[0] = pack2<__nv_bfloat16>(s[2 * kk][0], s[2 * kk][1]);
-        a[1] = pack2<__nv_bfloat16>(s[2 * kk][2], s[2 * kk][3]);
-        a[2] = pack2<__nv_bfloat16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-        a[3] = pack2<__nv_bfloat16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
 #pragma unroll
         for (int np = 0; np < 4; ++np) {
           uint32_t b0[2], b1[2];
           ldmatrix_b_trans(xt, kXPitch, 16 * kk, 16 * np, lane, b0, b1);
-          mma_bf16(acc[2 * np], a, b0);
-          mma_bf16(acc[2 * np + 1], a, b1);
+          mma_bf16(acc[2 * np], a[kk], b0);
+          mma_bf16(acc[2 * np + 1], a[kk], b1);
         }
       }
     }
@@ -376,6 +380,7 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
   __shared__ __align__(16) __nv_bfloat16 bs[2][kT * kXPitch];  // [j][n]
   __shared__ __align__(16) double cum_s[2][kT];
   __shared__ __align__(16) float dt_s[2][kT];
+  __shared__ __align__(16) float w_s[kT];  // w_j = exp(S_last - S_j) dt_j of the current step
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, q = lane & 3;
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
@@ -393,10 +398,12 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
     const int64_t t0 = ch.start + j0;
     copy_tile(xs[b], kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, rows_p);
     copy_tile(bs[b], kXPitch, sc.B16 + t0 * GN + g * N + n0, GN, rows_j, cols_n);
-    for (int e = tid; e < kT * kT; e += kStateThreads) {  // columns past the head / the state width: zeros
-      const int r = e / kT, c = e % kT;
-      if (c >= rows_p) xs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
-      if (c >= cols_n) bs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+    if (rows_p < kT || cols_n < kT) {  // columns past the head / the state width: zeros (block-uniform)
+      for (int e = tid; e < kT * kT; e += kStateThreads) {
+        const int r = e / kT, c = e % kT;
+        if (c >= rows_p) xs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+        if (c >= cols_n) bs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+      }
     }
     copy_column(cum_s[b], sc.cum + t0 * H + h, H, kT, rows_j);
     copy_column(dt_s[b], sc.dt + t0 * H + h, H, kT, rows_j);
@@ -411,6 +418,8 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
     cp_async_wait<0>();
     __syncthreads();  // step js is in; everyone is done with buffer b ^ 1 (step js - 1)
     if (js + 1 < n_steps) issue(js + 1, b ^ 1);
+    if (tid < kT) w_s[tid] = expf(static_cast<float>(cum_last - cum_s[b][tid])) * dt_s[b][tid];
+    __syncthreads();
 #pragma unroll
     for (int kk = 0; kk < kT / 16; ++kk) {
       // A = (x^T)[p][j] for rows p = 16 w .., k = j = 16 kk ..: matrix m of the transposing load is stored rows
@@ -424,12 +433,9 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
                      : "r"(smem_addr(row)));
       }
       // a0, a1 hold columns j = 16 kk + 2q, +1; a2, a3 the same + 8.
-      float w[4];
-#pragma unroll
-      for (int u = 0; u < 4; ++u) {
-        const int j = 16 * kk + 2 * q + (u & 1) + 8 * (u >> 1);
-        w[u] = expf(static_cast<float>(cum_last - cum_s[b][j])) * dt_s[b][j];
-      }
+      const float2 w01 = *reinterpret_cast<const float2*>(w_s + 16 * kk + 2 * q);
+      const float2 w23 = *reinterpret_cast<const float2*>(w_s + 16 * kk + 2 * q + 8);
+      const float w[4] = {w01.x, w01.y, w23.x, w23.y};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
         const float lo = __uint_as_float(a[k] << 16), hi = __uint_as_float(a[k] & 0xffff0000u);
