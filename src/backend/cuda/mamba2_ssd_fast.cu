@@ -17,6 +17,7 @@
 
 #include <algorithm>
 #include <mutex>
+#include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -308,17 +309,27 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
     const double* cum_j = cum_s + b * kT;
     const float* dt_j = dt_s + b * kT;
     const bool diag = jt == it;
-    // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j.
+    // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j. A full tile below the diagonal (most
+    // of them) needs no mask: its own copy of the loop, without the integer work that was the busiest pipe.
+    auto scale = [&](auto masked) {
 #pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
+      for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
-        const bool ok = j0 + c <= i0 + r && r < rows_i && c < rows_j;
-        const double cr = e < 2 ? cum0 : cum1;
-        s[nt][e] = ok ? s[nt][e] * expf(static_cast<float>(cr - cum_j[c])) * dt_j[c] : 0.0f;
+        for (int e = 0; e < 4; ++e) {
+          const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
+          const double cr = e < 2 ? cum0 : cum1;
+          const float v = s[nt][e] * expf(static_cast<float>(cr - cum_j[c])) * dt_j[c];
+          if constexpr (decltype(masked)::value)
+            s[nt][e] = j0 + c <= i0 + r && r < rows_i && c < rows_j ? v : 0.0f;
+          else
+            s[nt][e] = v;
+        }
       }
-    }
+    };
+    if (!diag && rows_i == kT && rows_j == kT)
+      scale(std::false_type{});
+    else
+      scale(std::true_type{});
     // The scores' accumulators are the A fragments of the product below; once packed, s takes the next tile.
     uint32_t a[4][4];
 #pragma unroll
@@ -346,23 +357,43 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
     }
   }
 
-  // y = acc + D x (x in f32): all loads first, then the stores (y and x may alias as far as the compiler knows).
+  // y = acc + D x (x in f32): all loads first, then the stores (y and x may alias as far as the compiler knows). A
+  // thread's accumulators come in pairs of neighbouring columns (e, e + 1): one 8-byte access each where the rows
+  // allow (head_dim is even here; element accesses left half of every 32-byte sector to the next instruction).
   const float Dh = load_f(p.D.data, p.D.dtype, h);
+  const bool pairs = ((p.x.stride | p.y.stride) & 1) == 0 &&
+                     ((reinterpret_cast<uintptr_t>(p.x.data) | reinterpret_cast<uintptr_t>(p.y.data)) & 7) == 0;
+  const int64_t x_off = (ch.start + i0) * p.x.stride + h * P + p0, y_off = (ch.start + i0) * p.y.stride + h * P + p0;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
-      if (r < rows_i && c < cols_p)
-        acc[nt][e] += Dh * p.x.data[(ch.start + i0 + r) * p.x.stride + h * P + p0 + c];
+    for (int e = 0; e < 4; e += 2) {
+      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q;
+      if (r >= rows_i || c >= cols_p) continue;
+      const float* xr = p.x.data + x_off + r * p.x.stride + c;
+      if (pairs) {
+        const float2 v = *reinterpret_cast<const float2*>(xr);
+        acc[nt][e] += Dh * v.x;
+        acc[nt][e + 1] += Dh * v.y;
+      } else {
+        acc[nt][e] += Dh * xr[0];
+        acc[nt][e + 1] += Dh * xr[1];
+      }
     }
   }
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
-      if (r < rows_i && c < cols_p) p.y.data[(ch.start + i0 + r) * p.y.stride + h * P + p0 + c] = acc[nt][e];
+    for (int e = 0; e < 4; e += 2) {
+      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q;
+      if (r >= rows_i || c >= cols_p) continue;
+      float* yr = p.y.data + y_off + r * p.y.stride + c;
+      if (pairs) {
+        *reinterpret_cast<float2*>(yr) = make_float2(acc[nt][e], acc[nt][e + 1]);
+      } else {
+        yr[0] = acc[nt][e];
+        yr[1] = acc[nt][e + 1];
+      }
     }
   }
 }
@@ -456,9 +487,10 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = 16 * warp + gr + (e >> 1) * 8, c = 8 * nt + 2 * q + (e & 1);
-      if (r < rows_p && c < cols_n) out[(p0 + r) * N + n0 + c] = acc[nt][e];
+    for (int e = 0; e < 4; e += 2) {  // columns c, c + 1 (d_state is a multiple of 16 here): one 8-byte store
+      const int r = 16 * warp + gr + (e >> 1) * 8, c = 8 * nt + 2 * q;
+      if (r < rows_p && c < cols_n)
+        *reinterpret_cast<float2*>(out + (p0 + r) * N + n0 + c) = make_float2(acc[nt][e], acc[nt][e + 1]);
     }
   }
 }
