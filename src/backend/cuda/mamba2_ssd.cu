@@ -249,9 +249,9 @@ __global__ void __launch_bounds__(kCumThreads) ssd_cumsum_kernel(Mamba2Launch p,
   double s = 0.0;
   for (int w = 0; w < warp; ++w) s += totals[w][lane];
   for (int i0 = i_begin; i0 < i_end; i0 += kCumBatch) {
-    float d[kCumBatch];
+    float d[kCumBatch];  // this thread's own stores of pass 1
 #pragma unroll
-    for (int k = 0; k < kCumBatch; ++k) d[k] = i0 + k < i_end ? sc.dt[(ch.start + i0 + k) * H + h] : 0.0f;  // own stores
+    for (int k = 0; k < kCumBatch; ++k) d[k] = i0 + k < i_end ? sc.dt[(ch.start + i0 + k) * H + h] : 0.0f;
 #pragma unroll
     for (int k = 0; k < kCumBatch; ++k) {
       if (i0 + k < i_end) {
