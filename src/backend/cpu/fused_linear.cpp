@@ -125,27 +125,36 @@ void CpuBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch
     cpu::linear_f32(x, wref(a.w), wref(a.bias), y, B, in, out, threads_);
     return;
   }
+  // The epilogue runs in the GEMV's tasks, on the columns each has just written: the conv step and the residual add
+  // were ~2% of a mamba2-130m decode step on the calling thread alone, the other thread waiting.
   ys.resize(static_cast<size_t>(B * out));
-  cpu::linear_f32(x, wref(a.w), wref(a.bias), {ys.data(), out}, B, in, out, threads_);
   const int64_t C = a.conv_w.empty() ? 0 : a.conv_w.dim(0), c0 = a.conv_begin, c1 = c0 + C;
-  for (int64_t i = 0; i < B; ++i) {
-    const float* r = ys.data() + i * out;
-    float* yi = y[i];
-    for (int64_t o = 0; o < out; ++o) {
-      if (o >= c0 && o < c1) continue;
-      yi[o] = a.accumulate ? yi[o] + r[o] : r[o];
+  const int64_t K = C ? a.conv_w.dim(a.conv_w.ndim - 1) : 0, S = K - 1;
+  thread_local std::vector<float> cw, cb;
+  const float* w = C ? f32_weight(a.conv_w, C * K, cw) : nullptr;
+  const float* b = C && !a.conv_bias.empty() ? f32_weight(a.conv_bias, C, cb) : nullptr;
+  const size_t state_elem = C ? dtype_size(a.conv_state.dtype) : 0;
+  const float* yg = ys.data();  // ys is this thread's: the tasks on the pool's threads read it through this pointer
+  auto epilogue = [&](int64_t o0, int64_t n) {
+    const int64_t o1 = o0 + n;
+    for (int64_t i = 0; i < B; ++i) {
+      const float* r = yg + i * out;
+      float* yi = y[i];
+      auto write = [&](int64_t lo, int64_t hi) {
+        for (int64_t o = lo; o < hi; ++o) yi[o] = a.accumulate ? yi[o] + r[o] : r[o];
+      };
+      write(o0, std::min(o1, std::max(o0, c0)));  // columns before the conv's
+      write(std::max(o0, std::min(o1, c1)), o1);  // and after them
+      const int64_t lo = std::max(o0, c0), hi = std::min(o1, c1);
+      if (lo >= hi) continue;
+      const int64_t ch = lo - c0;  // the conv's channels [ch, ch + hi - lo)
+      char* slot = static_cast<char*>(a.conv_state.data) +
+                   static_cast<size_t>(batch.seqs[static_cast<size_t>(i)].slot * C * S) * state_elem;
+      conv_step(r + lo, w + ch * K, b ? b + ch : nullptr, slot + static_cast<size_t>(ch * S) * state_elem,
+                a.conv_state.dtype, hi - lo, K, a.conv_out.ptr<float>() + i * a.conv_out.stride0() + ch);
     }
-  }
-  if (C == 0) return;
-  const int64_t K = a.conv_w.dim(a.conv_w.ndim - 1);
-  std::vector<float> cw, cb;
-  const float* w = f32_weight(a.conv_w, C * K, cw);
-  const float* b = a.conv_bias.empty() ? nullptr : f32_weight(a.conv_bias, C, cb);
-  const size_t slot_bytes = static_cast<size_t>(C * (K - 1)) * dtype_size(a.conv_state.dtype);
-  for (int64_t i = 0; i < B; ++i)
-    conv_step(ys.data() + i * out + c0, w, b,
-              static_cast<char*>(a.conv_state.data) + static_cast<size_t>(batch.seqs[static_cast<size_t>(i)].slot) * slot_bytes,
-              a.conv_state.dtype, C, K, a.conv_out.ptr<float>() + i * a.conv_out.stride0());
+  };
+  cpu::linear_f32(x, wref(a.w), wref(a.bias), {ys.data(), out}, B, in, out, threads_, epilogue);
 }
 
 }  // namespace mambacpp

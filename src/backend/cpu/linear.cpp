@@ -46,6 +46,11 @@ void add_bias(WeightRef bias, int64_t o0, int64_t nr, float* yt) {
 
 void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
                 int threads) {
+  linear_f32(x, w, bias, y, T, in, out, threads, LinearEpilogue{});
+}
+
+void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
+                int threads, const LinearEpilogue& epilogue) {
   MAMBACPP_ASSERT(w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16);
   const int64_t n_blocks = (out + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t wsize = dtype_size(w.dtype);
@@ -65,6 +70,7 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
         simd::dot_rows(x[t], block_ptr(o0), w.dtype, in, nr, y[t] + o0);
         add_bias(bias, o0, nr, y[t] + o0);
       }
+      if (epilogue) epilogue(o0, nr);
     });
     return;
   }
@@ -98,6 +104,7 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
       for (int64_t t = t0; t < t0 + nt; ++t) add_bias(bias, o0, nr, y[t] + o0);
     }
   });
+  if (epilogue) epilogue(0, out);
 }
 
 }  // namespace mambacpp::cpu
