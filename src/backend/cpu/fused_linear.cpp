@@ -1,7 +1,8 @@
 // CpuBackend::fused_linear (backend.h) for decode batches: the prologue RMSNorm over each norm group, the streaming
 // GEMV of linear.cpp (W read once in its stored dtype), then the epilogue: the one-token conv1d + SiLU of the conv
 // outputs from the row's slot of the conv state (f32 or bf16, shifted in place), the other outputs written to y or
-// added to it. The serial pieces are a few thousand elements each; the GEMV is the one pool job.
+// added to it, each GEMV task doing the epilogue of the columns it wrote. The prologue is serial (a few thousand
+// elements); the GEMV is the one pool job.
 #include <cmath>
 #include <vector>
 
