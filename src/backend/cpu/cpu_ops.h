@@ -14,14 +14,12 @@ namespace mambacpp::cpu {
 
 // y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]). x: [T, in], w: [out, in] contiguous, y: [T, out].
 // Each y[t, o] is summed in the same order whatever T is, so a row's result never depends on the rest of the batch.
-void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
-                int threads);
-// The same, then epilogue(o0, n) for every output column range [o0, o0 + n) once its columns of every row are done:
-// inside the GEMV's own tasks in decode (the range its thread just wrote), after the whole product otherwise.
-// The ranges partition [0, out) and may run concurrently.
+// Then, if given, epilogue(o0, n) for every output column range [o0, o0 + n) once its columns of every row are done:
+// inside the GEMV's own tasks in decode (the range its thread just wrote), after the whole product otherwise. The
+// ranges partition [0, out) and may run concurrently.
 using LinearEpilogue = std::function<void(int64_t o0, int64_t n)>;
 void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
-                int threads, const LinearEpilogue& epilogue);
+                int threads, const LinearEpilogue& epilogue = {});
 
 // out[t, :] = x[t, :] * rsqrt(mean(x[t, :]^2) + eps) * w. x, out: [T, D].
 void rmsnorm_f32(Rows<const float> x, WeightRef w, float eps, Rows<float> out, int64_t T, int64_t D, int threads);

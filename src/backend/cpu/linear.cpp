@@ -45,11 +45,6 @@ void add_bias(WeightRef bias, int64_t o0, int64_t nr, float* yt) {
 }  // namespace
 
 void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
-                int threads) {
-  linear_f32(x, w, bias, y, T, in, out, threads, LinearEpilogue{});
-}
-
-void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
                 int threads, const LinearEpilogue& epilogue) {
   MAMBACPP_ASSERT(w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16);
   const int64_t n_blocks = (out + kRowsPerBlock - 1) / kRowsPerBlock;

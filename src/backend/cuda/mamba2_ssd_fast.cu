@@ -166,7 +166,8 @@ __global__ void __launch_bounds__(256) ssd_round_inputs_kernel(Mamba2Launch p, S
 // the same scores by its own decays (the output kernel), so computing them there redid this product n_heads /
 // n_groups times. Same products in the same order as the output kernel's warps would do them (scores<8>), written
 // f32 in their accumulator layout: float4 nt of thread tid (rows 16 w + g and + 8, columns 8 nt + 2 q, + 1) at
-// float4 index nt * kThreads + tid, so the output kernel copies a tile as it is and reads it conflict-free.
+// float4 index nt * kThreads + tid, so each output-kernel thread loads its own accumulators, coalesced across the
+// block.
 size_t fast_scores_smem_bytes(int64_t N) {
   return static_cast<size_t>(2 * kT * (N + 8)) * sizeof(__nv_bfloat16);
 }
