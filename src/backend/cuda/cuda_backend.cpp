@@ -495,12 +495,15 @@ class CudaBackend final : public Backend {
       const size_t bx = part(T * H * P), bg = part(T * G * N), bs = part(n_chunks * H * P * N);
       const size_t bscores = align(static_cast<size_t>(std::max<int64_t>(n_score_tiles_ * G, 1)) * kSsdFastTile *
                                    kSsdFastTile * sizeof(float));
-      char* base = static_cast<char*>(grow(ssd_fast_, bx + 2 * bg + bs + bscores));
+      const size_t bdecay = align(static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(float));
+      char* base = static_cast<char*>(grow(ssd_fast_, bx + 2 * bg + bs + bscores + 2 * bdecay));
       sc.x16 = reinterpret_cast<uint16_t*>(base);
       sc.B16 = reinterpret_cast<uint16_t*>(base + bx);
       sc.C16 = reinterpret_cast<uint16_t*>(base + bx + bg);
       sc.states16 = reinterpret_cast<uint16_t*>(base + bx + 2 * bg);
       sc.scores = reinterpret_cast<float*>(base + bx + 2 * bg + bs);
+      sc.cum2 = reinterpret_cast<float*>(base + bx + 2 * bg + bs + bscores);
+      sc.w2 = reinterpret_cast<float*>(base + bx + 2 * bg + bs + bscores + bdecay);
     }
     const auto* chunks = static_cast<const SsdChunk*>(chunk_table_.ptr);
     const auto* seq_chunks = reinterpret_cast<const SsdSeqChunks*>(static_cast<const char*>(chunk_table_.ptr) +

@@ -112,6 +112,9 @@ struct SsdChunk {
 };
 // The fast chunk kernels' tile (mamba2_ssd_fast.cu): 64 rows i, sources j, columns p.
 inline constexpr int kSsdFastTile = 64;
+// The longest chunk the fast kernels take (the chunk state kernel keeps one decay per token in shared memory);
+// longer chunk sizes take the exact kernels.
+inline constexpr int kSsdFastMaxChunk = 1024;
 // Score tiles of a chunk of len tokens: the 64 x 64 tiles (i, j) with j <= i.
 inline int64_t ssd_score_tiles(int64_t len) {
   const int64_t t = (len + kSsdFastTile - 1) / kSsdFastTile;
@@ -160,6 +163,10 @@ struct SsdScratch {
   uint16_t* C16 = nullptr;
   uint16_t* states16 = nullptr;
   float* scores = nullptr;  // fast: C_i . B_j per score tile and group ([tile][group][64 x 64], SsdChunk::score_tile)
+  // Fast: the decays in f32, log2-scaled, [T, n_heads] each (the chunk state kernel writes them; dt and cum unused):
+  // cum2 = S log2(e), w2 = log2(dt) - cum2, so exp(S_i - S_j) dt_j = exp2(cum2_i + w2_j).
+  float* cum2 = nullptr;
+  float* w2 = nullptr;
 };
 // Multi-token batches: chunked SSD over the chunk table (device: chunks [n_chunks], seq_chunks [n_seqs]).
 void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,

@@ -20,7 +20,9 @@
 //                        intra-chunk term tile by tile (C.B^T masked and scaled, times x), then D * x.
 // Steps 2 and 4 run on the tensor cores (mamba2_ssd_tc.cu, near-f32 by a bf16 hi/lo split) for head_dim and
 // d_state multiples of 16 (every released model); the CUDA-core kernels below cover every other shape. In fast
-// precision (Mamba2Launch::fast) they take bf16 operands and one product instead (mamba2_ssd_fast.cu), and single-token sequences of a multi-token batch take the step kernel, as they would alone.
+// precision (Mamba2Launch::fast) they take bf16 operands and one product instead (mamba2_ssd_fast.cu), step 1 runs
+// inside step 2 with f32 decays (SsdScratch::cum2), and single-token sequences of a multi-token batch take the step
+// kernel, as they would alone.
 // Numerics: |S| reaches hundreds within a 256-long chunk; an f32 difference S_i - S_j of two running sums would lose
 // ~1e-5 relative. S is kept in f64 (exact to ~1e-16 relative), so S_i - S_j is formed in f64 and rounded once to
 // f32 before the exponential: as accurate as summing a_{j+1..i} directly, without the O(Q^2) segment sums.
@@ -31,6 +33,7 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/mamba2_ssd_common.cuh"
 #include "backend/cuda/mamba2_ssd_tc.h"
 
 namespace mambacpp::cuda {
@@ -40,14 +43,6 @@ constexpr int kThreads = 256;
 constexpr int kTile = 64;   // rows / columns of the output tiles (a 16 x 16 thread grid, 4 x 4 per thread)
 constexpr int kJ = 32;      // tokens staged per step in ssd_chunk_state
 constexpr int kK = 16;      // d_state slice staged per step in ssd_chunk_output
-
-__device__ __forceinline__ float head_A(const Mamba2Launch& p, int64_t h) {
-  return -expf(load_f(p.A_log.data, p.A_log.dtype, h));
-}
-__device__ __forceinline__ float ssd_dt(const Mamba2Launch& p, int64_t t, int64_t h, float bias) {
-  const float d = softplus_f(p.dt.data[t * p.dt.stride + h] + bias);
-  return fminf(fmaxf(d, p.dt_min), p.dt_max);
-}
 
 // ---- decode ----------------------------------------------------------------------------------------------------
 // grid (n_seqs, n_heads, ceil(head_dim / 8)); warp w of a block owns row p = 8 * blockIdx.z + w of H, its lanes
@@ -76,7 +71,7 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
     const int64_t n = lane + 32 * j;
     h_first[j] = n < N ? load_state(p.state, p.state_bf16, base + n) : 0.0f;
   }
-  const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h), A = head_A(p, h);
+  const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h), A = ssd_head_A(p, h);
   const float Dh = load_f(p.D.data, p.D.dtype, h);
   wait_for_previous_kernel();
 
@@ -140,7 +135,7 @@ __global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch 
     const int64_t row = row0 + int64_t(k) * kGroups;
     raw[k] = row < P ? st[row * L + lane] : make_uint4(0, 0, 0, 0);
   }
-  const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h), A = head_A(p, h);
+  const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h), A = ssd_head_A(p, h);
   const float Dh = load_f(p.D.data, p.D.dtype, h);
   wait_for_previous_kernel();
 
@@ -227,7 +222,7 @@ __global__ void __launch_bounds__(kCumThreads) ssd_cumsum_kernel(Mamba2Launch p,
   const SsdChunk ch = chunks[blockIdx.x];
   const int seg = (ch.len + kCumSegments - 1) / kCumSegments;
   const int i_begin = min(ch.len, warp * seg), i_end = min(ch.len, i_begin + seg);
-  const float A = mine ? head_A(p, h) : 0.0f, bias = mine ? load_f(p.dt_bias.data, p.dt_bias.dtype, h) : 0.0f;
+  const float A = mine ? ssd_head_A(p, h) : 0.0f, bias = mine ? load_f(p.dt_bias.data, p.dt_bias.dtype, h) : 0.0f;
   double run = 0.0;
   if (mine) {
     for (int i0 = i_begin; i0 < i_end; i0 += kCumBatch) {
@@ -345,7 +340,8 @@ __global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p
     __syncthreads();  // the previous batch's decays have been read
     if (threadIdx.x < nb) {
       const SsdChunk ch = chunks[mine.first + k0 + threadIdx.x];
-      decay[threadIdx.x] = expf(static_cast<float>(sc.cum[(ch.start + ch.len - 1) * p.n_heads + h]));
+      const int64_t last = (ch.start + ch.len - 1) * p.n_heads + h;
+      decay[threadIdx.x] = sc.cum2 ? exp2f(sc.cum2[last]) : expf(static_cast<float>(sc.cum[last]));
     }
     __syncthreads();
     if (!mine_e) continue;
@@ -563,11 +559,19 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
   const bool tensor_cores = ssd_tc_supported(p);  // steps 2 and 4 on tensor cores (mamba2_ssd_tc.cu)
   // Fast precision on the tensor-core path: bf16 operands, one product each (mamba2_ssd_fast.cu); the state pass
   // then also writes the entering states' bf16 copy.
-  const bool fast = tensor_cores && p.fast;
+  const bool fast = tensor_cores && p.fast && p.chunk_size <= kSsdFastMaxChunk;
   SsdScratch sc = scratch;
-  if (!fast) sc.x16 = sc.B16 = sc.C16 = sc.states16 = nullptr;
-  ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, 32)), kCumThreads, 0, stream>>>(p, chunks, sc);
-  MAMBACPP_CUDA_LAUNCHED();
+  if (!fast) {
+    sc.x16 = sc.B16 = sc.C16 = sc.states16 = nullptr;
+    sc.scores = sc.cum2 = sc.w2 = nullptr;
+  } else {
+    sc.dt = nullptr;  // the fast kernels' decays are cum2 and w2, written by the chunk state kernel
+    sc.cum = nullptr;
+  }
+  if (!fast) {
+    ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, 32)), kCumThreads, 0, stream>>>(p, chunks, sc);
+    MAMBACPP_CUDA_LAUNCHED();
+  }
   if (p.head_dim <= 0 || p.d_state <= 0) {
     // No state: y = D * x only (ssd_chunk_output's carried-in and intra-chunk terms are empty sums).
   } else {

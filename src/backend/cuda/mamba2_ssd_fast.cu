@@ -11,8 +11,10 @@
 //
 // Error model (fast mode): x, B, C, H_in and the scaled scores are each rounded once to bf16 (relative 2^-9); a
 // term of y carries at most three such roundings (C.B^T, the score, x; or C, H_in), a term of a chunk's state three
-// (x, x w, B) -> <= ~3 * 2^-9 = 6e-3 of its magnitude, and far less in the max-norm of y, since the rounding errors of the 64..256 terms of each dot product
-// are independent (tests/gpu/ssd_test.cpp states the bound it checks).
+// (x, x w, B) -> <= ~3 * 2^-9 = 6e-3 of its magnitude, and far less in the max-norm of y, since the rounding errors of
+// the 64..256 terms of each dot product are independent (tests/gpu/ssd_test.cpp states the bound it checks). The
+// decays are exp2 of f32 sums of the log2-scaled cumulative sums (SsdScratch::cum2, w2; S summed in f64 first): an
+// absolute error of ~|S| 2^-23 in the exponent, < 1e-4 relative for |S| < 800, far below one bf16 rounding.
 #include <cuda_bf16.h>
 
 #include <algorithm>
@@ -22,6 +24,7 @@
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
+#include "backend/cuda/mamba2_ssd_common.cuh"
 #include "backend/cuda/mamba2_ssd_tc.h"
 #include "backend/cuda/mma_bf16x3.cuh"
 
@@ -202,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_scores_fast_kernel(Mamba2L
 
 // ---- chunk output: grid (n_chunks, n_heads, tiles_i * tiles_p) ---------------------------------------------------
 // Dynamic shared memory: the C tile of the i rows and the H_in tile (rows p), each kT x (N + 8) bf16; two X tiles
-// [j][p], kT x kXPitch; then the decays and dt of two source tiles (~55 KB at d_state 128: four blocks per SM). The
+// [j][p], kT x kXPitch; then the decays w2 of two source tiles (~54 KB at d_state 128: four blocks per SM). The
 // score tiles go from global memory straight to the registers that use them (the scores kernel wrote them in this
 // kernel's accumulator layout), the next tile's loads in flight during the current tile's products; staged through
 // shared memory they took 32 KB more and left three blocks per SM.
@@ -211,7 +214,7 @@ __host__ __device__ inline size_t fast_output_region_a_bytes(int64_t N) {
 }
 size_t fast_output_smem_bytes(int64_t N) {
   return fast_output_region_a_bytes(N) + static_cast<size_t>(2 * kT * kXPitch) * sizeof(__nv_bfloat16) +
-         2 * kT * (sizeof(double) + sizeof(float));
+         2 * kT * sizeof(float);
 }
 
 __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
@@ -238,12 +241,11 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
   // Buffer b by arithmetic, not a pointer array indexed at run time (that would go to local memory).
   auto* x0 = reinterpret_cast<__nv_bfloat16*>(smem_raw + region_a);
   auto xbuf = [&](int b) { return x0 + b * kT * kXPitch; };
-  auto* cum_s = reinterpret_cast<double*>(x0 + 2 * kT * kXPitch);  // [2][kT]
-  auto* dt_s = reinterpret_cast<float*>(cum_s + 2 * kT);          // [2][kT]
+  auto* w2_s = reinterpret_cast<float*>(x0 + 2 * kT * kXPitch);  // [2][kT]
   const float* scores_g = sc.scores + g * kScoreTileFloats;
   const int64_t first_tile = int64_t(ch.score_tile) + it * (it + 1) / 2;  // tile (it, 0); (it, jt) follows
 
-  // Source tile jt into buffer set b, all by cp.async (one group): X rows, decays and dt.
+  // Source tile jt into buffer set b, all by cp.async (one group): X rows and their w2.
   auto issue_source = [&](int jt, int b) {
     const int j0 = jt * kT;
     const int rows_j = min(kT, ch.len - j0);
@@ -255,8 +257,7 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
         xbuf(b)[r * kXPitch + c] = __float2bfloat16_rn(0.0f);
       }
     }
-    copy_column(cum_s + b * kT, sc.cum + t0 * H + h, H, kT, rows_j);
-    copy_column(dt_s + b * kT, sc.dt + t0 * H + h, H, kT, rows_j);
+    copy_column(w2_s + b * kT, sc.w2 + t0 * H + h, H, kT, rows_j);
     cp_async_commit();
   };
   // This thread's scores of source tile jt (ssd_chunk_scores_fast_kernel's layout), as 8 independent loads.
@@ -269,10 +270,10 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
     }
   };
 
-  // This thread's two rows (within the tile) and their cumulative decays.
+  // This thread's two rows (within the tile) and their cumulative decays (cum2 = S log2(e)).
   const int r0 = 16 * warp + gr, r1 = r0 + 8;
-  const double cum0 = r0 < rows_i ? sc.cum[(ch.start + i0 + r0) * H + h] : 0.0;
-  const double cum1 = r1 < rows_i ? sc.cum[(ch.start + i0 + r1) * H + h] : 0.0;
+  const float cum0 = r0 < rows_i ? sc.cum2[(ch.start + i0 + r0) * H + h] : 0.0f;
+  const float cum1 = r1 < rows_i ? sc.cum2[(ch.start + i0 + r1) * H + h] : 0.0f;
 
   // Group 0: the C tile and H_in; group 1: source tile 0 (X into xbuf(0)); tile 0's scores into registers.
   copy_tile(cs, pitch, sc.C16 + (ch.start + i0) * GN + g * N, GN, rows_i, N);
@@ -288,7 +289,7 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
   float acc[8][4] = {};
   scores<8>(acc, cs, hs, pitch, N, warp, lane);
   {
-    const float e0 = expf(static_cast<float>(cum0)), e1 = expf(static_cast<float>(cum1));
+    const float e0 = exp2_approx(cum0), e1 = exp2_approx(cum1);
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       acc[nt][0] *= e0;
@@ -299,7 +300,7 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
   }
 
   // Intra-chunk term, one 64-token source tile at a time up to the diagonal tile. Source tile jt sits in buffer set
-  // b = jt % 2: X in xbuf(b), decays in cum_s/dt_s[b]; its scores in s.
+  // b = jt % 2: X in xbuf(b), decays in w2_s[b]; its scores in s.
   for (int jt = 0; jt <= it; ++jt) {
     const int b = jt & 1;
     const int j0 = jt * kT;
@@ -307,19 +308,20 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
     cp_async_wait<0>();
     __syncthreads();  // tile jt is in; everyone is done with buffer set b ^ 1 (tile jt - 1)
     if (jt < it) issue_source(jt + 1, b ^ 1);
-    const double* cum_j = cum_s + b * kT;
-    const float* dt_j = dt_s + b * kT;
+    const float* w2_j = w2_s + b * kT;
     const bool diag = jt == it;
-    // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j. A full tile below the diagonal (most
-    // of them) needs no mask: its own copy of the loop, without the integer work that was the busiest pipe.
+    // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j = exp2(cum2_i + w2_j): one add and one
+    // ex2 per score (the f64 difference, its conversion and expf were most of the kernel's instructions). A full tile
+    // below the diagonal (most of them) needs no mask: its own copy of the loop, without the integer work.
     auto scale = [&](auto masked) {
 #pragma unroll
       for (int nt = 0; nt < 8; ++nt) {
+        const float2 w2c = *reinterpret_cast<const float2*>(w2_j + 8 * nt + 2 * q);
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
           const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
-          const double cr = e < 2 ? cum0 : cum1;
-          const float v = s[nt][e] * expf(static_cast<float>(cr - cum_j[c])) * dt_j[c];
+          const float cr = e < 2 ? cum0 : cum1;
+          const float v = s[nt][e] * exp2_approx(cr + ((e & 1) ? w2c.y : w2c.x));
           if constexpr (decltype(masked)::value)
             s[nt][e] = j0 + c <= i0 + r && r < rows_i && c < rows_j ? v : 0.0f;
           else
@@ -400,19 +402,29 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
 }
 
 // ---- chunk state: grid (n_chunks, n_heads, tiles_p * tiles_n) ---------------------------------------------------
-// out[p, n] = sum_j x_j[p] (w_j B_j[n]), w_j = exp(S_last - S_j) dt_j: warp w owns rows p0 + 16 w .. + 15 and the
-// 64 columns n0 ..; the chunk's tokens in 64-token steps, each step's x and B tiles (bf16 copies, rows j as stored)
-// copied by cp.async two buffers deep. Both operands are read with transposing matrix loads; w_j multiplies the A
-// fragments (x w rounded again to bf16: a second rounding of x, see the error model at the top).
+// First the chunk's decays (fast precision's cumulative sum, folded in here; its own launch of 24 blocks took ~9 us
+// of a 2,048-token layer-piece): dt_t, S_t summed in f64 as the exact path does (128 runs of consecutive tokens, a
+// block scan of their totals), kept as f32 cum2 = S log2(e) and w2 = log2(dt) - cum2 (SsdScratch). Every block of a
+// (chunk, head) computes them; the first one writes them for the state pass and the output kernel.
+// Then out[p, n] = sum_j x_j[p] (w_j B_j[n]), w_j = exp(S_last - S_j) dt_j = exp2(cum2_last + w2_j): warp w owns
+// rows p0 + 16 w .. + 15 and the 64 columns n0 ..; the chunk's tokens in 64-token steps, each step's x and B tiles
+// (bf16 copies, rows j as stored) copied by cp.async two buffers deep. Both operands are read with transposing
+// matrix loads; w_j multiplies the A fragments (x w rounded again to bf16: a second rounding of x, see the error
+// model at the top).
 constexpr int kStateThreads = kThreads;
+constexpr int kDecayPerThread = kSsdFastMaxChunk / kStateThreads;
+
+size_t fast_state_smem_bytes(int64_t chunk_size) {  // w_j of every token, padded to whole 64-token steps
+  return static_cast<size_t>((chunk_size + kT - 1) / kT * kT) * sizeof(float);
+}
 
 __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
                                                                           SsdScratch sc, int tiles_n) {
   __shared__ __align__(16) __nv_bfloat16 xs[2][kT * kXPitch];  // [j][p]
   __shared__ __align__(16) __nv_bfloat16 bs[2][kT * kXPitch];  // [j][n]
-  __shared__ __align__(16) double cum_s[2][kT];
-  __shared__ __align__(16) float dt_s[2][kT];
-  __shared__ __align__(16) float w_s[kT];  // w_j = exp(S_last - S_j) dt_j of the current step
+  __shared__ double run_totals[kStateThreads / 32];
+  __shared__ float cum2_last;
+  extern __shared__ __align__(16) float w_s[];  // [steps * kT]: dt_j, then w2_j, then w_j (0 past the chunk)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, q = lane & 3;
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
@@ -437,21 +449,60 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
         if (c >= cols_n) bs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
       }
     }
-    copy_column(cum_s[b], sc.cum + t0 * H + h, H, kT, rows_j);
-    copy_column(dt_s[b], sc.dt + t0 * H + h, H, kT, rows_j);
     cp_async_commit();
   };
+  issue(0, 0);  // in flight during the decays
 
-  const double cum_last = sc.cum[(ch.start + ch.len - 1) * H + h];
-  issue(0, 0);
+  {
+    const float A = ssd_head_A(p, h), bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h);
+    const int per = (ch.len + kStateThreads - 1) / kStateThreads;  // <= kDecayPerThread (kSsdFastMaxChunk)
+    const int j_begin = min(ch.len, tid * per), j_end = min(ch.len, j_begin + per);
+    float d[kDecayPerThread];
+#pragma unroll
+    for (int k = 0; k < kDecayPerThread; ++k)
+      d[k] = j_begin + k < j_end ? ssd_dt(p, ch.start + j_begin + k, h, bias) : 0.0f;
+    double run = 0.0;
+#pragma unroll
+    for (int k = 0; k < kDecayPerThread; ++k) run += static_cast<double>(d[k] * A);  // d = 0 past the run
+    double incl = run;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const double o = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += o;
+    }
+    double s = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) s = 0.0;
+    if (lane == 31) run_totals[warp] = incl;
+    __syncthreads();
+    for (int w = 0; w < warp; ++w) s += run_totals[w];
+    const bool writer = blockIdx.z == 0;
+#pragma unroll
+    for (int k = 0; k < kDecayPerThread; ++k) {
+      const int j = j_begin + k;
+      if (j < j_end) {
+        s += static_cast<double>(d[k] * A);
+        const float c2 = static_cast<float>(s * 1.4426950408889634);
+        const float w2 = log2f(d[k]) - c2;
+        w_s[j] = w2;
+        if (writer) {
+          sc.cum2[(ch.start + j) * H + h] = c2;
+          sc.w2[(ch.start + j) * H + h] = w2;
+        }
+        if (j == ch.len - 1) cum2_last = c2;
+      }
+    }
+    __syncthreads();
+    for (int j = tid; j < n_steps * kT; j += kStateThreads)
+      w_s[j] = j < ch.len ? exp2_approx(cum2_last + w_s[j]) : 0.0f;
+  }
+
   float acc[8][4] = {};
   for (int js = 0; js < n_steps; ++js) {
     const int b = js & 1;
     cp_async_wait<0>();
-    __syncthreads();  // step js is in; everyone is done with buffer b ^ 1 (step js - 1)
+    __syncthreads();  // step js is in (and, at js = 0, every w_j); everyone is done with buffer b ^ 1 (step js - 1)
     if (js + 1 < n_steps) issue(js + 1, b ^ 1);
-    if (tid < kT) w_s[tid] = expf(static_cast<float>(cum_last - cum_s[b][tid])) * dt_s[b][tid];
-    __syncthreads();
+    const float* w_step = w_s + js * kT;
 #pragma unroll
     for (int kk = 0; kk < kT / 16; ++kk) {
       // A = (x^T)[p][j] for rows p = 16 w .., k = j = 16 kk ..: matrix m of the transposing load is stored rows
@@ -465,8 +516,8 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
                      : "r"(smem_addr(row)));
       }
       // a0, a1 hold columns j = 16 kk + 2q, +1; a2, a3 the same + 8.
-      const float2 w01 = *reinterpret_cast<const float2*>(w_s + 16 * kk + 2 * q);
-      const float2 w23 = *reinterpret_cast<const float2*>(w_s + 16 * kk + 2 * q + 8);
+      const float2 w01 = *reinterpret_cast<const float2*>(w_step + 16 * kk + 2 * q);
+      const float2 w23 = *reinterpret_cast<const float2*>(w_step + 16 * kk + 2 * q + 8);
       const float w[4] = {w01.x, w01.y, w23.x, w23.y};
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
@@ -514,7 +565,8 @@ void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, 
   const int tiles_n = static_cast<int>(cdiv(p.d_state, kT));
   ssd_chunk_state_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
                                      cdiv(p.head_dim, kT) * tiles_n),
-                                kStateThreads, 0, stream>>>(p, chunks, scratch, tiles_n);
+                                kStateThreads, fast_state_smem_bytes(p.chunk_size), stream>>>(p, chunks, scratch,
+                                                                                              tiles_n);
   MAMBACPP_CUDA_LAUNCHED();
 }
 
