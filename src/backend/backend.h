@@ -180,6 +180,16 @@ class Backend {
                            const BatchLayout& batch, TensorView out) = 0;
   virtual void mamba1_scan(const Mamba1ScanArgs& args, const BatchLayout& batch) = 0;
   virtual void mamba2_ssd(const Mamba2ScanArgs& args, const BatchLayout& batch) = 0;
+  // Mamba-2's conv1d + SiLU over xBC followed by the SSD over its output: conv1d_silu(xbc, conv_w, conv_bias,
+  // conv_state, batch, conv_out), then mamba2_ssd(ssd, batch), where ssd.x, ssd.B and ssd.C are conv_out's column
+  // slices. A backend may fuse the two (the CUDA one writes the SSD's own copies of x, B and C in fast precision);
+  // conv_out's contents afterwards are then unspecified.
+  virtual void mamba2_conv_ssd(const TensorView& xbc, const TensorView& conv_w, const TensorView& conv_bias,
+                               TensorView conv_state, TensorView conv_out, const Mamba2ScanArgs& ssd,
+                               const BatchLayout& batch) {
+    conv1d_silu(xbc, conv_w, conv_bias, conv_state, batch, conv_out);
+    mamba2_ssd(ssd, batch);
+  }
   // Mamba-2 gated RMSNorm (norm_before_gate = false): g = y * silu(z); out = rmsnorm of g over each group of
   // `group_size` channels, times w. y, z (strided), out: [T, d_inner]; w: [d_inner].
   virtual void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size,

@@ -74,8 +74,8 @@ void mamba2_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const
   const Device dev = be.device();
   const int64_t di = c.d_inner, conv_ch = c.conv_channels();
   TensorView xbc = Workspace::f32(ws.conv, dev, T, conv_ch);
-  be.conv1d_silu(zxbcdt.cols(di, conv_ch), w.conv, w.conv_bias, cache.conv, batch, xbc);
-  be.mamba2_ssd(mamba2_scan_args(c, w, cache, zxbcdt, xbc, y), batch);
+  be.mamba2_conv_ssd(zxbcdt.cols(di, conv_ch), w.conv, w.conv_bias, cache.conv, xbc,
+                     mamba2_scan_args(c, w, cache, zxbcdt, xbc, y), batch);
 }
 
 }  // namespace

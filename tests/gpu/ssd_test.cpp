@@ -21,6 +21,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <limits>
 #include <vector>
 
@@ -252,6 +253,63 @@ TEST(CudaMamba2Ssd, FastPrecisionRoundsItsOperands) {
   std::printf("[fast ssd] fast vs exact: %.2e\n", d);
   EXPECT_GT(d, 1e-4);
   EXPECT_LT(d, kFastTol);
+}
+
+// mamba2_conv_ssd (the CUDA backend fuses conv1d into the fast SSD: conv1d writes the SSD's bf16 x, B, C) gives the
+// bits of conv1d_silu then mamba2_ssd, for y, the SSD state and the conv state. Multi-token batches take the fused
+// path (its conv output is left unwritten: still NaN, which also shows the path ran); a batch with a single-token
+// sequence keeps the two steps.
+TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheTwoOps) {
+  MAMBACPP_REQUIRE_GPU();
+  struct Case {
+    SsdCase cs;
+    bool fused;
+  };
+  SsdCase two_groups{4, 64, 128, 2, 128, {300, 2}, {0, 1}, 2, DType::BF16};
+  for (const Case& c : {Case{{4, 64, 128, 1, 256, {600, 257, 3}, {1, 0, 2}, 3}, true}, Case{two_groups, true},
+                        Case{{4, 64, 128, 1, 256, {300, 1, 40}, {2, 0, 1}, 3}, false}}) {
+    const SsdCase& cs = c.cs;
+    auto be = make_cuda_backend(DType::BF16, Precision::Fast);
+    DeviceArena arena(*be);
+    const SsdInputs in = make_inputs(cs, 61);
+    Rng rng(62);
+    const int64_t W = in.W, K = 4, HP = cs.H * cs.P, GN = cs.G * cs.N;
+    const std::vector<float> conv_w = rng.vec(W * K, -0.6f, 0.6f), conv_b = rng.vec(W, -0.3f, 0.3f);
+    const std::vector<float> conv_state0 = rng.vec(cs.n_slots * W * (K - 1), -1.5f, 1.5f);
+    BatchLayout batch = make_batch(cs.lens, cs.slots);
+    be->prepare_batch(batch);
+    std::vector<float> y[2], state[2], conv_state[2], conv_out[2];
+    for (int fused = 0; fused < 2; ++fused) {
+      TensorView xin = arena.upload(in.xBC, DType::F32, {in.T, W});
+      TensorView cw = arena.upload(conv_w, DType::F32, {W, 1, K}), cb = arena.upload(conv_b, DType::F32, {W});
+      TensorView cstate = arena.upload(conv_state0, DType::F32, {cs.n_slots, W, K - 1});
+      TensorView out = arena.poisoned({in.T, W});
+      Mamba2ScanArgs a = device_args(cs, in, arena);
+      a.x = out.cols(0, HP);
+      a.B = out.cols(HP, GN);
+      a.C = out.cols(HP + GN, GN);
+      if (fused) {
+        be->mamba2_conv_ssd(xin, cw, cb, cstate, out, a, batch);
+      } else {
+        be->conv1d_silu(xin, cw, cb, cstate, batch, out);
+        be->mamba2_ssd(a, batch);
+      }
+      y[fused] = arena.download(a.y);
+      state[fused] = arena.download(a.state);
+      conv_state[fused] = arena.download(cstate);
+      conv_out[fused] = arena.download(out);
+    }
+    auto same_bits = [](const std::vector<float>& u, const std::vector<float>& v) {
+      return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
+    };
+    EXPECT_TRUE(std::none_of(y[0].begin(), y[0].end(), [](float v) { return std::isnan(v); }));
+    EXPECT_TRUE(same_bits(y[0], y[1])) << "lens " << cs.lens.size();
+    EXPECT_TRUE(same_bits(state[0], state[1]));
+    EXPECT_TRUE(same_bits(conv_state[0], conv_state[1]));
+    const bool out_written =
+        std::none_of(conv_out[1].begin(), conv_out[1].end(), [](float v) { return std::isnan(v); });
+    EXPECT_EQ(out_written, !c.fused) << "the fused path leaves the f32 conv output unwritten";
+  }
 }
 
 // The same inputs through the CPU backend: both implement the same contract.

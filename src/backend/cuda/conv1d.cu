@@ -39,6 +39,31 @@ __global__ void conv_out_kernel(Conv1dLaunch p) {
 constexpr int kWinMaxK = 4;
 constexpr int kWinTokens = 16;
 
+// Where channel c's outputs go: f32 `out`, or (out16 set) its bf16 tensor; one choice per thread.
+struct ConvSink {
+  float* f32 = nullptr;
+  uint16_t* b16 = nullptr;
+  int64_t stride = 0;
+  __device__ ConvSink(const Conv1dLaunch& p, int64_t c) {
+    if (!p.out16[0]) {
+      f32 = p.out.data + c;
+      stride = p.out.stride;
+    } else {
+      const int part = c < p.split[0] ? 0 : c < p.split[1] ? 1 : 2;
+      const int64_t begin = part == 0 ? 0 : p.split[part - 1];
+      const int64_t end = part == 2 ? p.C : p.split[part];
+      b16 = p.out16[part] + (c - begin);
+      stride = end - begin;
+    }
+  }
+  __device__ void store(int64_t t, float v) const {
+    if (b16)
+      b16[t * stride] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
+    else
+      f32[t * stride] = v;
+  }
+};
+
 // grid (ceil(C / kThreads), ceil(T / kWinTokens)).
 __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch p) {
   const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
@@ -49,6 +74,7 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
 #pragma unroll
   for (int k = 0; k < kWinMaxK; ++k) w[k] = k < K ? load_f(p.w.data, p.w.dtype, c * K + k) : 0.0f;
   const float b = p.bias.data ? load_f(p.bias.data, p.bias.dtype, c) : 0.0f;
+  const ConvSink sink(p, c);
   // xw[u] = x[t0 - S + u]: the window of inputs the block's tokens read (rows outside [0, T) never used).
   float xw[kWinTokens + kWinMaxK - 1];
 #pragma unroll
@@ -68,7 +94,7 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
 #pragma unroll
       for (int k = 0; k < kWinMaxK; ++k)
         if (k < K) acc += w[k] * xw[v + k];
-      p.out.data[(t0 + v) * p.out.stride + c] = silu_f(acc);
+      sink.store(t0 + v, silu_f(acc));
     }
     return;
   }
@@ -90,7 +116,7 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
         acc += w[k] * val;
       }
     }
-    p.out.data[t * p.out.stride + c] = silu_f(acc);
+    sink.store(t, silu_f(acc));
   }
 }
 
@@ -143,6 +169,10 @@ unsigned blocks_for(int64_t n) {
 }
 
 }  // namespace
+
+bool conv1d_bf16_outputs_supported(const Conv1dLaunch& p) {
+  return !p.all_single && p.K >= 1 && p.K <= kWinMaxK && (p.T + kWinTokens - 1) / kWinTokens <= 65535;
+}
 
 void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream) {
   if (p.T <= 0 || p.C <= 0) return;

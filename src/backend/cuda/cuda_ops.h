@@ -78,8 +78,16 @@ struct Conv1dLaunch {
   const int32_t* token_seq = nullptr; // device, [T]: sequence index of each token (-1: none)
   int64_t n_seqs = 0;
   bool all_single = false;  // every sequence has one token (decode): one kernel reads and shifts the state
+  // Optional (conv1d_bf16_outputs_supported): the outputs rounded to bf16 (raw bits) into three row-major tensors
+  // instead of `out`: channels [0, split[0]) -> out16[0], [split[0], split[1]) -> out16[1], the rest -> out16[2]
+  // (Mamba-2's x, B, C as the fast SSD kernels read them).
+  uint16_t* out16[3] = {nullptr, nullptr, nullptr};
+  int64_t split[2] = {0, 0};
 };
 void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream);
+// Whether launch_conv1d_silu can write the bf16 outputs for this launch (a multi-token batch on the window kernel);
+// the caller asks before setting out16.
+bool conv1d_bf16_outputs_supported(const Conv1dLaunch& p);
 
 // ---- mamba1_scan.cu ---------------------------------------------------------------------------------------------
 struct Mamba1Launch {
@@ -145,6 +153,8 @@ struct Mamba2Launch {
   // with f32 accumulation (mamba2_ssd_fast.cu); false: the near-f32 hi/lo products. The step kernel ignores it.
   bool fast = false;
   bool has_single_seqs = false;  // fast chunked path: some sequences have one token (they take the step kernel)
+  // Fast chunked path: conv1d already wrote SsdScratch's bf16 x, B, C (Conv1dLaunch::out16); x, B, C unset.
+  bool inputs_bf16 = false;
 };
 
 // Every sequence has length 1: the recurrent step, one block per (sequence, head).
@@ -168,6 +178,8 @@ struct SsdScratch {
   float* cum2 = nullptr;
   float* w2 = nullptr;
 };
+// Whether launch_mamba2_chunked takes the fast kernels (mamba2_ssd_fast.cu) for this launch.
+bool ssd_fast_path(const Mamba2Launch& p);
 // Multi-token batches: chunked SSD over the chunk table (device: chunks [n_chunks], seq_chunks [n_seqs]).
 void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                            const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream);

@@ -552,6 +552,10 @@ void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream) {
                    dim3(kThreads), stream, p);
 }
 
+bool ssd_fast_path(const Mamba2Launch& p) {
+  return p.fast && ssd_tc_supported(p) && p.chunk_size <= kSsdFastMaxChunk;
+}
+
 void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                            const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream) {
   if (n_chunks <= 0 || p.n_heads <= 0) return;
@@ -559,7 +563,7 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
   const bool tensor_cores = ssd_tc_supported(p);  // steps 2 and 4 on tensor cores (mamba2_ssd_tc.cu)
   // Fast precision on the tensor-core path: bf16 operands, one product each (mamba2_ssd_fast.cu); the state pass
   // then also writes the entering states' bf16 copy.
-  const bool fast = tensor_cores && p.fast && p.chunk_size <= kSsdFastMaxChunk;
+  const bool fast = ssd_fast_path(p);
   SsdScratch sc = scratch;
   if (!fast) {
     sc.x16 = sc.B16 = sc.C16 = sc.states16 = nullptr;
@@ -576,7 +580,7 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
     // No state: y = D * x only (ssd_chunk_output's carried-in and intra-chunk terms are empty sums).
   } else {
     if (fast) {
-      launch_ssd_round_inputs(p, sc, stream);  // the bf16 x, B, C the fast kernels read
+      if (!p.inputs_bf16) launch_ssd_round_inputs(p, sc, stream);  // the bf16 x, B, C the fast kernels read
       launch_ssd_chunk_scores_fast(p, chunks, n_chunks, sc, stream);
       launch_ssd_chunk_state_fast(p, chunks, n_chunks, sc, stream);
     } else if (tensor_cores) {

@@ -10,7 +10,7 @@
 // Chunk state likewise, from the same bf16 copies (x times w_j rounded once more in registers).
 //
 // Error model (fast mode): x, B, C, H_in and the scaled scores are each rounded once to bf16 (relative 2^-9); a
-// term of y carries at most three such roundings (C.B^T, the score, x; or C, H_in), a term of a chunk's state three
+// term of y carries at most three such roundings (C.B^T, the score, x; or C, H_in; D x one), a chunk's state three
 // (x, x w, B) -> <= ~3 * 2^-9 = 6e-3 of its magnitude, and far less in the max-norm of y, since the rounding errors of
 // the 64..256 terms of each dot product are independent (tests/gpu/ssd_test.cpp states the bound it checks). The
 // decays are exp2 of f32 sums of the log2-scaled cumulative sums (SsdScratch::cum2, w2; S summed in f64 first): an
@@ -360,28 +360,22 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
     }
   }
 
-  // y = acc + D x (x in f32): all loads first, then the stores (y and x may alias as far as the compiler knows). A
-  // thread's accumulators come in pairs of neighbouring columns (e, e + 1): one 8-byte access each where the rows
+  // y = acc + D x, x from its bf16 copy (the copy is all there is when conv1d wrote it, Mamba2Launch::inputs_bf16;
+  // the same either way, so a prompt's bits do not depend on which path its batch took). A thread's accumulators
+  // come in pairs of neighbouring columns (e, e + 1): one 4-byte load and one 8-byte store each where y's rows
   // allow (head_dim is even here; element accesses left half of every 32-byte sector to the next instruction).
   const float Dh = load_f(p.D.data, p.D.dtype, h);
-  const bool pairs = ((p.x.stride | p.y.stride) & 1) == 0 &&
-                     ((reinterpret_cast<uintptr_t>(p.x.data) | reinterpret_cast<uintptr_t>(p.y.data)) & 7) == 0;
-  const int64_t x_off = (ch.start + i0) * p.x.stride + h * P + p0, y_off = (ch.start + i0) * p.y.stride + h * P + p0;
+  const bool pairs = (p.y.stride & 1) == 0 && (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0;
+  const int64_t x_off = (ch.start + i0) * HP + h * P + p0, y_off = (ch.start + i0) * p.y.stride + h * P + p0;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {
       const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q;
       if (r >= rows_i || c >= cols_p) continue;
-      const float* xr = p.x.data + x_off + r * p.x.stride + c;
-      if (pairs) {
-        const float2 v = *reinterpret_cast<const float2*>(xr);
-        acc[nt][e] += Dh * v.x;
-        acc[nt][e + 1] += Dh * v.y;
-      } else {
-        acc[nt][e] += Dh * xr[0];
-        acc[nt][e + 1] += Dh * xr[1];
-      }
+      const uint32_t v = *reinterpret_cast<const uint32_t*>(sc.x16 + x_off + r * HP + c);  // HP and c even
+      acc[nt][e] += Dh * __uint_as_float(v << 16);
+      acc[nt][e + 1] += Dh * __uint_as_float(v & 0xffff0000u);
     }
   }
 #pragma unroll
