@@ -2,8 +2,9 @@
 // exact hi/lo version of the same product structure):
 //   y_i = exp(S_i) C_i . H_in^T  +  sum_{j<=i} [exp(S_i - S_j) dt_j (C_i . B_j)] x_j  +  D x_i
 // with every matrix operand in bf16 and one tensor-core product (mma.sync m16n8k16, f32 accumulation), as
-// mamba_ssm's kernels compute. Operands come from bf16 copies made once per call (ssd_round_inputs_kernel; the state
-// pass writes the entering states' copy), so every tile is a plain 16-byte asynchronous copy (cp.async) into shared
+// mamba_ssm's kernels compute. Operands come from bf16 copies made once per call (by conv1d itself when the backend
+// fuses it, Mamba2Launch::inputs_bf16, else ssd_round_inputs_kernel; the state pass writes the entering states'
+// copy), so every tile is a plain 16-byte asynchronous copy (cp.async) into shared
 // memory, and the next source tile's copy runs while the current one is multiplied (two buffers). The exact kernel
 // stages f32 tiles synchronously, splitting each element as it goes: ~23 dependent global round trips per block.
 //
