@@ -419,7 +419,7 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
   __shared__ __align__(16) __nv_bfloat16 bs[2][kT * kXPitch];  // [j][n]
   __shared__ double run_totals[kStateThreads / 32];
   __shared__ float cum2_last;
-  extern __shared__ __align__(16) float w_s[];  // [steps * kT]: dt_j, then w2_j, then w_j (0 past the chunk)
+  extern __shared__ __align__(16) float w_s[];  // [steps * kT]: w2_j, then w_j (0 past the chunk)
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, q = lane & 3;
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
