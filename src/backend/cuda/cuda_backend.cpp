@@ -527,11 +527,13 @@ class CudaBackend final : public Backend {
     const int64_t n_chunks = upload_chunk_table(batch, p.chunk_size);
     need(n_chunks <= INT_MAX && H <= 65535, "mamba2_ssd: too many chunks/heads for one launch");
     SsdScratch sc;
-    sc.dt = static_cast<float*>(grow(ssd_dt_, static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(float)));
-    sc.cum = static_cast<double*>(grow(ssd_cum_, static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(double)));
     sc.chunk_states = static_cast<float*>(
         grow(ssd_states_, static_cast<size_t>(std::max<int64_t>(n_chunks * H * P * N, 1)) * sizeof(float)));
-    if (p.fast) {  // bf16 copies of x, B, C and of the entering states (mamba2_ssd_fast.cu)
+    if (!ssd_fast_path(p)) {  // dt and the f64 cumulative sums (the fast kernels keep theirs in cum2 and w2)
+      sc.dt = static_cast<float*>(grow(ssd_dt_, static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(float)));
+      sc.cum =
+          static_cast<double*>(grow(ssd_cum_, static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(double)));
+    } else {  // bf16 copies of x, B, C and of the entering states, the scores, the f32 decays (mamba2_ssd_fast.cu)
       auto part = [](int64_t elems) { return align(static_cast<size_t>(std::max<int64_t>(elems, 1)) * 2); };
       const size_t bx = part(T * H * P), bg = part(T * G * N), bs = part(n_chunks * H * P * N);
       const size_t bscores = align(static_cast<size_t>(std::max<int64_t>(n_score_tiles_ * G, 1)) * kSsdFastTile *

@@ -162,8 +162,10 @@ void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream);
 
 // Scratch for the chunked path (device): dt after softplus/clamp [T, n_heads] f32, the in-chunk inclusive cumsum of
 // dt * A [T, n_heads] f64, and one [head_dim, d_state] state per (chunk, head) in f32.
-// Fast precision adds bf16 copies (raw bits) of x [T, n_heads * head_dim], B and C [T, n_groups * d_state] and of
-// the state entering each chunk [n_chunks, n_heads, head_dim, d_state].
+// The fast kernels (ssd_fast_path) take bf16 copies (raw bits) of x [T, n_heads * head_dim], B and C
+// [T, n_groups * d_state] and of the state entering each chunk [n_chunks, n_heads, head_dim, d_state], the scores
+// and cum2/w2 instead of dt and cum; the kernels tell the paths apart by which pointers are set, so the caller sets
+// exactly those of the path ssd_fast_path names.
 struct SsdScratch {
   float* dt = nullptr;
   double* cum = nullptr;

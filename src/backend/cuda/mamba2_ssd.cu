@@ -557,22 +557,14 @@ bool ssd_fast_path(const Mamba2Launch& p) {
 }
 
 void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
-                           const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream) {
+                           const SsdSeqChunks* seq_chunks, const SsdScratch& sc, cudaStream_t stream) {
   if (n_chunks <= 0 || p.n_heads <= 0) return;
   const unsigned nc = static_cast<unsigned>(n_chunks), nh = static_cast<unsigned>(p.n_heads);
   const bool tensor_cores = ssd_tc_supported(p);  // steps 2 and 4 on tensor cores (mamba2_ssd_tc.cu)
   // Fast precision on the tensor-core path: bf16 operands, one product each (mamba2_ssd_fast.cu); the state pass
   // then also writes the entering states' bf16 copy.
   const bool fast = ssd_fast_path(p);
-  SsdScratch sc = scratch;
-  if (!fast) {
-    sc.x16 = sc.B16 = sc.C16 = sc.states16 = nullptr;
-    sc.scores = sc.cum2 = sc.w2 = nullptr;
-  } else {
-    sc.dt = nullptr;  // the fast kernels' decays are cum2 and w2, written by the chunk state kernel
-    sc.cum = nullptr;
-  }
-  if (!fast) {
+  if (!fast) {  // the fast kernels' decays are cum2 and w2, written by the chunk state kernel
     ssd_cumsum_kernel<<<dim3(nc, cdiv(p.n_heads, 32)), kCumThreads, 0, stream>>>(p, chunks, sc);
     MAMBACPP_CUDA_LAUNCHED();
   }
