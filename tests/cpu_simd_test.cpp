@@ -12,6 +12,7 @@
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <random>
 #include <string>
 #include <vector>
@@ -300,6 +301,44 @@ TEST(CpuSimd, Mamba1StepMatchesFp64) {
                                8 * kU * std::fabs(want);
           EXPECT_LE(std::fabs(y[static_cast<size_t>(c)] - want), bound) << "y " << c;
         }
+      }
+    }
+  });
+}
+
+// argmax_first against the scalar scan it replaced in select_top_k (strictly greater wins, so the lowest index of a
+// tie; -0 == +0; -inf never picked; the first NaN or +inf reported), over lengths with every tail.
+TEST(CpuSimd, ArgmaxFirstMatchesTheScalarScan) {
+  constexpr float kInf = std::numeric_limits<float>::infinity();
+  auto reference = [&](const std::vector<float>& x, int64_t* bad, int64_t* best) {
+    *bad = *best = -1;
+    for (size_t i = 0; i < x.size(); ++i)
+      if (std::isnan(x[i]) || x[i] == kInf) {
+        *bad = static_cast<int64_t>(i);
+        return;
+      }
+    for (size_t i = 0; i < x.size(); ++i)
+      if (x[i] != -kInf && (*best < 0 || x[i] > x[static_cast<size_t>(*best)])) *best = static_cast<int64_t>(i);
+  };
+  on_every_target([&] {
+    std::mt19937_64 rng(7);
+    for (int64_t n = 0; n <= 70; ++n) {
+      for (int variant = 0; variant < 8; ++variant) {
+        // Few distinct values, so ties are common; variants add -inf everywhere, zeros of both signs, a NaN or +inf.
+        std::vector<float> x(static_cast<size_t>(n));
+        for (auto& v : x) v = static_cast<float>(static_cast<int>(rng() % 5)) - 2.0f;
+        for (auto& v : x) {
+          if (variant == 1 || variant == 2) v = -kInf;
+          if (variant == 3 && v > 0.0f) v = rng() % 2 ? 0.0f : -0.0f;
+        }
+        if (variant == 2 && n > 0) x[rng() % x.size()] = -0.0f;
+        if (variant >= 4 && n > 0) x[rng() % x.size()] = variant % 2 ? kInf : std::nanf("");
+        if (variant == 6 && n > 0) x[rng() % x.size()] = std::nanf("");
+        int64_t bad, best, want_bad, want_best;
+        simd::argmax_first(x.data(), n, &bad, &best);
+        reference(x, &want_bad, &want_best);
+        EXPECT_EQ(bad, want_bad) << "n " << n << " variant " << variant;
+        EXPECT_EQ(best, want_best) << "n " << n << " variant " << variant;
       }
     }
   });

@@ -1,5 +1,5 @@
 // The CPU backend's select_top_k: per row, the repetition penalty in place, the bad-logit check, then the k best
-// (logit descending, id ascending) by a partial sort, or a plain scan for k = 1. Rows run in parallel.
+// (logit descending, id ascending) by a partial sort, or a vector argmax for k = 1. Rows run in parallel.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 
 namespace mambacpp::cpu {
@@ -14,25 +15,20 @@ namespace mambacpp::cpu {
 namespace {
 
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
-constexpr float kPosInf = std::numeric_limits<float>::infinity();
 
 void select_row(float* row, int64_t limit, const TopKRequest& q, TopKCandidates& out) {
   out = TopKCandidates{};
   if (q.repeat_penalty != 1.0f)
     for (int32_t id : q.penalized)
       if (id < limit) row[id] = row[id] > 0.0f ? row[id] / q.repeat_penalty : row[id] * q.repeat_penalty;
-  for (int64_t i = 0; i < limit; ++i) {
-    if (std::isnan(row[i]) || row[i] == kPosInf) {
-      out.bad_id = static_cast<int32_t>(i);
-      out.bad_value = row[i];
-      return;
-    }
+  int64_t bad, best;
+  simd::argmax_first(row, limit, &bad, &best);
+  if (bad >= 0) {
+    out.bad_id = static_cast<int32_t>(bad);
+    out.bad_value = row[bad];
+    return;
   }
-  if (q.k == 1) {
-    // Strictly greater: the lowest id wins ties (and -0 == +0 is a tie).
-    int64_t best = -1;
-    for (int64_t i = 0; i < limit; ++i)
-      if (row[i] != kNegInf && (best < 0 || row[i] > row[best])) best = i;
+  if (q.k == 1) {  // the lowest id wins ties (and -0 == +0 is a tie)
     if (best >= 0) {
       out.ids.push_back(static_cast<int32_t>(best));
       out.logits.push_back(row[best]);

@@ -56,4 +56,8 @@ void neg_exp_rows(const float* A_log, int64_t rows, int64_t N, float* A);
 void mamba1_scan_token(float* h, const float* x, const float* dt_raw, const float* dt_bias, const float* A,
                        const float* B, const float* C, const float* D, const float* z, int64_t n, int64_t N, float* y);
 
+// Over x[0, n): *bad = the first index holding NaN or +inf (then *best = -1), else -1 and *best = the lowest index of
+// the largest value, -0 and +0 equal, or -1 when every value is -inf (or n == 0).
+void argmax_first(const float* x, int64_t n, int64_t* bad, int64_t* best);
+
 }  // namespace mambacpp::cpu::simd
