@@ -1,16 +1,16 @@
 #!/usr/bin/env bash
 # Where a prefill layer's time goes, GEMMs included: Nsight Compute times every launch of one prompt's prefill
-# (`mambacpp bench -p P -g 1 -r 1`, the warm-up run's prefill), then the launches are cut into layers at each block
-# RMSNorm and every kernel's median over the layers is printed with the layer's total. The load-time launches (weight
-# conversions, the pinned GEMM plans' probes: more than 4,100 at mamba2-2.7b) are skipped first; if the window holds
-# no prefill kernel the script says so (raise SKIP).
-# Usage: gpu_prefill_profile.sh MAMBACPP [SHAPE] [PROMPT] [LOGDIR]   env: SKIP (6000), COUNT (1800)
+# (`mambacpp bench -p P -g 1 -r 1`), then the launches are cut into layers at each block RMSNorm and every kernel's
+# median over the layers is printed with the layer's total. The window opens at the second chunked SSD call (the CUDA
+# backend's MAMBACPP_PROFILE_AFTER_SSD, with ncu's --profile-from-start off): past the load-time launches (weight
+# conversions) and the first layer, whose GEMMs probe their plans (gemm_lt.h), so every layer in it is a steady one.
+# Usage: gpu_prefill_profile.sh MAMBACPP [SHAPE] [PROMPT] [LOGDIR]   env: COUNT (launches, 1000), AFTER_SSD (2)
 set -uo pipefail
 cli=$1 shape=${2:-mamba2-2.7b} prompt=${3:-8192} log=${4:-${OUT:-/tmp}}
 ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 csv="$log/ncu_prefill_${shape}_p$prompt.csv"
-timeout "${TIMEOUT:-300}" "$ncu_bin" --clock-control none --metrics gpu__time_duration.sum --csv --page raw \
-  --launch-skip "${SKIP:-6000}" --launch-count "${COUNT:-1800}" \
+MAMBACPP_PROFILE_AFTER_SSD=${AFTER_SSD:-2} timeout "${TIMEOUT:-300}" "$ncu_bin" --profile-from-start off \
+  --clock-control none --metrics gpu__time_duration.sum --csv --page raw --launch-count "${COUNT:-1000}" \
   "$cli" bench --device cuda -g 1 -r 1 --shape "$shape" -p "$prompt" >"$csv" 2>"$csv.err"
 echo "ncu rc=$? ($csv)"
 python3 - "$csv" "$prompt" <<'PY'
@@ -27,7 +27,7 @@ launches = [(r[name_i], r[grid_i], float(r[dur_i].replace(",", "")) * scale) for
 # A layer starts at its block RMSNorm (the norm written as in_proj's bf16 input).
 starts = [i for i, (n, _, _) in enumerate(launches) if "rmsnorm" in n and "<0" in n]
 if len(starts) < 3:
-    sys.exit(f"{len(launches)} launches, {len(starts)} layer starts: no prefill in the window (raise SKIP)")
+    sys.exit(f"{len(launches)} launches, {len(starts)} layer starts: no prefill in the window")
 layers = [launches[a:b] for a, b in zip(starts, starts[1:])]
 shape = [n for n, _, _ in layers[0]]
 same = [l for l in layers if [n for n, _, _ in l] == shape]  # the middle layers (the last one runs into the head)

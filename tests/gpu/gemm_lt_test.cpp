@@ -1,8 +1,10 @@
-// The pinned cuBLASLt plans (backend/cuda/gemm_lt.h): a row's result is the same bits at every T, across the switch
-// from the decode plan (T < kWideMinT) to the wide variant chosen for prefill pieces, with beta = 0 and with beta = 1
-// (the residual accumulated into y), and over the blocks of rows a split-K plan runs in where it cannot run whole.
+// The pinned cuBLASLt plans (backend/cuda/gemm_lt.h): a row's result is the same bits at every T, with beta = 0 and
+// with beta = 1 (the residual accumulated into y). Decode plans: across the switch from the decode tiles
+// (T < kWideMinT) to the wide variant chosen for long batches, and over the blocks of rows a split-K plan runs in
+// where it cannot run whole. Prefill plans: from one-row prompts' T = 2 up to a piece of 2,048 rows.
 // The shapes are mamba2-2.7b's in_proj and out_proj, mamba-2.8b's x_proj and two odd ones; on the project's H200 a
-// wide variant exists for in_proj (asserted: otherwise the switch is not what is tested).
+// wide variant exists for in_proj (asserted: otherwise the switch is not what is tested), and every shape has a
+// prefill plan.
 #include <cuda_bf16.h>
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
@@ -25,8 +27,9 @@ struct DeviceVec {
   ~DeviceVec() { cudaFree(p); }
 };
 
-TEST(CudaLtMatmul, PinnedRowsAreTheSameBitsOnTheDecodeAndTheWidePlans) {
+TEST(CudaLtMatmul, PinnedRowsAreTheSameBitsAtEveryT) {
   MAMBACPP_REQUIRE_GPU();
+  using Pin = cuda::LtMatmul::Pin;
   struct Shape { int out, in; bool wide_expected; };
   constexpr size_t kWs = size_t(32) << 20;
   DeviceVec<char> ws(kWs);
@@ -47,29 +50,33 @@ TEST(CudaLtMatmul, PinnedRowsAreTheSameBitsOnTheDecodeAndTheWidePlans) {
     DeviceVec<float> y(init.size());
     ASSERT_EQ(cudaSuccess, cudaMemcpy(w.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
     ASSERT_EQ(cudaSuccess, cudaMemcpy(x.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
-    for (const float beta : {0.0f, 1.0f}) {
-      SCOPED_TRACE("beta " + std::to_string(beta));
-      // y = x[0:T] . w^T + beta * init[0:T], back on the host.
-      auto rows = [&](int T) {
-        EXPECT_EQ(cudaSuccess, cudaMemcpy(y.p, init.data(), size_t(T) * sh.out * 4, cudaMemcpyHostToDevice));
-        lt.run(nullptr, ws.p, kWs, CUDA_R_16BF, w.p, x.p, y.p, sh.out, T, sh.in, sh.out, beta, /*pinned=*/true);
-        std::vector<float> h(size_t(T) * sh.out);
-        EXPECT_EQ(cudaSuccess, cudaMemcpy(h.data(), y.p, h.size() * 4, cudaMemcpyDeviceToHost));
-        return h;
-      };
-      const auto full = rows(Tmax);  // the wide plan where one exists
-      for (int T : {1, 7, 64, 511, 512, 700, 1500}) {
-        const auto got = rows(T);
-        ASSERT_EQ(0, std::memcmp(got.data(), full.data(), got.size() * sizeof(float))) << "T = " << T;
+    for (const Pin pin : {Pin::Decode, Pin::Prefill})
+      for (const float beta : {0.0f, 1.0f}) {
+        SCOPED_TRACE(std::string(pin == Pin::Decode ? "decode" : "prefill") + " beta " + std::to_string(beta));
+        // y = x[0:T] . w^T + beta * init[0:T], back on the host.
+        auto rows = [&](int T) {
+          EXPECT_EQ(cudaSuccess, cudaMemcpy(y.p, init.data(), size_t(T) * sh.out * 4, cudaMemcpyHostToDevice));
+          lt.run(nullptr, ws.p, kWs, CUDA_R_16BF, w.p, x.p, y.p, sh.out, T, sh.in, sh.out, beta, pin);
+          std::vector<float> h(size_t(T) * sh.out);
+          EXPECT_EQ(cudaSuccess, cudaMemcpy(h.data(), y.p, h.size() * 4, cudaMemcpyDeviceToHost));
+          return h;
+        };
+        const auto full = rows(Tmax);  // the wide plan where one exists
+        for (int T : {1, 2, 7, 64, 511, 512, 700, 1500}) {
+          const auto got = rows(T);
+          ASSERT_EQ(0, std::memcmp(got.data(), full.data(), got.size() * sizeof(float))) << "T = " << T;
+        }
       }
-    }
     expected_wide += sh.wide_expected;
-    std::printf("[lt] %d x %d: so far wide plans chosen %lld, rejected %lld; blocked plans %lld, fallbacks %lld\n",
+    std::printf("[lt] %d x %d: so far wide plans chosen %lld, rejected %lld; prefill plans %lld; blocked plans "
+                "%lld, fallbacks %lld\n",
                 sh.out, sh.in, static_cast<long long>(lt.wide_chosen()), static_cast<long long>(lt.wide_rejected()),
-                static_cast<long long>(lt.pinned_blocked()), static_cast<long long>(lt.pinned_fallbacks()));
+                static_cast<long long>(lt.prefill_chosen()), static_cast<long long>(lt.pinned_blocked()),
+                static_cast<long long>(lt.pinned_fallbacks()));
   }
   EXPECT_GE(lt.wide_chosen(), expected_wide);
   EXPECT_EQ(lt.wide_chosen() + lt.wide_rejected(), 5);
+  EXPECT_EQ(lt.prefill_chosen(), 5);
   EXPECT_EQ(lt.pinned_fallbacks(), 0);
 }
 

@@ -19,6 +19,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/gemm_lt.h"
 #include "gpu/gpu_test_util.h"
 #include "mambacpp/model.h"
 #include "support/test_support.h"
@@ -83,7 +84,10 @@ TEST(CudaFastLinear, RowsAreTheSameBitsAtEveryBatchSizeAndMatchTheRoundedProduct
 // - Against fp64 over the host's rounding of the fp64 norm: an activation near a rounding boundary may round the
 //   other way (the kernel's rsqrtf is not the host's), 2^-8 of one product, so 2e-3 of max|y| as in
 //   fast_fused_linear_test.cpp.
-// - Row t is the same bits in a piece of T rows as alone (a one-row decode batch: the same kernels).
+// - Row t is the same bits in a prompt of T rows as in a longer one, and as a one-token sequence in a decode batch
+//   of any size; in a forward that mixes prompts and one-token sequences each row keeps its kind's bits (prompts of
+//   kPrefillMinRows tokens and more run on the prefill plan; shorter ones, one-token rows and the plain linear op on
+//   the decode plan: gemm_lt.h).
 TEST(CudaFastFusedLinear, PrefillRowsFoldTheNormsAndEqualThePlainOps) {
   MAMBACPP_REQUIRE_GPU();
   struct Shape { int64_t out, in, group; bool gate, accumulate; int64_t x_width; };
@@ -106,7 +110,9 @@ TEST(CudaFastFusedLinear, PrefillRowsFoldTheNormsAndEqualThePlainOps) {
     TensorView nwv = arena.upload(nw, DType::F32, {sh.in});
     TensorView xv = arena.upload_strided(x, Tmax, sh.in, sh.x_width, 0);
     TensorView zv = arena.upload_strided(z, Tmax, sh.in, sh.x_width, 0);
-    auto run = [&](int64_t T) {
+    // The first T rows as a batch of `seqs` (lengths summing to T; empty: one sequence of T rows).
+    auto run = [&](int64_t T, std::vector<int64_t> seqs = {}) {
+      if (seqs.empty()) seqs = {T};
       FusedLinearArgs a;
       a.x = xv.rows(0, T);
       if (sh.gate) a.gate = zv.rows(0, T);
@@ -119,13 +125,19 @@ TEST(CudaFastFusedLinear, PrefillRowsFoldTheNormsAndEqualThePlainOps) {
                           : arena.poisoned({T, sh.out});
       a.accumulate = sh.accumulate;
       BatchLayout batch;
-      batch.seqs.push_back({0, T, 0});
+      for (int64_t start = 0; const int64_t len : seqs) {
+        batch.seqs.push_back({start, len, static_cast<int64_t>(batch.seqs.size())});
+        start += len;
+      }
       batch.total_tokens = T;
       EXPECT_TRUE(be->supports_fused_linear(a, batch)) << "T " << T;
       be->fused_linear(a, batch);
       return arena.download(a.y);
     };
-    const auto full = run(Tmax);
+    static_assert(Tmax >= cuda::LtMatmul::kPrefillMinRows);
+    const auto full = run(Tmax);  // a long prompt's rows: the prefill plan
+    // One-token sequences' rows: the decode plan (gemm_lt.h), which the plain linear op runs on too.
+    const auto full_decode = run(Tmax, std::vector<int64_t>(Tmax, 1));
 
     // The plain ops on the same inputs.
     TensorView normed = arena.poisoned({Tmax, sh.in});
@@ -139,9 +151,9 @@ TEST(CudaFastFusedLinear, PrefillRowsFoldTheNormsAndEqualThePlainOps) {
     if (sh.accumulate) be->add_inplace(plain, prod);
     const auto want = arena.download(sh.accumulate ? plain : prod);
     if (sh.accumulate) {
-      EXPECT_LT(gputest::rel_err(full, gputest::to_double(want)), 1e-6);
+      EXPECT_LT(gputest::rel_err(full_decode, gputest::to_double(want)), 1e-6);
     } else {
-      ASSERT_EQ(0, std::memcmp(full.data(), want.data(), full.size() * sizeof(float)));
+      ASSERT_EQ(0, std::memcmp(full_decode.data(), want.data(), full.size() * sizeof(float)));
     }
 
     // fp64 over the host-rounded activations.
@@ -156,10 +168,30 @@ TEST(CudaFastFusedLinear, PrefillRowsFoldTheNormsAndEqualThePlainOps) {
         ref[t * sh.out + o] = acc;
       }
     EXPECT_LT(gputest::rel_err(full, ref), 2e-3);
+    EXPECT_LT(gputest::rel_err(full_decode, ref), 2e-3);
 
-    for (int64_t T : {1, 3, 257, 300}) {
+    const size_t row = static_cast<size_t>(sh.out);
+    constexpr int64_t kLong = cuda::LtMatmul::kPrefillMinRows;
+    for (int64_t T : {kLong, kLong + 1, int64_t{511}}) {
       const auto got = run(T);
-      ASSERT_EQ(0, std::memcmp(got.data(), full.data(), got.size() * sizeof(float))) << "T = " << T;
+      ASSERT_EQ(0, std::memcmp(got.data(), full.data(), got.size() * sizeof(float))) << "prompt of " << T;
+    }
+    for (int64_t T : {int64_t{2}, int64_t{3}, kLong - 1}) {  // short prompts: the decode plan
+      const auto got = run(T);
+      ASSERT_EQ(0, std::memcmp(got.data(), full_decode.data(), got.size() * sizeof(float))) << "prompt of " << T;
+    }
+    for (int64_t T : {1, 3, 257}) {
+      const auto got = run(T, std::vector<int64_t>(T, 1));
+      ASSERT_EQ(0, std::memcmp(got.data(), full_decode.data(), got.size() * sizeof(float))) << T << " one-token rows";
+    }
+    // A forward that mixes long and short prompts and one-token sequences: each row the bits of its own kind.
+    const std::vector<int64_t> mixed = {kLong + 44, 1, 5, kLong, 1, 2};
+    const auto got = run(kLong * 2 + 53, mixed);
+    for (int64_t start = 0; const int64_t len : mixed) {
+      const auto& want_rows = len >= kLong ? full : full_decode;
+      EXPECT_EQ(0, std::memcmp(got.data() + start * row, want_rows.data() + start * row, len * row * sizeof(float)))
+          << "rows " << start << " .. " << start + len;
+      start += len;
     }
   }
 }
@@ -328,7 +360,7 @@ TEST(GpuBatchInvariance, FastDecodeStaysCloseToExact) {
 }
 
 // Packed prefill of sequences of different lengths == each alone, bit for bit in fast mode (every GEMM row on the
-// pinned plan, the SSD chunks cut per sequence).
+// pinned plan of its sequence's length, the SSD chunks cut per sequence).
 TEST(GpuBatchInvariance, FastPrefillBatchedEqualsAloneBitForBit) {
   MAMBACPP_REQUIRE_GPU();
   for (Arch arch : {Arch::Mamba1, Arch::Mamba2}) {
@@ -337,7 +369,7 @@ TEST(GpuBatchInvariance, FastPrefillBatchedEqualsAloneBitForBit) {
     const ModelConfig c = medium_config(arch);
     test::write_random_model(dir.path(), c, 72);
     auto model = load(dir.path(), Precision::Fast);
-    const std::vector<int64_t> lengths = {1, 9, 70, 33, 2};
+    const std::vector<int64_t> lengths = {1, 9, cuda::LtMatmul::kPrefillMinRows + 44, 33, 2};  // both GEMM plans
     std::vector<std::vector<int32_t>> ids;
     std::vector<Sequence> seqs;
     for (size_t i = 0; i < lengths.size(); ++i) ids.push_back(test::random_tokens(lengths[i], c.vocab_size, 80 + i));

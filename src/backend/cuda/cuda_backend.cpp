@@ -6,6 +6,7 @@
 // the backend's weight dtype, vectors and conv kernels in f32: they are a negligible share of the bytes and feed
 // exponentials, softplus and normalisations where 16-bit rounding would show).
 #include <cublas_v2.h>
+#include <cuda_profiler_api.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -69,6 +70,9 @@ class CudaBackend final : public Backend {
     // norm-and-round -> pinned cuBLASLt GEMM -> conv step.
     if (const char* env = std::getenv("MAMBACPP_DECODE_GEMM")) decode_gemm_fused_ = std::string(env) == "fused";
     if (decode_gemm_fused_) init_fast_gemv();
+    // scripts/gpu_prefill_profile.sh: MAMBACPP_PROFILE_AFTER_SSD=N opens the profiler's window (ncu
+    // --profile-from-start off) at the N-th chunked SSD call, past the load and the first layer's plan probes.
+    if (const char* env = std::getenv("MAMBACPP_PROFILE_AFTER_SSD")) profile_after_ssd_ = std::atoll(env);
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                    ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") +
                    (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") + ")";
@@ -344,7 +348,7 @@ class CudaBackend final : public Backend {
     cublas();  // the shared workspace exists
     const cudaDataType_t ab = w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, hi, y.ptr<float>(), static_cast<int>(out),
-            static_cast<int>(T), static_cast<int>(in), y.stride0(), b.data ? 1.0f : 0.0f, /*pinned=*/true);
+            static_cast<int>(T), static_cast<int>(in), y.stride0(), b.data ? 1.0f : 0.0f, LtMatmul::Pin::Decode);
   }
 
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
@@ -524,6 +528,7 @@ class CudaBackend final : public Backend {
       launch_mamba2_step(p, stream());
       return;
     }
+    if (profile_after_ssd_ > 0 && --profile_after_ssd_ == 0) MAMBACPP_CUDA_CHECK(cudaProfilerStart());
     const int64_t n_chunks = upload_chunk_table(batch, p.chunk_size);
     need(n_chunks <= INT_MAX && H <= 65535, "mamba2_ssd: too many chunks/heads for one launch");
     SsdScratch sc;
@@ -634,9 +639,15 @@ class CudaBackend final : public Backend {
     if (!a.bias.empty()) launch_broadcast_bias(weight(a.bias), rows(a.y), B, out, stream());
     cublas();  // the shared workspace exists
     const cudaDataType_t ab = a.w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
-    lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x16, a.y.ptr<float>(),
-            static_cast<int>(out), static_cast<int>(B), static_cast<int>(in), a.y.stride0(),
-            a.accumulate || !a.bias.empty() ? 1.0f : 0.0f, /*pinned=*/true);
+    const float beta = a.accumulate || !a.bias.empty() ? 1.0f : 0.0f;
+    // Rows of long prompts on the prefill plan, those of short and one-token sequences on the decode plan (gemm_lt.h):
+    // each row gets the bits it gets alone, whatever the forward mixes. Runs of rows of one kind, one GEMM each.
+    for (const RowRun& r : row_runs(batch)) {
+      const void* x_rows = static_cast<const char*>(x16) + static_cast<size_t>(r.start * in) * 2;
+      lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x_rows,
+              a.y.ptr<float>() + r.start * a.y.stride0(), static_cast<int>(out), static_cast<int>(r.len),
+              static_cast<int>(in), a.y.stride0(), beta, r.prompt ? LtMatmul::Pin::Prefill : LtMatmul::Pin::Decode);
+    }
     if (a.conv_w.empty()) return;
     // The GEMM wrote the conv columns of y too (y holds all `out` columns); the step reads them from there.
     const int64_t ch = a.conv_w.dim(0);
@@ -976,6 +987,29 @@ class CudaBackend final : public Backend {
     return std::all_of(b.seqs.begin(), b.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
   }
 
+  // Consecutive rows of sequences of at least LtMatmul::kPrefillMinRows tokens (prompt = true), or of shorter ones,
+  // in row order; every row in exactly one run.
+  struct RowRun {
+    int64_t start, len;
+    bool prompt;
+  };
+  static std::vector<RowRun> row_runs(const BatchLayout& b) {
+    std::vector<RowRun> runs;
+    for (const SeqSpan& s : b.seqs) {
+      if (s.len < 1) continue;
+      const bool prompt = s.len >= LtMatmul::kPrefillMinRows;
+      if (!runs.empty() && runs.back().prompt == prompt && runs.back().start + runs.back().len == s.start)
+        runs.back().len += s.len;
+      else
+        runs.push_back({s.start, s.len, prompt});
+    }
+    int64_t covered = 0;
+    for (const RowRun& r : runs) covered += r.len;
+    need(covered == b.total_tokens, "fused_linear: the batch's sequences cover ", covered, " of its ", b.total_tokens,
+         " rows");
+    return runs;
+  }
+
   // A decode batch the fused kernels take: 1..kFusedMaxRows sequences, sequence i in row i with one token.
   static bool decode_rows(const BatchLayout& b, int64_t max_rows) {
     const int64_t B = b.total_tokens;
@@ -1092,6 +1126,7 @@ class CudaBackend final : public Backend {
   bool fast_ = false;  // Precision::Fast: 16-bit weights take linear_fast / the fast fused_linear
   bool decode_gemm_fused_ = false;  // MAMBACPP_DECODE_GEMM=fused: the fast fused_linear on fused_gemv_fast.cu
   bool batch_invariant_ = true;  // fast: the fast fused_linear at every batch size (false: fused GEMVs up to 8 rows)
+  int64_t profile_after_ssd_ = 0;  // > 0: chunked SSD calls left before cudaProfilerStart
   std::string description_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;

@@ -25,7 +25,7 @@ struct LtMatmul::Plan {
   int64_t ldy;
   int align_w, align_x, align_y;
   size_t ws_bytes;
-  bool pinned = false;
+  Pin pin = Pin::None;
   int block_rows = 0;  // > 0: run as blocks of this many rows (the pinned algorithm is not runnable at T)
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -39,7 +39,8 @@ struct LtMatmul::Plan {
   }
 };
 
-struct LtMatmul::Wide {
+// An algorithm chosen once per shape (the wide variant of a decode plan, or a prefill plan); found = false: none.
+struct LtMatmul::Chosen {
   cudaDataType_t ab;
   int out, in;
   int align_w, align_x, align_y;
@@ -166,50 +167,131 @@ bool LtMatmul::runnable(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cub
          check.workspaceSize <= ws_bytes;
 }
 
-const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace, const Plan& ref) {
-  for (auto& w : wides_)
-    if (w->ab == ref.ab && w->out == ref.out && w->in == ref.in && w->align_w == ref.align_w &&
-        w->align_x == ref.align_x && w->align_y == ref.align_y && w->ws_bytes == ref.ws_bytes)
-      return w->found ? &w->algo : nullptr;
-  // The probe synchronizes the stream and allocates: never inside a CUDA graph capture (decode's graphs have fewer
-  // than kWideMinT rows; should one not, it keeps the decode plan).
-  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-  if (cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone) return nullptr;
-  auto w = std::make_unique<Wide>();
-  w->ab = ref.ab;
-  w->out = ref.out;
-  w->in = ref.in;
-  w->align_w = ref.align_w;
-  w->align_x = ref.align_x;
-  w->align_y = ref.align_y;
-  w->ws_bytes = ref.ws_bytes;
+LtMatmul::Chosen* LtMatmul::find_chosen(std::vector<std::unique_ptr<Chosen>>& list, const Plan& shape) {
+  for (auto& c : list)
+    if (c->ab == shape.ab && c->out == shape.out && c->in == shape.in && c->align_w == shape.align_w &&
+        c->align_x == shape.align_x && c->align_y == shape.align_y && c->ws_bytes == shape.ws_bytes)
+      return c.get();
+  return nullptr;
+}
 
-  // Probe rows: a prefill piece's order of size, the same whatever T came first.
-  constexpr int R = 1024;
-  const int out = ref.out, in = ref.in;
-  cublasLtMatrixLayout_t b = nullptr, c = nullptr;
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, ref.ab, in, R, in));
+std::optional<cublasLtMatmulAlgo_t> LtMatmul::fastest_equal(cudaStream_t stream, void* workspace, const Plan& shape,
+                                                            const std::vector<cublasLtMatmulAlgo_t>& algos,
+                                                            const cublasLtMatmulAlgo_t* reference) {
+  if (algos.empty()) return std::nullopt;
+  constexpr int R = kProbeRows;
+  const int out = shape.out, in = shape.in;
+  cublasLtMatrixLayout_t b = nullptr, c = nullptr, b_ref = nullptr, c_ref = nullptr;
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, shape.ab, in, R, in));
   MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, out, R, out));
-  struct Layouts {
-    cublasLtMatrixLayout_t b, c;
-    ~Layouts() {
-      cublasLtMatrixLayoutDestroy(c);
-      cublasLtMatrixLayoutDestroy(b);
-    }
-  } layouts{b, c};
-
-  // The decode algorithm's own rows (it was chosen at kPinnedRefT): the reference bits.
-  cublasLtMatrixLayout_t b_ref = nullptr, c_ref = nullptr;
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_ref, ref.ab, in, kPinnedRefT, in));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_ref, shape.ab, in, kPinnedRefT, in));
   MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_ref, CUDA_R_32F, out, kPinnedRefT, out));
-  Layouts ref_layouts{b_ref, c_ref};
+  struct Layouts {
+    cublasLtMatrixLayout_t l[4];
+    ~Layouts() {
+      for (auto* v : l) cublasLtMatrixLayoutDestroy(v);
+    }
+  } layouts{{b, c, b_ref, c_ref}};
+
+  const size_t w_bytes = size_t(out) * in * 2, x_bytes = size_t(R) * in * 2, y_bytes = size_t(R) * out * 4;
+  DeviceBlock block;
+  if (cudaMalloc(&block.p, w_bytes + x_bytes + 2 * y_bytes + size_t(kPinnedRefT) * out * 4) != cudaSuccess) {
+    cudaGetLastError();  // clear the failed allocation; the caller keeps what it has
+    return std::nullopt;
+  }
+  char* base = static_cast<char*>(block.p);
+  void *dw = base, *dx = base + w_bytes;
+  float* y_init = reinterpret_cast<float*>(base + w_bytes + x_bytes);
+  float* y = y_init + size_t(R) * out;
+  float* y_ref = y + size_t(R) * out;  // kPinnedRefT rows
+  const auto hw = probe_values(size_t(out) * in, shape.ab, 1), hx = probe_values(size_t(R) * in, shape.ab, 2);
+  std::vector<float> h_init(size_t(R) * out);
+  std::mt19937 rng(3);
+  std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+  for (auto& v : h_init) v = dist(rng);
+  MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dw, hw.data(), w_bytes, cudaMemcpyHostToDevice, stream));
+  MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dx, hx.data(), x_bytes, cudaMemcpyHostToDevice, stream));
+  MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(y_init, h_init.data(), y_bytes, cudaMemcpyHostToDevice, stream));
+  // beta = 1 over random y: the epilogue's add is part of what must match.
+  const float one = 1.0f;
+  auto matmul = [&](const cublasLtMatmulAlgo_t& a, float* dst, cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl) {
+    MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, shape.desc, &one, dw, shape.a, dx, bl, &one, dst, cl, dst, cl, &a,
+                                         workspace, shape.ws_bytes, stream));
+  };
+  // The first kPinnedRefT rows of y_init + x . w^T, by algorithm a over `rows` rows.
+  const size_t ref_bytes = size_t(kPinnedRefT) * out * 4;
+  auto result = [&](const cublasLtMatmulAlgo_t& a, float* dst, int rows, std::vector<float>& host) {
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dst, y_init, size_t(rows) * out * 4, cudaMemcpyDeviceToDevice, stream));
+    matmul(a, dst, rows == R ? b : b_ref, rows == R ? c : c_ref);
+    host.resize(size_t(kPinnedRefT) * out);
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(host.data(), dst, ref_bytes, cudaMemcpyDeviceToHost, stream));
+    MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream));
+  };
+  std::vector<float> want, got;
+  if (reference) result(*reference, y_ref, kPinnedRefT, want);
+  cudaEvent_t e0 = nullptr, e1 = nullptr;
+  MAMBACPP_CUDA_CHECK(cudaEventCreate(&e0));
+  MAMBACPP_CUDA_CHECK(cudaEventCreate(&e1));
+  std::optional<cublasLtMatmulAlgo_t> best;
+  float best_ms = 0;
+  for (const auto& a : algos) {
+    if (!reference) {
+      if (!runnable(shape.desc, shape.a, b_ref, c_ref, a, shape.ws_bytes)) continue;
+      result(a, y_ref, kPinnedRefT, want);
+    }
+    result(a, y, R, got);
+    if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) continue;
+    constexpr int kTimedRuns = 3;
+    MAMBACPP_CUDA_CHECK(cudaEventRecord(e0, stream));
+    for (int i = 0; i < kTimedRuns; ++i) matmul(a, y, b, c);
+    MAMBACPP_CUDA_CHECK(cudaEventRecord(e1, stream));
+    MAMBACPP_CUDA_CHECK(cudaEventSynchronize(e1));
+    float ms = 0;
+    MAMBACPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+    if (!best || ms < best_ms) {
+      best = a;
+      best_ms = ms;
+    }
+  }
+  cudaEventDestroy(e1);
+  cudaEventDestroy(e0);
+  return best;
+}
+
+namespace {
+
+// The probes synchronize the stream and allocate: never inside a CUDA graph capture.
+bool capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+  return cudaStreamIsCapturing(stream, &capture) != cudaSuccess || capture != cudaStreamCaptureStatusNone;
+}
+
+}  // namespace
+
+const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace, const Plan& ref) {
+  if (Chosen* w = find_chosen(wides_, ref)) return w->found ? &w->algo : nullptr;
+  // (Decode's graphs have fewer than kWideMinT rows; should one not, it keeps the decode plan.)
+  if (capturing(stream)) return nullptr;
+  auto w =
+      std::make_unique<Chosen>(Chosen{ref.ab, ref.out, ref.in, ref.align_w, ref.align_x, ref.align_y, ref.ws_bytes});
+  cublasLtMatrixLayout_t b = nullptr, c = nullptr, b_ref = nullptr, c_ref = nullptr;
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, ref.ab, ref.in, kProbeRows, ref.in));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, ref.out, kProbeRows, ref.out));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_ref, ref.ab, ref.in, kPinnedRefT, ref.in));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_ref, CUDA_R_32F, ref.out, kPinnedRefT, ref.out));
+  struct Layouts {
+    cublasLtMatrixLayout_t l[4];
+    ~Layouts() {
+      for (auto* v : l) cublasLtMatrixLayoutDestroy(v);
+    }
+  } layouts{{b, c, b_ref, c_ref}};
   const cublasLtMatmulAlgo_t decode = ref.algo;
   auto valid = [&](const cublasLtMatmulAlgo_t& a, cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl) {
     return runnable(ref.desc, ref.a, bl, cl, a, ref.ws_bytes);
   };
   // Same kernel family, same split of `in` (count and reduction): only tiles, stages and options may differ.
   std::vector<cublasLtMatmulAlgo_t> same_kernel;
-  if (valid(decode, b_ref, c_ref))
+  if (valid(decode, b_ref, c_ref)) {
     for (const auto& r : candidates(ref.desc, ref.a, b, c, ref.align_w, ref.align_x, ref.align_y, ref.ws_bytes, 16))
       if (algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_ID) == algo_attr(decode, CUBLASLT_ALGO_CONFIG_ID) &&
           algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) == algo_attr(decode, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) &&
@@ -217,82 +299,58 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
               algo_attr(decode, CUBLASLT_ALGO_CONFIG_REDUCTION_SCHEME) &&
           r.workspaceSize <= ref.ws_bytes)
         same_kernel.push_back(r.algo);
-  if (valid(decode, b_ref, c_ref))
     for (const auto& v : tile_variants(decode))
       if (valid(v, b, c)) same_kernel.push_back(v);
-
-  const size_t w_bytes = size_t(out) * in * 2, x_bytes = size_t(R) * in * 2, y_bytes = size_t(R) * out * 4;
-  DeviceBlock block;
-  const size_t probe_bytes = w_bytes + x_bytes + 2 * y_bytes + size_t(kPinnedRefT) * out * 4;
-  if (!same_kernel.empty() && cudaMalloc(&block.p, probe_bytes) != cudaSuccess) {
-    cudaGetLastError();  // clear the failed allocation; the decode plan stays
-    block.p = nullptr;
-    same_kernel.clear();
   }
-  if (!same_kernel.empty()) {
-    char* base = static_cast<char*>(block.p);
-    void *dw = base, *dx = base + w_bytes;
-    float* y_init = reinterpret_cast<float*>(base + w_bytes + x_bytes);
-    float* y = y_init + size_t(R) * out;
-    float* y_ref = y + size_t(R) * out;  // kPinnedRefT rows
-    const auto hw = probe_values(size_t(out) * in, ref.ab, 1), hx = probe_values(size_t(R) * in, ref.ab, 2);
-    std::vector<float> h_init(size_t(R) * out);
-    std::mt19937 rng(3);
-    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
-    for (auto& v : h_init) v = dist(rng);
-    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dw, hw.data(), w_bytes, cudaMemcpyHostToDevice, stream));
-    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dx, hx.data(), x_bytes, cudaMemcpyHostToDevice, stream));
-    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(y_init, h_init.data(), y_bytes, cudaMemcpyHostToDevice, stream));
-    // beta = 1 over random y: the epilogue's add is part of what must match.
-    const float one = 1.0f;
-    auto matmul = [&](const cublasLtMatmulAlgo_t& a, float* dst, cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl) {
-      MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, ref.desc, &one, dw, ref.a, dx, bl, &one, dst, cl, dst, cl, &a,
-                                           workspace, ref.ws_bytes, stream));
-    };
-    // The first kPinnedRefT rows of y_init + x . w^T, by algorithm a over `rows` rows.
-    const size_t ref_bytes = size_t(kPinnedRefT) * out * 4;
-    auto result = [&](const cublasLtMatmulAlgo_t& a, float* dst, int rows, std::vector<float>& host) {
-      MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dst, y_init, size_t(rows) * out * 4, cudaMemcpyDeviceToDevice, stream));
-      matmul(a, dst, rows == R ? b : b_ref, rows == R ? c : c_ref);
-      host.resize(size_t(kPinnedRefT) * out);
-      MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(host.data(), dst, ref_bytes, cudaMemcpyDeviceToHost, stream));
-      MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream));
-    };
-    std::vector<float> want, got;
-    result(decode, y_ref, kPinnedRefT, want);
-    cudaEvent_t e0 = nullptr, e1 = nullptr;
-    MAMBACPP_CUDA_CHECK(cudaEventCreate(&e0));
-    MAMBACPP_CUDA_CHECK(cudaEventCreate(&e1));
-    float best_ms = 0;
-    for (const auto& a : same_kernel) {
-      result(a, y, R, got);
-      if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) continue;
-      constexpr int kTimedRuns = 3;
-      MAMBACPP_CUDA_CHECK(cudaEventRecord(e0, stream));
-      for (int i = 0; i < kTimedRuns; ++i) matmul(a, y, b, c);
-      MAMBACPP_CUDA_CHECK(cudaEventRecord(e1, stream));
-      MAMBACPP_CUDA_CHECK(cudaEventSynchronize(e1));
-      float ms = 0;
-      MAMBACPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
-      if (!w->found || ms < best_ms) {
-        w->found = true;
-        w->algo = a;
-        best_ms = ms;
-      }
-    }
-    cudaEventDestroy(e1);
-    cudaEventDestroy(e0);
+  if (std::optional<cublasLtMatmulAlgo_t> a = fastest_equal(stream, workspace, ref, same_kernel, &decode)) {
+    w->found = true;
+    w->algo = *a;
   }
   ++(w->found ? wide_chosen_ : wide_rejected_);
   wides_.push_back(std::move(w));
   return wides_.back()->found ? &wides_.back()->algo : nullptr;
 }
 
+const cublasLtMatmulAlgo_t* LtMatmul::prefill(cudaStream_t stream, void* workspace, const Plan& shape) {
+  if (Chosen* p = find_chosen(prefills_, shape)) return p->found ? &p->algo : nullptr;
+  // A prefill inside a capture runs on the heuristic's choice for its T (counted as a fallback).
+  if (capturing(stream)) return nullptr;
+  auto p = std::make_unique<Chosen>(
+      Chosen{shape.ab, shape.out, shape.in, shape.align_w, shape.align_x, shape.align_y, shape.ws_bytes});
+  cublasLtMatrixLayout_t b = nullptr, c = nullptr;
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, shape.ab, shape.in, kProbeRows, shape.in));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, shape.out, kProbeRows, shape.out));
+  struct Layouts {
+    cublasLtMatrixLayout_t l[2];
+    ~Layouts() {
+      for (auto* v : l) cublasLtMatrixLayoutDestroy(v);
+    }
+  } layouts{{b, c}};
+  // Without split-K (no partial sums through the workspace; a split that varies with T would vary the bits too).
+  std::vector<cublasLtMatmulAlgo_t> unsplit;
+  for (const auto& r :
+       candidates(shape.desc, shape.a, b, c, shape.align_w, shape.align_x, shape.align_y, shape.ws_bytes, 16))
+    if (algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1) unsplit.push_back(r.algo);
+  // The bits are those of the heuristic's first candidate whose rows do not depend on T (the heuristic's order is the
+  // same in every process, a timing is not); the fastest candidate giving those bits runs.
+  std::optional<cublasLtMatmulAlgo_t> bits;
+  for (const auto& a : unsplit)
+    if ((bits = fastest_equal(stream, workspace, shape, {a}, nullptr))) break;
+  if (std::optional<cublasLtMatmulAlgo_t> a =
+          bits ? fastest_equal(stream, workspace, shape, unsplit, &*bits) : std::nullopt) {
+    p->found = true;
+    p->algo = *a;
+    ++prefill_chosen_;
+  }
+  prefills_.push_back(std::move(p));
+  return prefills_.back()->found ? &prefills_.back()->algo : nullptr;
+}
+
 LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataType_t ab, int out, int T, int in,
-                               int64_t ldy, int align_w, int align_x, int align_y, size_t ws_bytes, bool pinned) {
+                               int64_t ldy, int align_w, int align_x, int align_y, size_t ws_bytes, Pin pin) {
   for (auto& p : plans_)
     if (p->ab == ab && p->out == out && p->T == T && p->in == in && p->ldy == ldy && p->align_w == align_w &&
-        p->align_x == align_x && p->align_y == align_y && p->ws_bytes == ws_bytes && p->pinned == pinned)
+        p->align_x == align_x && p->align_y == align_y && p->ws_bytes == ws_bytes && p->pin == pin)
       return *p;
   auto p = std::make_unique<Plan>();
   p->ab = ab;
@@ -304,7 +362,7 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
   p->align_x = align_x;
   p->align_y = align_y;
   p->ws_bytes = ws_bytes;
-  p->pinned = pinned;
+  p->pin = pin;
   // Column-major view: y^T [out, T] = op(W) . X^T with W seen as [in, out] (ld in) and transposed, X^T as [in, T].
   MAMBACPP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
   const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
@@ -316,7 +374,13 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
 
   bool have = false;
   auto valid_here = [&](const cublasLtMatmulAlgo_t& a) { return runnable(p->desc, p->a, p->b, p->c, a, ws_bytes); };
-  if (pinned) {
+  if (pin == Pin::Prefill) {
+    if (const cublasLtMatmulAlgo_t* a = prefill(stream, workspace, *p); a && valid_here(*a)) {
+      p->algo = *a;
+      have = true;
+    }
+    if (!have) ++pinned_fallbacks_;
+  } else if (pin == Pin::Decode) {
     // The reference shape's layouts (T = kPinnedRefT, same leading dimensions), for the heuristic only.
     cublasLtMatrixLayout_t rb = nullptr, rc = nullptr;
     MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&rb, ab, in, kPinnedRefT, in));
@@ -365,16 +429,16 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
 }
 
 void LtMatmul::run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDataType_t ab, const void* w,
-                   const void* x, float* y, int out, int T, int in, int64_t ldy, float beta, bool pinned) {
+                   const void* x, float* y, int out, int T, int in, int64_t ldy, float beta, Pin pin) {
   init();
   const int elem = 2;  // 16-bit operands
   Plan& p = plan(stream, workspace, ab, out, T, in, ldy, alignment(w, int64_t(in) * elem),
-                 alignment(x, int64_t(in) * elem), alignment(y, ldy * 4), ws_bytes, pinned);
+                 alignment(x, int64_t(in) * elem), alignment(y, ldy * 4), ws_bytes, pin);
   if (p.block_rows) {
     const int rows = p.block_rows;  // copied: the calls below may drop the plan from the cache
     for (int t = 0; t < T; t += rows)
       run(stream, workspace, ws_bytes, ab, w, static_cast<const char*>(x) + int64_t(t) * in * elem, y + t * ldy, out,
-          std::min(rows, T - t), in, ldy, beta, pinned);
+          std::min(rows, T - t), in, ldy, beta, pin);
     return;
   }
   const float alpha = 1.0f;

@@ -16,6 +16,16 @@
 // a full reduction over `in` followed by the epilogue's add. Equal bits on such a probe mean the same reduction order,
 // so a row's result still does not depend on T. No candidate equal (or no memory for the probe): the decode plan
 // stays, and wide_rejected() counts the shape.
+// Prefill plans (Pin::Prefill) are pinned apart from the decode ones: a split-K decode plan (out_proj's at mamba2-2.7b)
+// writes every split's partial sums to the workspace and reduces them in a second kernel, which a prefill piece pays in
+// bytes (mamba2-2.7b's out_proj: 142 us per 2,048 tokens on it, 83 on the prefill plan, whose floor is ~73). A prefill
+// plan is one algorithm without split-K for every T of a shape, chosen once: among the heuristic's candidates at
+// kProbeRows rows, the first whose first kPinnedRefT rows there are the bits it gives at kPinnedRefT rows sets the bits
+// (so they are the same in every process), and the fastest candidate giving those bits on the probe runs. A prompt's
+// rows are then the same bits alone or packed with others. Which plan a row takes depends on its sequence's length
+// alone (kPrefillMinRows tokens and more: the prefill plan; one-token and short sequences: the decode plan, whose
+// split-K is the faster at a few hundred rows), so a forward that mixes decode rows with prompts gives each row the
+// bits it gets alone.
 #pragma once
 
 #include <cublasLt.h>
@@ -23,6 +33,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <vector>
 
 namespace mambacpp::cuda {
@@ -36,24 +47,41 @@ class LtMatmul {
 
   // Creates the handle (no device allocation inside a CUDA graph capture later). Idempotent.
   void init();
+  // Which algorithm a call's rows run on: the heuristic's for this T (None), or one pinned for every T of the
+  // shape, that of decode batches or that of prompts.
+  enum class Pin { None, Decode, Prefill };
   // ab: CUDA_R_16BF or CUDA_R_16F. workspace: device, ws_bytes long, used in stream order.
   void run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDataType_t ab, const void* w, const void* x,
-           float* y, int out, int T, int in, int64_t ldy, float beta, bool pinned = false);
+           float* y, int out, int T, int in, int64_t ldy, float beta, Pin pin = Pin::None);
   int64_t pinned_fallbacks() const { return pinned_fallbacks_; }
   int64_t pinned_blocked() const { return pinned_blocked_; }
   int64_t wide_chosen() const { return wide_chosen_; }
   int64_t wide_rejected() const { return wide_rejected_; }
+  int64_t prefill_chosen() const { return prefill_chosen_; }
 
-  static constexpr int kPinnedRefT = 64;  // decode-sized: the tiles the heuristic picks for a server's batches
-  static constexpr int kWideMinT = 512;   // prefill pieces; batches of decode rows stay on the decode tiles
+  static constexpr int kPinnedRefT = 64;   // decode-sized: the tiles the heuristic picks for a server's batches
+  static constexpr int kWideMinT = 512;    // prefill pieces; batches of decode rows stay on the decode tiles
+  static constexpr int kProbeRows = 1024;  // the rows algorithms for prefill pieces are chosen on
+  // Sequences of at least this many tokens run on the prefill plan. mamba2-2.7b's 64- and 256-token prompts on the
+  // decode plan against the prefill plan: 6.0 against 8.0 ms, 8.7 against 7.8 (docs/benchmarks.md, q15).
+  static constexpr int kPrefillMinRows = 256;
 
  private:
   struct Plan;
-  struct Wide;
+  struct Chosen;
   Plan& plan(cudaStream_t stream, void* workspace, cudaDataType_t ab, int out, int T, int in, int64_t ldy, int align_w,
-             int align_x, int align_y, size_t ws_bytes, bool pinned);
+             int align_x, int align_y, size_t ws_bytes, Pin pin);
   // The wide variant of a pinned shape's decode algorithm (chosen on first use; null: none, keep the decode plan).
   const cublasLtMatmulAlgo_t* wide(cudaStream_t stream, void* workspace, const Plan& decode_ref);
+  // A shape's prefill algorithm (chosen on first use; null: none passed the probe).
+  const cublasLtMatmulAlgo_t* prefill(cudaStream_t stream, void* workspace, const Plan& shape);
+  // The fastest of `algos` on kProbeRows random rows whose first kPinnedRefT rows equal the reference: `reference`'s
+  // result at kPinnedRefT rows, or (reference null) each candidate's own. Null when none does, or the probe's memory
+  // is not there. Synchronizes the stream.
+  std::optional<cublasLtMatmulAlgo_t> fastest_equal(cudaStream_t stream, void* workspace, const Plan& shape,
+                                                    const std::vector<cublasLtMatmulAlgo_t>& algos,
+                                                    const cublasLtMatmulAlgo_t* reference);
+  Chosen* find_chosen(std::vector<std::unique_ptr<Chosen>>& list, const Plan& shape);
   // The heuristic's first algorithm for y [T, out] = x [T, in] . w^T with these alignments (throws when none).
   cublasLtMatmulAlgo_t heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,
                                  cublasLtMatrixLayout_t c, int align_w, int align_x, int align_y, size_t ws_bytes,
@@ -70,8 +98,9 @@ class LtMatmul {
   static constexpr size_t kMaxPlans = 256;  // pinned decode plans: one per (weight shape, batch size)
   cublasLtHandle_t handle_ = nullptr;
   std::vector<std::unique_ptr<Plan>> plans_;
-  std::vector<std::unique_ptr<Wide>> wides_;  // one per pinned shape that reached kWideMinT rows
-  int64_t pinned_fallbacks_ = 0, pinned_blocked_ = 0, wide_chosen_ = 0, wide_rejected_ = 0;
+  std::vector<std::unique_ptr<Chosen>> wides_;     // one per decode-pinned shape that reached kWideMinT rows
+  std::vector<std::unique_ptr<Chosen>> prefills_;  // one per prefill-pinned shape
+  int64_t pinned_fallbacks_ = 0, pinned_blocked_ = 0, wide_chosen_ = 0, wide_rejected_ = 0, prefill_chosen_ = 0;
 };
 
 }  // namespace mambacpp::cuda
