@@ -110,6 +110,27 @@ struct DeviceBlock {
   }
 };
 
+// A matrix layout destroyed on every path out.
+struct Layout {
+  cublasLtMatrixLayout_t h = nullptr;
+  Layout(cudaDataType_t type, int rows, int cols, int64_t ld) {
+    MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&h, type, rows, cols, ld));
+  }
+  Layout(const Layout&) = delete;
+  Layout& operator=(const Layout&) = delete;
+  ~Layout() { cublasLtMatrixLayoutDestroy(h); }
+};
+
+// The probes' layouts of x [rows, in] (16-bit) and y [rows, out] (f32), at kProbeRows and at kPinnedRefT rows.
+struct ProbeLayouts {
+  Layout b, c, b_ref, c_ref;
+  ProbeLayouts(cudaDataType_t ab, int out, int in)
+      : b(ab, in, LtMatmul::kProbeRows, in),
+        c(CUDA_R_32F, out, LtMatmul::kProbeRows, out),
+        b_ref(ab, in, LtMatmul::kPinnedRefT, in),
+        c_ref(CUDA_R_32F, out, LtMatmul::kPinnedRefT, out) {}
+};
+
 }  // namespace
 
 LtMatmul::LtMatmul() = default;
@@ -181,17 +202,8 @@ std::optional<cublasLtMatmulAlgo_t> LtMatmul::fastest_equal(cudaStream_t stream,
   if (algos.empty()) return std::nullopt;
   constexpr int R = kProbeRows;
   const int out = shape.out, in = shape.in;
-  cublasLtMatrixLayout_t b = nullptr, c = nullptr, b_ref = nullptr, c_ref = nullptr;
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, shape.ab, in, R, in));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, out, R, out));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_ref, shape.ab, in, kPinnedRefT, in));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_ref, CUDA_R_32F, out, kPinnedRefT, out));
-  struct Layouts {
-    cublasLtMatrixLayout_t l[4];
-    ~Layouts() {
-      for (auto* v : l) cublasLtMatrixLayoutDestroy(v);
-    }
-  } layouts{{b, c, b_ref, c_ref}};
+  const ProbeLayouts layouts(shape.ab, out, in);
+  const cublasLtMatrixLayout_t b = layouts.b.h, c = layouts.c.h, b_ref = layouts.b_ref.h, c_ref = layouts.c_ref.h;
 
   const size_t w_bytes = size_t(out) * in * 2, x_bytes = size_t(R) * in * 2, y_bytes = size_t(R) * out * 4;
   DeviceBlock block;
@@ -228,6 +240,7 @@ std::optional<cublasLtMatmulAlgo_t> LtMatmul::fastest_equal(cudaStream_t stream,
     MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream));
   };
   std::vector<float> want, got;
+  bool have_want = reference != nullptr;
   if (reference) result(*reference, y_ref, kPinnedRefT, want);
   cudaEvent_t e0 = nullptr, e1 = nullptr;
   MAMBACPP_CUDA_CHECK(cudaEventCreate(&e0));
@@ -235,12 +248,13 @@ std::optional<cublasLtMatmulAlgo_t> LtMatmul::fastest_equal(cudaStream_t stream,
   std::optional<cublasLtMatmulAlgo_t> best;
   float best_ms = 0;
   for (const auto& a : algos) {
-    if (!reference) {
+    if (!have_want) {  // no reference yet: the first candidate whose rows do not depend on T becomes it
       if (!runnable(shape.desc, shape.a, b_ref, c_ref, a, shape.ws_bytes)) continue;
       result(a, y_ref, kPinnedRefT, want);
     }
     result(a, y, R, got);
     if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) continue;
+    have_want = true;
     constexpr int kTimedRuns = 3;
     MAMBACPP_CUDA_CHECK(cudaEventRecord(e0, stream));
     for (int i = 0; i < kTimedRuns; ++i) matmul(a, y, b, c);
@@ -274,17 +288,8 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
   if (capturing(stream)) return nullptr;
   auto w =
       std::make_unique<Chosen>(Chosen{ref.ab, ref.out, ref.in, ref.align_w, ref.align_x, ref.align_y, ref.ws_bytes});
-  cublasLtMatrixLayout_t b = nullptr, c = nullptr, b_ref = nullptr, c_ref = nullptr;
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, ref.ab, ref.in, kProbeRows, ref.in));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, ref.out, kProbeRows, ref.out));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b_ref, ref.ab, ref.in, kPinnedRefT, ref.in));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c_ref, CUDA_R_32F, ref.out, kPinnedRefT, ref.out));
-  struct Layouts {
-    cublasLtMatrixLayout_t l[4];
-    ~Layouts() {
-      for (auto* v : l) cublasLtMatrixLayoutDestroy(v);
-    }
-  } layouts{{b, c, b_ref, c_ref}};
+  const ProbeLayouts layouts(ref.ab, ref.out, ref.in);
+  const cublasLtMatrixLayout_t b = layouts.b.h, c = layouts.c.h, b_ref = layouts.b_ref.h, c_ref = layouts.c_ref.h;
   const cublasLtMatmulAlgo_t decode = ref.algo;
   auto valid = [&](const cublasLtMatmulAlgo_t& a, cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl) {
     return runnable(ref.desc, ref.a, bl, cl, a, ref.ws_bytes);
@@ -317,27 +322,15 @@ const cublasLtMatmulAlgo_t* LtMatmul::prefill(cudaStream_t stream, void* workspa
   if (capturing(stream)) return nullptr;
   auto p = std::make_unique<Chosen>(
       Chosen{shape.ab, shape.out, shape.in, shape.align_w, shape.align_x, shape.align_y, shape.ws_bytes});
-  cublasLtMatrixLayout_t b = nullptr, c = nullptr;
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&b, shape.ab, shape.in, kProbeRows, shape.in));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&c, CUDA_R_32F, shape.out, kProbeRows, shape.out));
-  struct Layouts {
-    cublasLtMatrixLayout_t l[2];
-    ~Layouts() {
-      for (auto* v : l) cublasLtMatrixLayoutDestroy(v);
-    }
-  } layouts{{b, c}};
+  const ProbeLayouts layouts(shape.ab, shape.out, shape.in);
   // Without split-K (no partial sums through the workspace; a split that varies with T would vary the bits too).
   std::vector<cublasLtMatmulAlgo_t> unsplit;
-  for (const auto& r :
-       candidates(shape.desc, shape.a, b, c, shape.align_w, shape.align_x, shape.align_y, shape.ws_bytes, 16))
+  for (const auto& r : candidates(shape.desc, shape.a, layouts.b.h, layouts.c.h, shape.align_w, shape.align_x,
+                                  shape.align_y, shape.ws_bytes, 16))
     if (algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1) unsplit.push_back(r.algo);
   // The bits are those of the heuristic's first candidate whose rows do not depend on T (the heuristic's order is the
   // same in every process, a timing is not); the fastest candidate giving those bits runs.
-  std::optional<cublasLtMatmulAlgo_t> bits;
-  for (const auto& a : unsplit)
-    if ((bits = fastest_equal(stream, workspace, shape, {a}, nullptr))) break;
-  if (std::optional<cublasLtMatmulAlgo_t> a =
-          bits ? fastest_equal(stream, workspace, shape, unsplit, &*bits) : std::nullopt) {
+  if (std::optional<cublasLtMatmulAlgo_t> a = fastest_equal(stream, workspace, shape, unsplit, nullptr)) {
     p->found = true;
     p->algo = *a;
     ++prefill_chosen_;
@@ -382,18 +375,10 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
     if (!have) ++pinned_fallbacks_;
   } else if (pin == Pin::Decode) {
     // The reference shape's layouts (T = kPinnedRefT, same leading dimensions), for the heuristic only.
-    cublasLtMatrixLayout_t rb = nullptr, rc = nullptr;
-    MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&rb, ab, in, kPinnedRefT, in));
-    MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&rc, CUDA_R_32F, out, kPinnedRefT, std::max<int64_t>(ldy, out)));
-    try {
-      p->algo = heuristic(p->desc, p->a, rb, rc, align_w, align_x, align_y, ws_bytes, out, kPinnedRefT, in);
-    } catch (...) {
-      cublasLtMatrixLayoutDestroy(rc);
-      cublasLtMatrixLayoutDestroy(rb);
-      throw;
+    {
+      const Layout rb(ab, in, kPinnedRefT, in), rc(CUDA_R_32F, out, kPinnedRefT, std::max<int64_t>(ldy, out));
+      p->algo = heuristic(p->desc, p->a, rb.h, rc.h, align_w, align_x, align_y, ws_bytes, out, kPinnedRefT, in);
     }
-    cublasLtMatrixLayoutDestroy(rc);
-    cublasLtMatrixLayoutDestroy(rb);
     if (T >= kWideMinT)
       if (const cublasLtMatmulAlgo_t* w = wide(stream, workspace, *p); w && valid_here(*w)) {
         p->algo = *w;
@@ -403,13 +388,8 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
     // Not runnable at T (a split-K algorithm's workspace grows with T): the same algorithm over blocks of rows, the
     // largest power of two it accepts. A row's bits stay the decode plan's.
     for (int rows = kPinnedRefT; !have && rows < T; rows *= 2) {
-      cublasLtMatrixLayout_t bb = nullptr, bc = nullptr;
-      MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bb, ab, in, rows, in));
-      MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&bc, CUDA_R_32F, out, rows, ldy));
-      const bool ok = runnable(p->desc, p->a, bb, bc, p->algo, ws_bytes);
-      cublasLtMatrixLayoutDestroy(bc);
-      cublasLtMatrixLayoutDestroy(bb);
-      if (ok)
+      const Layout bb(ab, in, rows, in), bc(CUDA_R_32F, out, rows, ldy);
+      if (runnable(p->desc, p->a, bb.h, bc.h, p->algo, ws_bytes))
         p->block_rows = rows;
       else if (p->block_rows)
         break;

@@ -76,8 +76,9 @@ class LtMatmul {
   // A shape's prefill algorithm (chosen on first use; null: none passed the probe).
   const cublasLtMatmulAlgo_t* prefill(cudaStream_t stream, void* workspace, const Plan& shape);
   // The fastest of `algos` on kProbeRows random rows whose first kPinnedRefT rows equal the reference: `reference`'s
-  // result at kPinnedRefT rows, or (reference null) each candidate's own. Null when none does, or the probe's memory
-  // is not there. Synchronizes the stream.
+  // result at kPinnedRefT rows, or (reference null) that of the first of `algos`, in order, whose own rows there
+  // equal them (its rows do not depend on T). Null when none does, or the probe's memory is not there. Synchronizes
+  // the stream.
   std::optional<cublasLtMatmulAlgo_t> fastest_equal(cudaStream_t stream, void* workspace, const Plan& shape,
                                                     const std::vector<cublasLtMatmulAlgo_t>& algos,
                                                     const cublasLtMatmulAlgo_t* reference);
