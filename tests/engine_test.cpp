@@ -304,6 +304,7 @@ TEST_F(EngineTest, CacheStaysInItsBudget) {
     max_bytes = std::max(max_bytes, s.cache_bytes);
   }
   EXPECT_GT(max_bytes, (int64_t(1) << 20) - slot) << "the cache never filled: eviction was not exercised";
+  EXPECT_EQ(engine.stats().running_peak, 4) << "40 requests queued at once fill the 4 slots, and no more";
   // A budget too small for one state: no snapshots, and the results are the same.
   Engine none(*model, nullptr, {.state_cache_mb = 0});
   const GenerateRequest r = request({1, 2, 3, 4}, 5, 0.0f);

@@ -430,6 +430,8 @@ void Server::handle_metrics(httplib::Response& res) const {
   };
   const EngineStats s = ready_ ? engine_->stats() : EngineStats{};
   metric("requests_running", "gauge", "Requests generating (holding a state slot).", s.running);
+  metric("requests_running_peak", "gauge", "The most requests generating at once since the server started.",
+         s.running_peak);
   metric("requests_queued", "gauge", "Requests waiting for a state slot.", s.queued);
   metric("requests_total", "counter", "Prompts submitted to the engine (one per choice).", requests_total_);
   metric("requests_cancelled_total", "counter", "Requests cancelled (client gone or shutdown).", requests_cancelled_);

@@ -117,6 +117,7 @@ struct EngineOptions {
 
 struct EngineStats {
   int64_t running = 0, queued = 0;
+  int64_t running_peak = 0;  // the most requests that held a state slot in one step, since the engine started
   int64_t cache_entries = 0, cache_bytes = 0, cache_budget_bytes = 0;
   int64_t cache_hits = 0, cache_misses = 0, cached_tokens = 0;  // over every admitted request
   int64_t steps = 0;

@@ -145,7 +145,7 @@ class Engine:
 
     @property
     def stats(self):
-        """Running/queued requests, cache entries/bytes/hits/misses, steps (as of the last step)."""
+        """Running requests (now and at the peak), queued requests, cache entries/bytes/hits/misses, steps (as of the last step)."""
         return self._native.stats()
 
     # ---- internals -------------------------------------------------------------------------------------------

@@ -173,7 +173,8 @@ void bind_engine(py::module_& m) {
       .def("stats", [](const PyEngine& e) {
         const EngineStats s = e.engine->stats();
         py::dict d;
-        d["running"] = s.running, d["queued"] = s.queued, d["cache_entries"] = s.cache_entries;
+        d["running"] = s.running, d["running_peak"] = s.running_peak, d["queued"] = s.queued;
+        d["cache_entries"] = s.cache_entries;
         d["cache_bytes"] = s.cache_bytes, d["cache_budget_bytes"] = s.cache_budget_bytes;
         d["cache_hits"] = s.cache_hits, d["cache_misses"] = s.cache_misses, d["cached_tokens"] = s.cached_tokens;
         d["steps"] = s.steps;

@@ -444,6 +444,7 @@ struct Engine::Impl {
       return false;
     }
     ++counters.steps;
+    counters.running_peak = std::max(counters.running_peak, static_cast<int64_t>(runs.size()));
 
     // The rows: every decoding request one token, then prefill chunks within the rest of the budget.
     std::vector<Run*> decode_rows, prefill_rows;

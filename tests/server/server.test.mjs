@@ -165,14 +165,6 @@ describe('serve --parallel 64 --max-queue 0', () => {
     const refs = generate(['--prompts-file', writeScratch('prompts.txt', prompts.join('\n') + '\n'), '--max-seqs', '1', '-n',
       '24', '--temp', '0', '--ignore-eos']);
     assert.equal(refs.length, 64);
-    let maxRunning = 0;
-    let polling = true;
-    const poller = (async () => {
-      while (polling) {
-        maxRunning = Math.max(maxRunning, (await metrics(server.url)).mambacpp_requests_running);
-        await new Promise((r) => setTimeout(r, 10));
-      }
-    })();
     const texts = await Promise.all(
       prompts.map(async (prompt) => {
         const stream = await client.completions.create({
@@ -183,10 +175,10 @@ describe('serve --parallel 64 --max-queue 0', () => {
         return text;
       }),
     );
-    polling = false;
-    await poller;
     texts.forEach((t, i) => assert.equal(t, refs[i].text, `stream ${i}`));
-    assert.ok(maxRunning >= 32, `at most ${maxRunning} requests ran at once`);
+    // The engine's own peak (one step's rows): sampling /metrics from here misses short peaks on a loaded machine.
+    const peak = (await metrics(server.url)).mambacpp_requests_running_peak;
+    assert.ok(peak >= 32, `at most ${peak} requests ran at once`);
   });
 
   test('a client that disconnects mid-stream frees its slot', async () => {
@@ -276,8 +268,8 @@ describe('serve --parallel 64 --max-queue 0', () => {
 
   test('metrics in the Prometheus text format', async () => {
     const text = await (await fetch(`${server.url}/metrics`)).text();
-    for (const name of ['requests_running', 'requests_queued', 'requests_total', 'prompt_tokens_total',
-      'generated_tokens_total', 'cached_tokens_total', 'cache_bytes', 'step_seconds']) {
+    for (const name of ['requests_running', 'requests_running_peak', 'requests_queued', 'requests_total',
+      'prompt_tokens_total', 'generated_tokens_total', 'cached_tokens_total', 'cache_bytes', 'step_seconds']) {
       assert.match(text, new RegExp(`# TYPE mambacpp_${name} (gauge|counter|summary)`), name);
     }
     const m = await metrics(server.url);
