@@ -21,7 +21,7 @@ constexpr int64_t kRowsPerBlock = 16;        // GEMV: W rows per unit of work
 constexpr int64_t kPanelBytes = 192 * 1024;  // GEMM: a packed f32 panel of W rows stays in L2 (512 KiB on Zen 3)
 constexpr int64_t kMinShareBytes = 32 * 1024;  // GEMV: the least weight bytes worth a thread of their own
 constexpr int64_t kStreamTokens = 4;         // up to this many tokens, W is read in place in its stored dtype
-constexpr int64_t kSharesPerThread = 8;      // GEMV: units of work per thread, handed out as threads free up
+constexpr int64_t kSharesPerThread = 2;      // GEMV: units of work per thread, handed out as threads free up
 
 // A reusable 64-byte aligned f32 buffer (packed rows are read with whole-vector loads).
 struct AlignedFloats {
@@ -56,7 +56,8 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
     const int64_t block_bytes = kRowsPerBlock * in * static_cast<int64_t>(wsize);
     const int64_t grain = std::max<int64_t>(1, (kMinShareBytes + block_bytes - 1) / block_bytes);
     // kSharesPerThread contiguous shares per thread, taken in turn by whichever thread is free: with one fixed
-    // half each, the caller waited ~5% of a mamba2-130m decode step for the other thread's half.
+    // half each, the caller waited ~5% of a mamba2-130m decode step for the other thread's half; with 8 shares each,
+    // the shorter streams read further below the memory's rate (docs/benchmarks.md, c12).
     const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(n_blocks / grain, threads * kSharesPerThread));
     parallel_tasks(threads, parts, [&](int64_t part) {
       const int64_t b0 = n_blocks * part / parts, b1 = n_blocks * (part + 1) / parts;
