@@ -145,7 +145,8 @@ class Engine:
 
     @property
     def stats(self):
-        """Running requests (now and at the peak), queued requests, cache entries/bytes/hits/misses, steps (as of the last step)."""
+        """Running (now and at the peak) and queued requests, cache entries/bytes/hits/misses, steps (as of the last
+        step)."""
         return self._native.stats()
 
     # ---- internals -------------------------------------------------------------------------------------------
