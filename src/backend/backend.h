@@ -190,6 +190,13 @@ class Backend {
     conv1d_silu(xbc, conv_w, conv_bias, conv_state, batch, conv_out);
     mamba2_ssd(ssd, batch);
   }
+  // The dtype a caller may give mamba2_ssd's y in, for this batch and these SSD shapes, when fused_linear's gated
+  // norm is its only reader: F32, or BF16 where the backend rounds y to bf16 anyway (the CUDA backend's fast
+  // precision on prompts), which halves the bytes of y written and read.
+  virtual DType mamba2_y_dtype(int64_t /*head_dim*/, int64_t /*d_state*/, int64_t /*chunk_size*/,
+                               const BatchLayout& /*batch*/) const {
+    return DType::F32;
+  }
   // Mamba-2 gated RMSNorm (norm_before_gate = false): g = y * silu(z); out = rmsnorm of g over each group of
   // `group_size` channels, times w. y, z (strided), out: [T, d_inner]; w: [d_inner].
   virtual void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size,

@@ -119,7 +119,9 @@ bool mamba_block_fused_projections(Backend& be, const ModelConfig& c, const Laye
   in.eps = eps;
   in.y = Workspace::f32(ws.proj, dev, T, mamba2 ? c.in_proj_size() : 2 * di);
   FusedLinearArgs out;  // Mamba-2: the gated norm first; then out_proj, added onto the residual
-  out.x = Workspace::f32(ws.y, dev, T, di);
+  // y, the SSD's output, has the gated norm as its only reader here: the backend may take it narrower.
+  out.x = Workspace::of(ws.y, mamba2 ? be.mamba2_y_dtype(c.head_dim, c.d_state, c.chunk_size, batch) : DType::F32,
+                        dev, T, di);
   out.w = w.out_proj;
   out.bias = w.out_proj_bias;
   if (mamba2) {

@@ -35,6 +35,10 @@ struct Workspace {
   static TensorView f32(const DeviceBuffer& b, Device dev, int64_t rows, int64_t cols) {
     return TensorView(b.data(), DType::F32, {rows, cols}, dev);
   }
+  // A view of b in a dtype of at most 4 bytes (b is sized for f32).
+  static TensorView of(const DeviceBuffer& b, DType dtype, Device dev, int64_t rows, int64_t cols) {
+    return TensorView(b.data(), dtype, {rows, cols}, dev);
+  }
 };
 
 }  // namespace mambacpp

@@ -255,6 +255,39 @@ TEST(CudaMamba2Ssd, FastPrecisionRoundsItsOperands) {
   EXPECT_LT(d, kFastTol);
 }
 
+// Fast precision stores a prompt's y rounded to bf16 (the error model in mamba2_ssd_fast.cu), in bf16 where the
+// caller takes mamba2_y_dtype's choice (prompts only) and in f32 otherwise: the same values either way, so the gated
+// norm after it gives a prompt the same bits in any batch.
+TEST(CudaMamba2Ssd, FastPromptsGiveYInBf16TheValuesOfF32) {
+  MAMBACPP_REQUIRE_GPU();
+  const SsdCase cs{4, 64, 128, 1, 256, {300, 40}, {1, 0}, 2};
+  auto be = make_cuda_backend(DType::BF16, Precision::Fast);
+  DeviceArena arena(*be);
+  const SsdInputs in = make_inputs(cs, 61);
+  BatchLayout prompts = make_batch(cs.lens, cs.slots), with_one = make_batch({300, 1}, {1, 0});
+  EXPECT_EQ(be->mamba2_y_dtype(cs.P, cs.N, cs.chunk, prompts), DType::BF16);
+  EXPECT_EQ(be->mamba2_y_dtype(cs.P, cs.N, cs.chunk, with_one), DType::F32);  // the step kernel's rows are f32
+  EXPECT_EQ(make_cuda_backend(DType::BF16, Precision::Exact)->mamba2_y_dtype(cs.P, cs.N, cs.chunk, prompts),
+            DType::F32);
+  std::vector<float> y[2];
+  for (int i = 0; i < 2; ++i) {
+    Mamba2ScanArgs a = device_args(cs, in, arena);  // the same initial state both times
+    if (i == 1) a.y = arena.upload(std::vector<float>(static_cast<size_t>(a.y.numel()), std::nanf("")), DType::BF16,
+                                   {a.y.dim(0), a.y.dim(1)});
+    be->prepare_batch(prompts);
+    be->mamba2_ssd(a, prompts);
+    y[i] = arena.download(a.y);
+  }
+  ASSERT_EQ(y[0].size(), y[1].size());
+  int64_t unrounded = 0, differ = 0;
+  for (size_t i = 0; i < y[0].size(); ++i) {
+    unrounded += !(y[0][i] == gputest::rounded({y[0][i]}, DType::BF16)[0]);  // NaN counts
+    differ += !(y[0][i] == y[1][i]);
+  }
+  EXPECT_EQ(unrounded, 0);
+  EXPECT_EQ(differ, 0);
+}
+
 // mamba2_conv_ssd (the CUDA backend fuses conv1d into the fast SSD: conv1d writes the SSD's bf16 x, B, C) gives the
 // bits of conv1d_silu then mamba2_ssd, for y, the SSD state and the conv state. Multi-token batches take the fused
 // path (its conv output is left unwritten: still NaN, which also shows the path ran); a batch with a single-token

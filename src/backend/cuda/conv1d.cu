@@ -8,8 +8,11 @@
 // keeps the inputs in a sliding window of registers, so each input is read once (not K times) and no 64-bit
 // division is needed per element (146 us -> see docs/benchmarks.md, mamba2-2.7b, 2048 x 5376). Larger K: one
 // thread per (token, channel).
+#include <type_traits>
+
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 namespace mambacpp::cuda {
@@ -18,6 +21,7 @@ namespace {
 constexpr int kThreads = 256;
 
 __global__ void conv_out_kernel(Conv1dLaunch p) {
+  enter_dependent();
   const int64_t n = p.T * p.C, S = p.K - 1;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t t = i / p.C, c = i % p.C;  // c fastest: a warp reads consecutive channels of one row
@@ -39,13 +43,14 @@ __global__ void conv_out_kernel(Conv1dLaunch p) {
 constexpr int kWinMaxK = 4;
 constexpr int kWinTokens = 16;
 
-// Where channel c's outputs go: f32 `out`, or (out16 set) its bf16 tensor; one choice per thread.
+// Where channel c's outputs go: f32 `out`, or (B16: out16 set) its bf16 tensor.
+template <bool B16>
 struct ConvSink {
   float* f32 = nullptr;
   uint16_t* b16 = nullptr;
   int64_t stride = 0;
   __device__ ConvSink(const Conv1dLaunch& p, int64_t c) {
-    if (!p.out16[0]) {
+    if constexpr (!B16) {
       f32 = p.out.data + c;
       stride = p.out.stride;
     } else {
@@ -57,15 +62,21 @@ struct ConvSink {
     }
   }
   __device__ void store(int64_t t, float v) const {
-    if (b16)
+    if constexpr (B16)
       b16[t * stride] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
     else
       f32[t * stride] = v;
   }
 };
 
+// silu by the hardware's exp2 and reciprocal approximations: a few ulp, where bf16 rounding follows (fast_silu);
+// silu_f's exact exp and IEEE division are ~13 more instructions per output in a kernel that ncu found issue-bound.
+__device__ __forceinline__ float silu_approx(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
+
 // grid (ceil(C / kThreads), ceil(T / kWinTokens)).
+template <bool B16>
 __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch p) {
+  enter_dependent();
   const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
   const int64_t t0 = int64_t(blockIdx.y) * kWinTokens;
   if (c >= p.C) return;
@@ -74,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
 #pragma unroll
   for (int k = 0; k < kWinMaxK; ++k) w[k] = k < K ? load_f(p.w.data, p.w.dtype, c * K + k) : 0.0f;
   const float b = p.bias.data ? load_f(p.bias.data, p.bias.dtype, c) : 0.0f;
-  const ConvSink sink(p, c);
+  const ConvSink<B16> sink(p, c);
   // xw[u] = x[t0 - S + u]: the window of inputs the block's tokens read (rows outside [0, T) never used).
   float xw[kWinTokens + kWinMaxK - 1];
 #pragma unroll
@@ -87,15 +98,21 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
   const int64_t t_last = min(t0 + kWinTokens, p.T) - 1;
   const int32_t s_first = p.token_seq[t0], s_last = p.token_seq[t_last];
   if (s_first >= 0 && s_first == s_last && t0 - p.seqs[s_first].start >= S) {  // block-uniform
+    auto outputs = [&](auto approx) {
 #pragma unroll
-    for (int v = 0; v < kWinTokens; ++v) {
-      if (t0 + v > t_last) break;
-      float acc = b;
+      for (int v = 0; v < kWinTokens; ++v) {
+        if (t0 + v > t_last) break;
+        float acc = b;
 #pragma unroll
-      for (int k = 0; k < kWinMaxK; ++k)
-        if (k < K) acc += w[k] * xw[v + k];
-      sink.store(t0 + v, silu_f(acc));
-    }
+        for (int k = 0; k < kWinMaxK; ++k)
+          if (k < K) acc += w[k] * xw[v + k];
+        sink.store(t0 + v, decltype(approx)::value ? silu_approx(acc) : silu_f(acc));
+      }
+    };
+    if (p.fast_silu && p.seqs[s_first].len > 1)
+      outputs(std::true_type{});
+    else
+      outputs(std::false_type{});
     return;
   }
 #pragma unroll
@@ -116,7 +133,7 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
         acc += w[k] * val;
       }
     }
-    sink.store(t, silu_f(acc));
+    sink.store(t, p.fast_silu && seq.len > 1 ? silu_approx(acc) : silu_f(acc));
   }
 }
 
@@ -124,6 +141,7 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
 // and the new input once, writes the output and the shifted state. grid (ceil(C / kThreads), n_seqs). At batch 32
 // of mamba2-2.7b the two-kernel form took 18 + 7 us per layer (ncu), for 0.7 MB of state and activations.
 __global__ void __launch_bounds__(kThreads) conv_step_kernel(Conv1dLaunch p) {
+  enter_dependent();
   const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
   if (c >= p.C) return;
   const SeqSpan seq = p.seqs[blockIdx.y];
@@ -147,6 +165,7 @@ __global__ void __launch_bounds__(kThreads) conv_step_kernel(Conv1dLaunch p) {
 }
 
 __global__ void conv_state_kernel(Conv1dLaunch p) {
+  enter_dependent();
   const int64_t n = p.n_seqs * p.C, S = p.K - 1;
   for (int64_t i = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; i < n; i += int64_t(gridDim.x) * blockDim.x) {
     const int64_t s = i / p.C, c = i % p.C;
@@ -177,23 +196,22 @@ bool conv1d_bf16_outputs_supported(const Conv1dLaunch& p) {
 void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream) {
   if (p.T <= 0 || p.C <= 0) return;
   if (p.all_single && p.K >= 1 && p.K <= kWinMaxK && p.n_seqs > 0 && p.n_seqs <= 65535) {
-    conv_step_kernel<<<dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads), static_cast<unsigned>(p.n_seqs)),
-                       kThreads, 0, stream>>>(p);
-    MAMBACPP_CUDA_LAUNCHED();
+    launch_dependent(conv_step_kernel,
+                     dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads), static_cast<unsigned>(p.n_seqs)),
+                     dim3(kThreads), stream, p);
     return;
   }
   if (p.K <= kWinMaxK && (p.T + kWinTokens - 1) / kWinTokens <= 65535) {
-    conv_out_window_kernel<<<dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads),
-                                  static_cast<unsigned>((p.T + kWinTokens - 1) / kWinTokens)),
-                             kThreads, 0, stream>>>(p);
+    launch_dependent(p.out16[0] ? conv_out_window_kernel<true> : conv_out_window_kernel<false>,
+                     dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads),
+                          static_cast<unsigned>((p.T + kWinTokens - 1) / kWinTokens)),
+                     dim3(kThreads), stream, p);
   } else {
-    conv_out_kernel<<<blocks_for(p.T * p.C), kThreads, 0, stream>>>(p);
+    launch_dependent(conv_out_kernel, dim3(blocks_for(p.T * p.C)), dim3(kThreads), stream, p);
   }
-  MAMBACPP_CUDA_LAUNCHED();
-  if (p.K > 1 && p.n_seqs > 0) {
-    conv_state_kernel<<<blocks_for(p.n_seqs * p.C), kThreads, 0, stream>>>(p);
-    MAMBACPP_CUDA_LAUNCHED();
-  }
+  // Its wait also orders it after the outputs, which read the old state it overwrites.
+  if (p.K > 1 && p.n_seqs > 0)
+    launch_dependent(conv_state_kernel, dim3(blocks_for(p.n_seqs * p.C)), dim3(kThreads), stream, p);
 }
 
 }  // namespace mambacpp::cuda

@@ -444,7 +444,9 @@ class CudaBackend final : public Backend {
     need(H > 0 && G > 0 && H % G == 0, "mamba2_ssd: n_heads ", H, " must be a positive multiple of n_groups ", G);
     need(P >= 0 && N >= 0 && a.chunk_size > 0, "mamba2_ssd: bad head_dim ", P, " / d_state ", N, " / chunk_size ",
          a.chunk_size);
-    for (const TensorView* v : {&a.x, &a.dt, &a.B, &a.C, &a.y}) check_f32_2d(*v, "mamba2_ssd: activation");
+    for (const TensorView* v : {&a.x, &a.dt, &a.B, &a.C}) check_f32_2d(*v, "mamba2_ssd: activation");
+    const bool y_bf16 = a.y.dtype == DType::BF16;  // mamba2_y_dtype's choice
+    if (!y_bf16) check_f32_2d(a.y, "mamba2_ssd: y");
     const int64_t T = a.x.dim(0);
     need(a.x.dim(1) == H * P && a.y.dim(0) == T && a.y.dim(1) == H * P, "mamba2_ssd: x/y must be [", T, ", ",
          H * P, "], found ", a.x.shape_string(), " / ", a.y.shape_string());
@@ -478,7 +480,12 @@ class CudaBackend final : public Backend {
     p.chunk_size = a.chunk_size;
     p.state = a.state.data;
     p.state_bf16 = a.state.dtype == DType::BF16;
-    p.y = rows(a.y);
+    if (y_bf16) {
+      p.y16 = a.y.ptr<uint16_t>();
+      p.y.stride = a.y.stride0();
+    } else {
+      p.y = rows(a.y);
+    }
     if (!a.z.empty()) p.z = crows(a.z);
     p.T = T;
     p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba2_ssd");
@@ -486,7 +493,25 @@ class CudaBackend final : public Backend {
     if (p.n_seqs == 0) return std::nullopt;
     p.fast = fast_ && weight_dtype_ != DType::F32;  // fast precision covers 16-bit weights only
     p.has_single_seqs = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
+    if (y_bf16)
+      need(a.y.ndim == 2 && a.y.device == Device::CUDA && a.z.empty() && p.fast && !p.has_single_seqs &&
+               ssd_fast_path(p),
+           "mamba2_ssd: y in bf16 is for fast precision's prompts (mamba2_y_dtype), found ", a.y.shape_string(),
+           a.z.empty() ? "" : " with a gate", p.has_single_seqs ? " in a batch with one-token sequences" : "");
     return p;
+  }
+
+  // bf16 where the fast chunked kernels write every row of y (no one-token sequences: those take the step kernel),
+  // which round it to bf16 in either dtype.
+  DType mamba2_y_dtype(int64_t head_dim, int64_t d_state, int64_t chunk_size, const BatchLayout& batch) const override {
+    Mamba2Launch p;
+    p.fast = fast_ && weight_dtype_ != DType::F32;
+    p.head_dim = head_dim;
+    p.d_state = d_state;
+    p.chunk_size = chunk_size;
+    const bool prompts_only = !batch.seqs.empty() && std::none_of(batch.seqs.begin(), batch.seqs.end(),
+                                                                   [](const SeqSpan& s) { return s.len == 1; });
+    return prompts_only && ssd_fast_path(p) ? DType::BF16 : DType::F32;
   }
 
   void mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) override {
@@ -504,6 +529,8 @@ class CudaBackend final : public Backend {
     const int64_t HP = ssd.n_heads * ssd.head_dim, GN = ssd.n_groups * ssd.d_state;
     const bool x_B_C_of_conv = ssd.x.data == conv_out.data && ssd.B.data == conv_out.ptr<float>() + HP &&
                                ssd.C.data == conv_out.ptr<float>() + HP + GN && c.C == HP + 2 * GN;
+    // The fast SSD rounds x, B and C to bf16 whether conv1d writes them so or not: the same silu either way.
+    c.fast_silu = p && ssd_fast_path(*p) && x_B_C_of_conv;
     const bool fuse = p && p->fast && !p->has_single_seqs && ssd_fast_path(*p) && x_B_C_of_conv &&
                       conv1d_bf16_outputs_supported(c);
     if (!fuse) {
@@ -623,7 +650,7 @@ class CudaBackend final : public Backend {
     need(in <= INT_MAX && out <= INT_MAX && a.y.stride0() <= INT_MAX, "fused_linear: dimensions beyond cuBLAS's ",
          "32-bit limits: x ", a.x.shape_string(), ", w ", a.w.shape_string());
     // The opted-in GEMVs take decode batches only: a prompt's rows take the GEMM alone or batched alike.
-    if (decode_gemm_fused_ && decode_rows(batch, kFastMaxRows)) {
+    if (decode_gemm_fused_ && decode_rows(batch, kFastMaxRows) && a.x.dtype == DType::F32) {
       if (std::optional<FusedGemvLaunch> p = fast_gemv_launch(a, B)) {
         if (p->conv_channels > 0) p->seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
         launch_fast_gemv(*p, sm_count_, stream());
@@ -633,9 +660,14 @@ class CudaBackend final : public Backend {
     // Decode batches round into the scratch graphs hold; prefill pieces into the linear op's own.
     void* x16 = B <= kFastMaxRows ? decode_scratch(fast_x16_, B, in, 2)
                                   : grow(split_, static_cast<size_t>(B * in) * 2);
-    launch_rmsnorm_round(crows(a.x), a.gate.empty() ? ConstF32Rows{} : crows(a.gate),
-                         a.norm_w.empty() ? DevWeight{} : weight(a.norm_w), a.norm_group > 0 ? a.norm_group : in,
-                         a.eps, a.w.dtype, x16, B, in, stream());
+    const ConstF32Rows gate = a.gate.empty() ? ConstF32Rows{} : crows(a.gate);
+    const DevWeight norm_w = a.norm_w.empty() ? DevWeight{} : weight(a.norm_w);
+    const int64_t group = a.norm_group > 0 ? a.norm_group : in;
+    if (a.x.dtype == DType::BF16)
+      launch_rmsnorm_round_bf16_x(a.x.ptr<uint16_t>(), a.x.stride0(), gate, norm_w, group, a.eps, a.w.dtype, x16, B,
+                                  in, stream());
+    else
+      launch_rmsnorm_round(crows(a.x), gate, norm_w, group, a.eps, a.w.dtype, x16, B, in, stream());
     if (!a.bias.empty()) launch_broadcast_bias(weight(a.bias), rows(a.y), B, out, stream());
     cublas();  // the shared workspace exists
     const cudaDataType_t ab = a.w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;

@@ -114,5 +114,12 @@ __device__ __forceinline__ float block_sum(float v, float* scratch) {
 __device__ __forceinline__ void wait_for_previous_kernel() { asm volatile("griddepcontrol.wait;" ::: "memory"); }
 // Lets the next kernel (if launched as dependent) be scheduled now rather than when this one exits.
 __device__ __forceinline__ void allow_next_kernel() { asm volatile("griddepcontrol.launch_dependents;" ::: "memory"); }
+// The first statement of a kernel launched as dependent that reads nothing before the wait: the previous kernel
+// is done, and the next one's blocks may take the multiprocessors this grid's last wave leaves idle (they wait in
+// their own enter_dependent), so the next launch overlaps this kernel's tail.
+__device__ __forceinline__ void enter_dependent() {
+  wait_for_previous_kernel();
+  allow_next_kernel();
+}
 
 }  // namespace mambacpp::cuda

@@ -53,6 +53,10 @@ void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t
 // alignment round the f32 values launch_rmsnorm / launch_gated_rmsnorm write for them (one kernel at every T).
 void launch_rmsnorm_round(ConstF32Rows x, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps, DType to,
                           void* out, int64_t T, int64_t D, cudaStream_t stream);
+// The same with x in bf16 (raw bits, row stride x_stride elements): the same bits as for x's values in f32 rows.
+void launch_rmsnorm_round_bf16_x(const uint16_t* x, int64_t x_stride, ConstF32Rows gate, DevWeight w,
+                                 int64_t group_size, float eps, DType to, void* out, int64_t T, int64_t D,
+                                 cudaStream_t stream);
 void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps, F32Rows out,
                           int64_t T, int64_t D, cudaStream_t stream);
 
@@ -83,6 +87,9 @@ struct Conv1dLaunch {
   // (Mamba-2's x, B, C as the fast SSD kernels read them).
   uint16_t* out16[3] = {nullptr, nullptr, nullptr};
   int64_t split[2] = {0, 0};
+  // The window kernel's rows of multi-token sequences take silu's approximate form (a few ulp): set where those rows
+  // are rounded to bf16 next (the fast SSD's inputs). One-token rows keep the exact form the step kernel uses.
+  bool fast_silu = false;
 };
 void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream);
 // Whether launch_conv1d_silu can write the bf16 outputs for this launch (a multi-token batch on the window kernel);
@@ -143,7 +150,8 @@ struct Mamba2Launch {
   int64_t n_heads = 0, head_dim = 0, n_groups = 0, d_state = 0, chunk_size = 256;
   void* state = nullptr;  // [n_slots, n_heads, head_dim, d_state]
   bool state_bf16 = false;
-  F32Rows y;              // [T, n_heads * head_dim]
+  F32Rows y;              // [T, n_heads * head_dim]; the fast chunked path rounds it to bf16 values
+  uint16_t* y16 = nullptr;  // set instead of y.data (y.stride its row stride): y in bf16 (fast chunked path only)
   ConstF32Rows z;         // optional: y *= silu(z) ([T, n_heads * head_dim]; data null: no gate). The step kernel
                           // applies it; after the chunked kernels the backend runs launch_silu_gate
   int64_t T = 0;

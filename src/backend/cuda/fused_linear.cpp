@@ -108,7 +108,10 @@ bool fast_fused_supported(const FusedLinearArgs& a, int64_t B) {
   need(a.w.dim(1) == in && a.y.dim(1) == out, op, ": x ", a.x.shape_string(), ", w ", a.w.shape_string(), ", y ",
        a.y.shape_string(), " do not chain");
   // Rows past a decode batch's kFastMaxRows: prefill pieces, which take no conv epilogue (checked by the caller).
-  if (B < 1 || in < 1 || out < 1 || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous()) return false;
+  // x in bf16: Mamba-2's y from the fast SSD (Backend::mamba2_y_dtype), into the gated norm of out_proj.
+  const bool x_ok = f32_rows(a.x, B) || (a.x.dtype == DType::BF16 && a.x.ndim == 2 && a.x.dim(0) >= B &&
+                                         a.conv_w.empty() && !a.norm_w.empty());
+  if (B < 1 || in < 1 || out < 1 || !x_ok || !f32_rows(a.y, B) || !a.w.contiguous()) return false;
   if (!a.gate.empty() && (!f32_rows(a.gate, B) || a.gate.dim(1) != in)) return false;
   if (a.w.dtype != DType::BF16 && a.w.dtype != DType::F16) return false;
   if (!a.bias.empty() && (a.accumulate || a.bias.numel() != out || !is_float_dtype(a.bias.dtype))) return false;

@@ -326,6 +326,7 @@ constexpr int kPassLoads = 8;
 __global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p, const SsdChunk* chunks,
                                                                  const SsdSeqChunks* seq_chunks, SsdScratch sc) {
   __shared__ float decay[kPassBatch];
+  enter_dependent();
   const int64_t s = blockIdx.x, h = blockIdx.y, PN = p.head_dim * p.d_state;
   const int64_t e = blockIdx.z * int64_t(kThreads) + threadIdx.x;
   const bool mine_e = e < PN;
@@ -583,9 +584,9 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
           p, chunks, sc, tiles_n);
       MAMBACPP_CUDA_LAUNCHED();
     }
-    ssd_state_pass_kernel<<<dim3(static_cast<unsigned>(p.n_seqs), nh, cdiv(p.head_dim * p.d_state, kThreads)),
-                            kThreads, 0, stream>>>(p, chunks, seq_chunks, sc);
-    MAMBACPP_CUDA_LAUNCHED();
+    launch_dependent(ssd_state_pass_kernel,
+                     dim3(static_cast<unsigned>(p.n_seqs), nh, cdiv(p.head_dim * p.d_state, kThreads)),
+                     dim3(kThreads), stream, p, chunks, seq_chunks, sc);
   }
   if (fast) {
     launch_ssd_chunk_output_fast(p, chunks, n_chunks, sc, stream);

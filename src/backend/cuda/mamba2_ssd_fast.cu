@@ -11,8 +11,9 @@
 // Chunk state likewise, from the same bf16 copies (x times w_j rounded once more in registers).
 //
 // Error model (fast mode): x, B, C, H_in and the scaled scores are each rounded once to bf16 (relative 2^-9); a
-// term of y carries at most three such roundings (C.B^T, the score, x; or C, H_in; D x one), a chunk's state three
-// (x, x w, B) -> <= ~3 * 2^-9 = 6e-3 of its magnitude, and far less in the max-norm of y, since the rounding errors of
+// term of y carries at most three such roundings (C.B^T, the score, x; or C, H_in; D x one) and y is stored rounded
+// once more (bf16, as mamba_ssm keeps its activations), a chunk's state three (x, x w, B) -> <= ~4 * 2^-9 = 8e-3 of
+// its magnitude, and far less in the max-norm of y, since the rounding errors of
 // the 64..256 terms of each dot product are independent (tests/gpu/ssd_test.cpp states the bound it checks). The
 // decays are exp2 of f32 sums of the log2-scaled cumulative sums (SsdScratch::cum2, w2; S summed in f64 first): an
 // absolute error of ~|S| 2^-23 in the exponent, < 1e-4 relative for |S| < 800, far below one bf16 rounding.
@@ -85,13 +86,14 @@ __device__ __forceinline__ void load_b16(const __nv_bfloat16* t, int pitch, int 
   b[1] = ld32(t + o + 8);
 }
 
-// kT rows x (width bf16) tile from global rows (stride in elements) into shared (pitch in elements); rows >= valid
-// zero-filled. width a multiple of 8 (16-byte pieces). A thread's (row, piece) advances by a fixed step with one
-// carry: no run-time division per piece.
+// kT rows x (width bf16) tile from global rows (stride in elements) into shared (pitch in elements) by a block of
+// Threads threads; rows >= valid zero-filled. width a multiple of 8 (16-byte pieces). A thread's (row, piece)
+// advances by a fixed step with one carry: no run-time division per piece.
+template <int Threads = kThreads>
 __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int pitch, const uint16_t* src, int64_t stride,
                                           int valid_rows, int width) {
   const int per_row = width / 8;
-  const int dr = kThreads / per_row, dc = kThreads % per_row;
+  const int dr = Threads / per_row, dc = Threads % per_row;
   int r = threadIdx.x / per_row, c = threadIdx.x % per_row;
   while (r < kT) {
     const bool ok = r < valid_rows;
@@ -137,6 +139,7 @@ __device__ __forceinline__ void scores(float (&s)[8][4], const __nv_bfloat16* cs
 // ---- bf16 copies of x, B and C ----------------------------------------------------------------------------------
 // grid (T, 3): y = 0 x, 1 B, 2 C; 8 elements per thread, 16-byte loads where the rows allow (vec).
 __global__ void __launch_bounds__(256) ssd_round_inputs_kernel(Mamba2Launch p, SsdScratch sc, bool vec) {
+  enter_dependent();
   const int64_t t = blockIdx.x;
   const int which = blockIdx.y;
   const ConstF32Rows& in = which == 0 ? p.x : which == 1 ? p.B : p.C;
@@ -179,6 +182,7 @@ size_t fast_scores_smem_bytes(int64_t N) {
 __global__ void __launch_bounds__(kThreads) ssd_chunk_scores_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
                                                                          SsdScratch sc, int tiles) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  enter_dependent();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
   const SsdChunk ch = chunks[blockIdx.x];
   const int64_t g = blockIdx.y, G = p.n_groups;
@@ -221,6 +225,7 @@ size_t fast_output_smem_bytes(int64_t N) {
 __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
                                                                         SsdScratch sc, int tiles_p) {
   extern __shared__ __align__(16) unsigned char smem_raw[];
+  enter_dependent();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, q = lane & 3;
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
@@ -366,7 +371,8 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
   // come in pairs of neighbouring columns (e, e + 1): one 4-byte load and one 8-byte store each where y's rows
   // allow (head_dim is even here; element accesses left half of every 32-byte sector to the next instruction).
   const float Dh = load_f(p.D.data, p.D.dtype, h);
-  const bool pairs = (p.y.stride & 1) == 0 && (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0;
+  const bool pairs = (p.y.stride & 1) == 0 && (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0 &&
+                     (reinterpret_cast<uintptr_t>(p.y16) & 3) == 0;
   const int64_t x_off = (ch.start + i0) * HP + h * P + p0, y_off = (ch.start + i0) * p.y.stride + h * P + p0;
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
@@ -385,63 +391,92 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
     for (int e = 0; e < 4; e += 2) {
       const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q;
       if (r >= rows_i || c >= cols_p) continue;
-      float* yr = p.y.data + y_off + r * p.y.stride + c;
-      if (pairs) {
-        *reinterpret_cast<float2*>(yr) = make_float2(acc[nt][e], acc[nt][e + 1]);
+      // y rounded to bf16, as mamba_ssm's activations are: the gated norm reads the same values whether y is stored
+      // in bf16 (Mamba2Launch::y16, half the bytes) or in f32 (batches with one-token rows), so a prompt's bits do
+      // not depend on its batch.
+      const uint32_t y2 = pack2<__nv_bfloat16>(acc[nt][e], acc[nt][e + 1]);
+      const int64_t at = y_off + r * p.y.stride + c;
+      if (p.y16) {
+        if (pairs) {
+          *reinterpret_cast<uint32_t*>(p.y16 + at) = y2;
+        } else {
+          p.y16[at] = static_cast<uint16_t>(y2 & 0xffffu);
+          p.y16[at + 1] = static_cast<uint16_t>(y2 >> 16);
+        }
       } else {
-        yr[0] = acc[nt][e];
-        yr[1] = acc[nt][e + 1];
+        const float y0 = __uint_as_float(y2 << 16), y1 = __uint_as_float(y2 & 0xffff0000u);
+        float* yr = p.y.data + at;
+        if (pairs) {
+          *reinterpret_cast<float2*>(yr) = make_float2(y0, y1);
+        } else {
+          yr[0] = y0;
+          yr[1] = y1;
+        }
       }
     }
   }
 }
 
-// ---- chunk state: grid (n_chunks, n_heads, tiles_p * tiles_n) ---------------------------------------------------
+// ---- chunk state: grid (n_chunks, n_heads, tiles_p), 128 * NT threads (NT = d_state / 64 rounded up) -------------
 // First the chunk's decays (fast precision's cumulative sum, folded in here; its own launch of 24 blocks took ~9 us
 // of a 2,048-token layer-piece): dt_t, S_t summed in f64 as the exact path does (128 runs of consecutive tokens, a
 // block scan of their totals), kept as f32 cum2 = S log2(e) and w2 = log2(dt) - cum2 (SsdScratch). Every block of a
 // (chunk, head) computes them; the first one writes them for the state pass and the output kernel.
 // Then out[p, n] = sum_j x_j[p] (w_j B_j[n]), w_j = exp(S_last - S_j) dt_j = exp2(cum2_last + w2_j): warp w owns
-// rows p0 + 16 w .. + 15 and the 64 columns n0 ..; the chunk's tokens in 64-token steps, each step's x and B tiles
-// (bf16 copies, rows j as stored) copied by cp.async two buffers deep. Both operands are read with transposing
-// matrix loads; w_j multiplies the A fragments (x w rounded again to bf16: a second rounding of x, see the error
-// model at the top).
-constexpr int kStateThreads = kThreads;
-constexpr int kDecayPerThread = kSsdFastMaxChunk / kStateThreads;
+// rows p0 + 16 (w % 4) .. + 15 and the 64 columns 64 (w / 4) ..; the chunk's tokens in 64-token steps, each step's x
+// and B tiles (bf16 copies, rows j as stored) copied by cp.async two buffers deep. One block covers every column n
+// of its rows p, so x and the decays are read and computed once per (chunk, head, p tile): with a block per 64
+// columns, mamba2-2.7b read x twice and scanned the decays twice. Both operands are read with transposing matrix
+// loads; w_j multiplies the A fragments (x w rounded again to bf16: a second rounding of x, see the error model at
+// the top).
+constexpr int kDecayThreads = kThreads;  // the decays' scan: 128 threads whatever the block's size
+constexpr int kDecayPerThread = kSsdFastMaxChunk / kDecayThreads;
 
-size_t fast_state_smem_bytes(int64_t chunk_size) {  // w_j of every token, padded to whole 64-token steps
-  return static_cast<size_t>((chunk_size + kT - 1) / kT * kT) * sizeof(float);
+int state_col_tiles(int64_t N) { return static_cast<int>((N + kT - 1) / kT); }
+int state_b_pitch(int64_t N) { return state_col_tiles(N) * kT + 8; }  // bf16; + 8 as kXPitch
+size_t fast_state_smem_bytes(int64_t N, int64_t chunk_size) {
+  const size_t stage = static_cast<size_t>(kT * kXPitch + kT * state_b_pitch(N)) * sizeof(__nv_bfloat16);
+  // Two stages of x and B tiles, then w_j of every token, padded to whole 64-token steps.
+  return 2 * stage + static_cast<size_t>((chunk_size + kT - 1) / kT * kT) * sizeof(float);
 }
 
-__global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
-                                                                          SsdScratch sc, int tiles_n) {
-  __shared__ __align__(16) __nv_bfloat16 xs[2][kT * kXPitch];  // [j][p]
-  __shared__ __align__(16) __nv_bfloat16 bs[2][kT * kXPitch];  // [j][n]
-  __shared__ double run_totals[kStateThreads / 32];
+// Registers held to ~80 per thread, so that 24 warps fit a multiprocessor (they would take ~98, leaving 16).
+template <int NT>
+__global__ void __launch_bounds__(kThreads * NT, 6 / NT)
+    ssd_chunk_state_fast_kernel(Mamba2Launch p, const SsdChunk* chunks, SsdScratch sc) {
+  constexpr int kBlock = kThreads * NT;
+  constexpr int kBPitch = NT * kT + 8;
+  constexpr int kStage = kT * kXPitch + kT * kBPitch;  // bf16 elements: the x tile [j][p], then the B tile [j][n]
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  __shared__ double run_totals[kDecayThreads / 32];
   __shared__ float cum2_last;
-  extern __shared__ __align__(16) float w_s[];  // [steps * kT]: w2_j, then w_j (0 past the chunk)
+  auto* stages = reinterpret_cast<__nv_bfloat16*>(smem_raw);
+  auto xs = [&](int b) { return stages + b * kStage; };
+  auto bs = [&](int b) { return stages + b * kStage + kT * kXPitch; };
+  float* w_s = reinterpret_cast<float*>(stages + 2 * kStage);  // [steps * kT]: w2_j, then w_j (0 past the chunk)
+  enter_dependent();
   const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, q = lane & 3;
+  const int pw = warp & 3, nw = warp >> 2;  // this warp's 16 rows p and 64 columns n of the block's tile
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
   if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
   const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads, HP = H * P;
   const int64_t GN = p.n_groups * N, g = h / (H / p.n_groups);
-  const int64_t p0 = int64_t(blockIdx.z / tiles_n) * kT, n0 = int64_t(blockIdx.z % tiles_n) * kT;
+  const int64_t p0 = int64_t(blockIdx.z) * kT;
   const int rows_p = static_cast<int>(std::min<int64_t>(kT, P - p0));
-  const int cols_n = static_cast<int>(std::min<int64_t>(kT, N - n0));
   const int n_steps = (ch.len + kT - 1) / kT;
 
   auto issue = [&](int js, int b) {
     const int j0 = js * kT;
     const int rows_j = min(kT, ch.len - j0);
     const int64_t t0 = ch.start + j0;
-    copy_tile(xs[b], kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, rows_p);
-    copy_tile(bs[b], kXPitch, sc.B16 + t0 * GN + g * N + n0, GN, rows_j, cols_n);
-    if (rows_p < kT || cols_n < kT) {  // columns past the head / the state width: zeros (block-uniform)
-      for (int e = tid; e < kT * kT; e += kStateThreads) {
-        const int r = e / kT, c = e % kT;
-        if (c >= rows_p) xs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
-        if (c >= cols_n) bs[b][r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+    copy_tile<kBlock>(xs(b), kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, rows_p);
+    copy_tile<kBlock>(bs(b), kBPitch, sc.B16 + t0 * GN + g * N, GN, rows_j, static_cast<int>(N));
+    if (rows_p < kT || N < NT * kT) {  // columns past the head / the state width: zeros (block-uniform)
+      for (int e = tid; e < kT * NT * kT; e += kBlock) {
+        const int r = e / (NT * kT), c = e % (NT * kT);
+        if (c < kT && c >= rows_p) xs(b)[r * kXPitch + c] = __float2bfloat16_rn(0.0f);
+        if (c >= N) bs(b)[r * kBPitch + c] = __float2bfloat16_rn(0.0f);
       }
     }
     cp_async_commit();
@@ -450,8 +485,9 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
 
   {
     const float A = ssd_head_A(p, h), bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h);
-    const int per = (ch.len + kStateThreads - 1) / kStateThreads;  // <= kDecayPerThread (kSsdFastMaxChunk)
-    const int j_begin = min(ch.len, tid * per), j_end = min(ch.len, j_begin + per);
+    const bool scans = tid < kDecayThreads;  // warp-uniform
+    const int per = (ch.len + kDecayThreads - 1) / kDecayThreads;  // <= kDecayPerThread (kSsdFastMaxChunk)
+    const int j_begin = scans ? min(ch.len, tid * per) : ch.len, j_end = min(ch.len, j_begin + per);
     float d[kDecayPerThread];
 #pragma unroll
     for (int k = 0; k < kDecayPerThread; ++k)
@@ -467,28 +503,29 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
     }
     double s = __shfl_up_sync(0xffffffffu, incl, 1);
     if (lane == 0) s = 0.0;
-    if (lane == 31) run_totals[warp] = incl;
+    if (scans && lane == 31) run_totals[warp] = incl;
     __syncthreads();
-    for (int w = 0; w < warp; ++w) s += run_totals[w];
-    const bool writer = blockIdx.z == 0;
+    if (scans) {
+      for (int w = 0; w < warp; ++w) s += run_totals[w];
+      const bool writer = blockIdx.z == 0;
 #pragma unroll
-    for (int k = 0; k < kDecayPerThread; ++k) {
-      const int j = j_begin + k;
-      if (j < j_end) {
-        s += static_cast<double>(d[k] * A);
-        const float c2 = static_cast<float>(s * 1.4426950408889634);
-        const float w2 = log2f(d[k]) - c2;
-        w_s[j] = w2;
-        if (writer) {
-          sc.cum2[(ch.start + j) * H + h] = c2;
-          sc.w2[(ch.start + j) * H + h] = w2;
+      for (int k = 0; k < kDecayPerThread; ++k) {
+        const int j = j_begin + k;
+        if (j < j_end) {
+          s += static_cast<double>(d[k] * A);
+          const float c2 = static_cast<float>(s * 1.4426950408889634);
+          const float w2 = log2f(d[k]) - c2;
+          w_s[j] = w2;
+          if (writer) {
+            sc.cum2[(ch.start + j) * H + h] = c2;
+            sc.w2[(ch.start + j) * H + h] = w2;
+          }
+          if (j == ch.len - 1) cum2_last = c2;
         }
-        if (j == ch.len - 1) cum2_last = c2;
       }
     }
     __syncthreads();
-    for (int j = tid; j < n_steps * kT; j += kStateThreads)
-      w_s[j] = j < ch.len ? exp2_approx(cum2_last + w_s[j]) : 0.0f;
+    for (int j = tid; j < n_steps * kT; j += kBlock) w_s[j] = j < ch.len ? exp2_approx(cum2_last + w_s[j]) : 0.0f;
   }
 
   float acc[8][4] = {};
@@ -500,12 +537,12 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
     const float* w_step = w_s + js * kT;
 #pragma unroll
     for (int kk = 0; kk < kT / 16; ++kk) {
-      // A = (x^T)[p][j] for rows p = 16 w .., k = j = 16 kk ..: matrix m of the transposing load is stored rows
-      // j = 16 kk + 8 (m >> 1) + r, columns p = 16 w + 8 (m & 1).
+      // A = (x^T)[p][j] for rows p = 16 pw .., k = j = 16 kk ..: matrix m of the transposing load is stored rows
+      // j = 16 kk + 8 (m >> 1) + r, columns p = 16 pw + 8 (m & 1).
       uint32_t a[4];
       {
         const int m = lane >> 3, r = lane & 7;
-        const __nv_bfloat16* row = xs[b] + (16 * kk + 8 * (m >> 1) + r) * kXPitch + 16 * warp + 8 * (m & 1);
+        const __nv_bfloat16* row = xs(b) + (16 * kk + 8 * (m >> 1) + r) * kXPitch + 16 * pw + 8 * (m & 1);
         asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
                      : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
                      : "r"(smem_addr(row)));
@@ -523,7 +560,7 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
 #pragma unroll
       for (int np = 0; np < 4; ++np) {
         uint32_t b0[2], b1[2];
-        ldmatrix_b_trans(bs[b], kXPitch, 16 * kk, 16 * np, lane, b0, b1);
+        ldmatrix_b_trans(bs(b), kBPitch, 16 * kk, kT * nw + 16 * np, lane, b0, b1);
         mma_bf16(acc[2 * np], a, b0);
         mma_bf16(acc[2 * np + 1], a, b1);
       }
@@ -535,9 +572,9 @@ __global__ void __launch_bounds__(kStateThreads) ssd_chunk_state_fast_kernel(Mam
   for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
     for (int e = 0; e < 4; e += 2) {  // columns c, c + 1 (d_state is a multiple of 16 here): one 8-byte store
-      const int r = 16 * warp + gr + (e >> 1) * 8, c = 8 * nt + 2 * q;
-      if (r < rows_p && c < cols_n)
-        *reinterpret_cast<float2*>(out + (p0 + r) * N + n0 + c) = make_float2(acc[nt][e], acc[nt][e + 1]);
+      const int r = 16 * pw + gr + (e >> 1) * 8, c = kT * nw + 8 * nt + 2 * q;
+      if (r < rows_p && c < N)
+        *reinterpret_cast<float2*>(out + (p0 + r) * N + c) = make_float2(acc[nt][e], acc[nt][e + 1]);
     }
   }
 }
@@ -551,18 +588,25 @@ void launch_ssd_round_inputs(const Mamba2Launch& p, const SsdScratch& scratch, c
     return reinterpret_cast<uintptr_t>(r.data) % 16 == 0 && r.stride % 4 == 0;
   };
   const bool vec = aligned(p.x) && aligned(p.B) && aligned(p.C);  // widths are multiples of 16 (ssd_tc_supported)
-  ssd_round_inputs_kernel<<<dim3(static_cast<unsigned>(p.T), 3), 256, 0, stream>>>(p, scratch, vec);
-  MAMBACPP_CUDA_LAUNCHED();
+  launch_dependent(ssd_round_inputs_kernel, dim3(static_cast<unsigned>(p.T), 3), dim3(256), stream, p, scratch, vec);
 }
 
 void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                  const SsdScratch& scratch, cudaStream_t stream) {
-  const int tiles_n = static_cast<int>(cdiv(p.d_state, kT));
-  ssd_chunk_state_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
-                                     cdiv(p.head_dim, kT) * tiles_n),
-                                kStateThreads, fast_state_smem_bytes(p.chunk_size), stream>>>(p, chunks, scratch,
-                                                                                              tiles_n);
-  MAMBACPP_CUDA_LAUNCHED();
+  static std::once_flag opt_in[4];
+  const int nt = state_col_tiles(p.d_state);  // 1..4: d_state <= kMaxSsdTcState = 256 (ssd_tc_supported)
+  const size_t smem = fast_state_smem_bytes(p.d_state, p.chunk_size);
+  const dim3 grid(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads), cdiv(p.head_dim, kT));
+  auto launch = [&](auto kernel, int i) {
+    allow_dynamic_smem_once(opt_in[i], kernel, fast_state_smem_bytes((i + 1) * kT, kSsdFastMaxChunk));
+    launch_dependent_smem(kernel, grid, dim3(kThreads * (i + 1)), smem, stream, p, chunks, scratch);
+  };
+  switch (nt) {
+    case 1: launch(ssd_chunk_state_fast_kernel<1>, 0); break;
+    case 2: launch(ssd_chunk_state_fast_kernel<2>, 1); break;
+    case 3: launch(ssd_chunk_state_fast_kernel<3>, 2); break;
+    default: launch(ssd_chunk_state_fast_kernel<4>, 3); break;
+  }
 }
 
 void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
@@ -570,11 +614,10 @@ void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks,
   static std::once_flag opt_in;
   allow_dynamic_smem_once(opt_in, ssd_chunk_scores_fast_kernel, fast_scores_smem_bytes(kMaxSsdTcState));
   const unsigned tiles = cdiv(p.chunk_size, kT);
-  ssd_chunk_scores_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_groups),
-                                      tiles * tiles),
-                                 kThreads, fast_scores_smem_bytes(p.d_state), stream>>>(p, chunks, scratch,
-                                                                                         static_cast<int>(tiles));
-  MAMBACPP_CUDA_LAUNCHED();
+  launch_dependent_smem(ssd_chunk_scores_fast_kernel,
+                        dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_groups), tiles * tiles),
+                        dim3(kThreads), fast_scores_smem_bytes(p.d_state), stream, p, chunks, scratch,
+                        static_cast<int>(tiles));
 }
 
 void launch_ssd_chunk_output_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
@@ -582,10 +625,10 @@ void launch_ssd_chunk_output_fast(const Mamba2Launch& p, const SsdChunk* chunks,
   static std::once_flag opt_in;
   allow_dynamic_smem_once(opt_in, ssd_chunk_output_fast_kernel, fast_output_smem_bytes(kMaxSsdTcState));
   const int tiles_p = static_cast<int>(cdiv(p.head_dim, kT));
-  ssd_chunk_output_fast_kernel<<<dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
-                                      cdiv(p.chunk_size, kT) * tiles_p),
-                                 kThreads, fast_output_smem_bytes(p.d_state), stream>>>(p, chunks, scratch, tiles_p);
-  MAMBACPP_CUDA_LAUNCHED();
+  launch_dependent_smem(ssd_chunk_output_fast_kernel,
+                        dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
+                             cdiv(p.chunk_size, kT) * tiles_p),
+                        dim3(kThreads), fast_output_smem_bytes(p.d_state), stream, p, chunks, scratch, tiles_p);
 }
 
 }  // namespace mambacpp::cuda

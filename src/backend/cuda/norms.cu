@@ -6,6 +6,7 @@
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
+#include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ops.h"
 
 namespace mambacpp::cuda {
@@ -19,6 +20,7 @@ constexpr int kThreads = 1024;
 // grid.x strides over rows (T may exceed 65535).
 __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D) {
   __shared__ float scratch[32];
+  enter_dependent();
   for (int64_t t = blockIdx.x; t < T; t += gridDim.x) {
     const float* xr = x.data + t * x.stride;
     float ss = 0.0f;
@@ -35,6 +37,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_kernel(ConstF32Rows x, DevWe
 __global__ void __launch_bounds__(kThreads) gated_rmsnorm_kernel(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps,
                                      F32Rows out, int64_t T, int64_t n_groups) {
   __shared__ float scratch[32];
+  enter_dependent();
   for (int64_t r = blockIdx.x; r < T * n_groups; r += gridDim.x) {
     const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
     const float* yr = y.data + t * y.stride + c0;
@@ -67,21 +70,31 @@ __device__ __forceinline__ H round_to(float v) {
 // no norm, the rows only rounded), written once as the weight's 16-bit dtype into a contiguous [T, D] buffer.
 // grid.x strides over rows * groups, as above. The scalar fallback for rows the vector kernel below does not take;
 // the same sums as rmsnorm_kernel and gated_rmsnorm_kernel.
-template <class H>
-__global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(ConstF32Rows x, ConstF32Rows gate, DevWeight w,
-                                                                 int64_t group_size, float eps, H* out, int64_t T,
-                                                                 int64_t D, int64_t n_groups) {
+// x's element as f32: In is float, or uint16_t for bf16 raw bits.
+template <class In>
+__device__ __forceinline__ float in_f32(const In* x, int64_t i) {
+  if constexpr (std::is_same_v<In, float>)
+    return x[i];
+  else
+    return __uint_as_float(uint32_t(x[i]) << 16);
+}
+
+template <class H, class In>
+__global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(const In* x, int64_t x_stride, ConstF32Rows gate,
+                                                                 DevWeight w, int64_t group_size, float eps, H* out,
+                                                                 int64_t T, int64_t D, int64_t n_groups) {
   __shared__ float scratch[32];
+  enter_dependent();
   for (int64_t r = blockIdx.x; r < T * n_groups; r += gridDim.x) {
     const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
-    const float* xr = x.data + t * x.stride + c0;
+    const In* xr = x + t * x_stride + c0;
     const float* zr = gate.data ? gate.data + t * gate.stride + c0 : nullptr;
     float scale = 1.0f;
     if (w.data) {
       float ss = 0.0f;
 #pragma unroll 4
       for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
-        const float g = zr ? xr[i] * silu_f(zr[i]) : xr[i];
+        const float g = zr ? in_f32(xr, i) * silu_f(zr[i]) : in_f32(xr, i);
         ss += g * g;
       }
       scale = rsqrtf(block_sum(ss, scratch) / static_cast<float>(group_size) + eps);
@@ -89,7 +102,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(ConstF32Rows x,
     H* o = out + t * D + c0;
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
-      const float g = zr ? xr[i] * silu_f(zr[i]) : xr[i];
+      const float g = zr ? in_f32(xr, i) * silu_f(zr[i]) : in_f32(xr, i);
       o[i] = round_to<H>(w.data ? g * scale * load_f(w.data, w.dtype, c0 + i) : g);
     }
   }
@@ -103,23 +116,37 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(ConstF32Rows x,
 constexpr int kVecPer = 4;
 constexpr int kVecMaxThreads = 1024;
 
+// Four consecutive elements of x as f32: In is float (16 bytes), or uint16_t for bf16 raw bits (8 bytes).
+template <class In>
+__device__ __forceinline__ float4 in_f32x4(const In* x, int i) {
+  if constexpr (std::is_same_v<In, float>) {
+    return reinterpret_cast<const float4*>(x)[i];
+  } else {
+    const uint2 u = reinterpret_cast<const uint2*>(x)[i];
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  }
+}
+
 // Out: float (the norm's f32 rows), or bf16 / half (the fast GEMMs' rounded inputs, launch_rmsnorm_round).
-template <bool Gated, class Out>
-__global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(ConstF32Rows x, ConstF32Rows z, DevWeight w,
-                                                                   int64_t group_size, float eps, Out* out,
-                                                                   int64_t out_stride, int64_t n_groups) {
+// In: float, or uint16_t for x in bf16 (Mamba-2's y from the fast SSD): the same sums of the same f32 values.
+template <bool Gated, class Out, class In = float>
+__global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(const In* x, int64_t x_stride, ConstF32Rows z,
+                                                                   DevWeight w, int64_t group_size, float eps,
+                                                                   Out* out, int64_t out_stride, int64_t n_groups) {
   __shared__ float scratch[32];
+  enter_dependent();
   const int64_t r = blockIdx.x;  // one block per (row, group); the launcher keeps T * n_groups within grid.x
   const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
   const int n4 = static_cast<int>(group_size / 4);
-  const float4* xr = reinterpret_cast<const float4*>(x.data + t * x.stride + c0);
+  const In* xr = x + t * x_stride + c0;
   const float4* zr = Gated ? reinterpret_cast<const float4*>(z.data + t * z.stride + c0) : nullptr;
   float4 v[kVecPer];
   float ss = 0.0f;
 #pragma unroll
   for (int k = 0; k < kVecPer; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
-    v[k] = i < n4 ? xr[i] : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+    v[k] = i < n4 ? in_f32x4(xr, i) : make_float4(0.0f, 0.0f, 0.0f, 0.0f);
   }
   if constexpr (Gated) {
 #pragma unroll
@@ -174,13 +201,11 @@ void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t
   if (T <= 0 || D <= 0) return;
   const int vt = rows_vec_ok(x.data, x.stride) && rows_vec_ok(out.data, out.stride) ? norm_vec_threads(T, D) : 0;
   if (vt > 0) {
-    rmsnorm_vec_kernel<false><<<static_cast<unsigned>(T), vt, 0, stream>>>(x, ConstF32Rows{}, w, D, eps, out.data,
-                                                                            out.stride, 1);
-    MAMBACPP_CUDA_LAUNCHED();
+    launch_dependent(rmsnorm_vec_kernel<false, float>, dim3(static_cast<unsigned>(T)), dim3(vt), stream, x.data,
+                     x.stride, ConstF32Rows{}, w, D, eps, out.data, out.stride, 1);
     return;
   }
-  rmsnorm_kernel<<<row_blocks(T), kThreads, 0, stream>>>(x, w, eps, out, T, D);
-  MAMBACPP_CUDA_LAUNCHED();
+  launch_dependent(rmsnorm_kernel, dim3(row_blocks(T)), dim3(kThreads), stream, x, w, eps, out, T, D);
 }
 
 void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps, F32Rows out,
@@ -192,48 +217,57 @@ void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t g
                      ? norm_vec_threads(T * n_groups, group_size)
                      : 0;
   if (vt > 0) {
-    rmsnorm_vec_kernel<true><<<static_cast<unsigned>(T * n_groups), vt, 0, stream>>>(y, z, w, group_size, eps,
-                                                                                     out.data, out.stride, n_groups);
-    MAMBACPP_CUDA_LAUNCHED();
+    launch_dependent(rmsnorm_vec_kernel<true, float>, dim3(static_cast<unsigned>(T * n_groups)), dim3(vt), stream,
+                     y.data, y.stride, z, w, group_size, eps, out.data, out.stride, n_groups);
     return;
   }
-  gated_rmsnorm_kernel<<<row_blocks(T * n_groups), kThreads, 0, stream>>>(y, z, w, group_size, eps, out, T,
-                                                                          n_groups);
-  MAMBACPP_CUDA_LAUNCHED();
+  launch_dependent(gated_rmsnorm_kernel, dim3(row_blocks(T * n_groups)), dim3(kThreads), stream, y, z, w, group_size,
+                   eps, out, T, n_groups);
 }
 
 namespace {
 
-template <class H>
-void rmsnorm_round(ConstF32Rows x, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps, H* out, int64_t T,
-                   int64_t D, cudaStream_t stream) {
+template <class H, class In>
+void rmsnorm_round(const In* x, int64_t x_stride, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps,
+                   H* out, int64_t T, int64_t D, cudaStream_t stream) {
   const int64_t n_groups = D / group_size;
-  const bool aligned = rows_vec_ok(x.data, x.stride) && (!gate.data || rows_vec_ok(gate.data, gate.stride)) &&
+  // 16 bytes of f32 (8 of bf16) per vector access.
+  const bool x_vec = reinterpret_cast<uintptr_t>(x) % (4 * sizeof(In)) == 0 && x_stride % 4 == 0;
+  const bool aligned = x_vec && (!gate.data || rows_vec_ok(gate.data, gate.stride)) &&
                        reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const int vt = w.data && aligned ? norm_vec_threads(T * n_groups, group_size) : 0;
-  if (vt > 0 && gate.data) {
-    rmsnorm_vec_kernel<true><<<static_cast<unsigned>(T * n_groups), vt, 0, stream>>>(x, gate, w, group_size, eps,
-                                                                                     out, D, n_groups);
-  } else if (vt > 0) {
-    rmsnorm_vec_kernel<false><<<static_cast<unsigned>(T * n_groups), vt, 0, stream>>>(x, gate, w, group_size, eps,
-                                                                                      out, D, n_groups);
+  if (vt > 0) {
+    launch_dependent(gate.data ? rmsnorm_vec_kernel<true, H, In> : rmsnorm_vec_kernel<false, H, In>,
+                     dim3(static_cast<unsigned>(T * n_groups)), dim3(vt), stream, x, x_stride, gate, w, group_size,
+                     eps, out, D, n_groups);
   } else {
-    rmsnorm_round_kernel<<<row_blocks(T * n_groups), kThreads, 0, stream>>>(x, gate, w, group_size, eps, out, T, D,
-                                                                            n_groups);
+    launch_dependent(rmsnorm_round_kernel<H, In>, dim3(row_blocks(T * n_groups)), dim3(kThreads), stream, x,
+                     x_stride, gate, w, group_size, eps, out, T, D, n_groups);
   }
-  MAMBACPP_CUDA_LAUNCHED();
+}
+
+template <class In>
+void rmsnorm_round_to(const In* x, int64_t x_stride, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps,
+                      DType to, void* out, int64_t T, int64_t D, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  if (group_size <= 0 || !w.data) group_size = D;
+  if (to == DType::BF16)
+    rmsnorm_round(x, x_stride, gate, w, group_size, eps, static_cast<__nv_bfloat16*>(out), T, D, stream);
+  else
+    rmsnorm_round(x, x_stride, gate, w, group_size, eps, static_cast<__half*>(out), T, D, stream);
 }
 
 }  // namespace
 
 void launch_rmsnorm_round(ConstF32Rows x, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps, DType to,
                           void* out, int64_t T, int64_t D, cudaStream_t stream) {
-  if (T <= 0 || D <= 0) return;
-  if (group_size <= 0 || !w.data) group_size = D;
-  if (to == DType::BF16)
-    rmsnorm_round(x, gate, w, group_size, eps, static_cast<__nv_bfloat16*>(out), T, D, stream);
-  else
-    rmsnorm_round(x, gate, w, group_size, eps, static_cast<__half*>(out), T, D, stream);
+  rmsnorm_round_to(x.data, x.stride, gate, w, group_size, eps, to, out, T, D, stream);
+}
+
+void launch_rmsnorm_round_bf16_x(const uint16_t* x, int64_t x_stride, ConstF32Rows gate, DevWeight w,
+                                 int64_t group_size, float eps, DType to, void* out, int64_t T, int64_t D,
+                                 cudaStream_t stream) {
+  rmsnorm_round_to(x, x_stride, gate, w, group_size, eps, to, out, T, D, stream);
 }
 
 }  // namespace mambacpp::cuda
