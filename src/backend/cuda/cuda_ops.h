@@ -183,8 +183,9 @@ struct SsdScratch {
   uint16_t* C16 = nullptr;
   uint16_t* states16 = nullptr;
   float* scores = nullptr;  // fast: C_i . B_j per score tile and group ([tile][group][64 x 64], SsdChunk::score_tile)
-  // Fast: the decays in f32, log2-scaled, [T, n_heads] each (the chunk state kernel writes them; dt and cum unused):
-  // cum2 = S log2(e), w2 = log2(dt) - cum2, so exp(S_i - S_j) dt_j = exp2(cum2_i + w2_j).
+  // Fast: the decays in f32, log2-scaled, [n_heads, T] each, a head's tokens contiguous as the kernels read and write
+  // them (the chunk state kernel writes them; dt and cum unused): cum2 = S log2(e), w2 = log2(dt) - cum2, so
+  // exp(S_i - S_j) dt_j = exp2(cum2_i + w2_j).
   float* cum2 = nullptr;
   float* w2 = nullptr;
 };

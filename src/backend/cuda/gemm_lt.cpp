@@ -121,12 +121,12 @@ struct Layout {
   ~Layout() { cublasLtMatrixLayoutDestroy(h); }
 };
 
-// The probes' layouts of x [rows, in] (16-bit) and y [rows, out] (f32), at kProbeRows and at kPinnedRefT rows.
+// The probes' layouts of x [rows, in] (16-bit) and y [rows, out] (f32), at `rows` and at kPinnedRefT rows.
 struct ProbeLayouts {
   Layout b, c, b_ref, c_ref;
-  ProbeLayouts(cudaDataType_t ab, int out, int in)
-      : b(ab, in, LtMatmul::kProbeRows, in),
-        c(CUDA_R_32F, out, LtMatmul::kProbeRows, out),
+  ProbeLayouts(cudaDataType_t ab, int out, int in, int rows)
+      : b(ab, in, rows, in),
+        c(CUDA_R_32F, out, rows, out),
         b_ref(ab, in, LtMatmul::kPinnedRefT, in),
         c_ref(CUDA_R_32F, out, LtMatmul::kPinnedRefT, out) {}
 };
@@ -198,11 +198,11 @@ LtMatmul::Chosen* LtMatmul::find_chosen(std::vector<std::unique_ptr<Chosen>>& li
 
 std::optional<cublasLtMatmulAlgo_t> LtMatmul::fastest_equal(cudaStream_t stream, void* workspace, const Plan& shape,
                                                             const std::vector<cublasLtMatmulAlgo_t>& algos,
-                                                            const cublasLtMatmulAlgo_t* reference) {
+                                                            const cublasLtMatmulAlgo_t* reference, int rows) {
   if (algos.empty()) return std::nullopt;
-  constexpr int R = kProbeRows;
+  const int R = rows;
   const int out = shape.out, in = shape.in;
-  const ProbeLayouts layouts(shape.ab, out, in);
+  const ProbeLayouts layouts(shape.ab, out, in, R);
   const cublasLtMatrixLayout_t b = layouts.b.h, c = layouts.c.h, b_ref = layouts.b_ref.h, c_ref = layouts.c_ref.h;
 
   const size_t w_bytes = size_t(out) * in * 2, x_bytes = size_t(R) * in * 2, y_bytes = size_t(R) * out * 4;
@@ -255,7 +255,7 @@ std::optional<cublasLtMatmulAlgo_t> LtMatmul::fastest_equal(cudaStream_t stream,
     result(a, y, R, got);
     if (std::memcmp(got.data(), want.data(), got.size() * sizeof(float)) != 0) continue;
     have_want = true;
-    constexpr int kTimedRuns = 3;
+    constexpr int kTimedRuns = 5;
     MAMBACPP_CUDA_CHECK(cudaEventRecord(e0, stream));
     for (int i = 0; i < kTimedRuns; ++i) matmul(a, y, b, c);
     MAMBACPP_CUDA_CHECK(cudaEventRecord(e1, stream));
@@ -288,7 +288,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
   if (capturing(stream)) return nullptr;
   auto w =
       std::make_unique<Chosen>(Chosen{ref.ab, ref.out, ref.in, ref.align_w, ref.align_x, ref.align_y, ref.ws_bytes});
-  const ProbeLayouts layouts(ref.ab, ref.out, ref.in);
+  const ProbeLayouts layouts(ref.ab, ref.out, ref.in, kProbeRows);
   const cublasLtMatrixLayout_t b = layouts.b.h, c = layouts.c.h, b_ref = layouts.b_ref.h, c_ref = layouts.c_ref.h;
   const cublasLtMatmulAlgo_t decode = ref.algo;
   auto valid = [&](const cublasLtMatmulAlgo_t& a, cublasLtMatrixLayout_t bl, cublasLtMatrixLayout_t cl) {
@@ -307,7 +307,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::wide(cudaStream_t stream, void* workspace,
     for (const auto& v : tile_variants(decode))
       if (valid(v, b, c)) same_kernel.push_back(v);
   }
-  if (std::optional<cublasLtMatmulAlgo_t> a = fastest_equal(stream, workspace, ref, same_kernel, &decode)) {
+  if (std::optional<cublasLtMatmulAlgo_t> a = fastest_equal(stream, workspace, ref, same_kernel, &decode, kProbeRows)) {
     w->found = true;
     w->algo = *a;
   }
@@ -322,7 +322,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::prefill(cudaStream_t stream, void* workspa
   if (capturing(stream)) return nullptr;
   auto p = std::make_unique<Chosen>(
       Chosen{shape.ab, shape.out, shape.in, shape.align_w, shape.align_x, shape.align_y, shape.ws_bytes});
-  const ProbeLayouts layouts(shape.ab, shape.out, shape.in);
+  const ProbeLayouts layouts(shape.ab, shape.out, shape.in, kPrefillProbeRows);
   // Without split-K (no partial sums through the workspace; a split that varies with T would vary the bits too).
   std::vector<cublasLtMatmulAlgo_t> unsplit;
   for (const auto& r : candidates(shape.desc, shape.a, layouts.b.h, layouts.c.h, shape.align_w, shape.align_x,
@@ -330,7 +330,7 @@ const cublasLtMatmulAlgo_t* LtMatmul::prefill(cudaStream_t stream, void* workspa
     if (algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1) unsplit.push_back(r.algo);
   // The bits are those of the heuristic's first candidate whose rows do not depend on T (the heuristic's order is the
   // same in every process, a timing is not); the fastest candidate giving those bits runs.
-  if (std::optional<cublasLtMatmulAlgo_t> a = fastest_equal(stream, workspace, shape, unsplit, nullptr)) {
+  if (std::optional<cublasLtMatmulAlgo_t> a = fastest_equal(stream, workspace, shape, unsplit, nullptr, kPrefillProbeRows)) {
     p->found = true;
     p->algo = *a;
     ++prefill_chosen_;

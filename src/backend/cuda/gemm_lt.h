@@ -61,7 +61,11 @@ class LtMatmul {
 
   static constexpr int kPinnedRefT = 64;   // decode-sized: the tiles the heuristic picks for a server's batches
   static constexpr int kWideMinT = 512;    // prefill pieces; batches of decode rows stay on the decode tiles
-  static constexpr int kProbeRows = 1024;  // the rows algorithms for prefill pieces are chosen on
+  static constexpr int kProbeRows = 1024;  // the rows the decode plans' wide variants are chosen on
+  // The rows prefill plans are chosen on: a prompt piece's size (the GPU's default piece is 8,192 tokens; a 4k prompt
+  // is one piece of 4,096). At 1,024 rows mamba2-2.7b's out_proj candidates filled one or two waves of the GPU and
+  // timed alike, and the pick (80x128 or 176x128 tiles) ran 7% apart on 8,192-token pieces (docs/benchmarks.md, q16).
+  static constexpr int kPrefillProbeRows = 4096;
   // Sequences of at least this many tokens run on the prefill plan. mamba2-2.7b's 64- and 256-token prompts on the
   // decode plan against the prefill plan: 6.0 against 8.0 ms, 8.7 against 7.8 (docs/benchmarks.md, q15).
   static constexpr int kPrefillMinRows = 256;
@@ -75,13 +79,13 @@ class LtMatmul {
   const cublasLtMatmulAlgo_t* wide(cudaStream_t stream, void* workspace, const Plan& decode_ref);
   // A shape's prefill algorithm (chosen on first use; null: none passed the probe).
   const cublasLtMatmulAlgo_t* prefill(cudaStream_t stream, void* workspace, const Plan& shape);
-  // The fastest of `algos` on kProbeRows random rows whose first kPinnedRefT rows equal the reference: `reference`'s
+  // The fastest of `algos` on `rows` random rows whose first kPinnedRefT rows equal the reference: `reference`'s
   // result at kPinnedRefT rows, or (reference null) that of the first of `algos`, in order, whose own rows there
   // equal them (its rows do not depend on T). Null when none does, or the probe's memory is not there. Synchronizes
   // the stream.
   std::optional<cublasLtMatmulAlgo_t> fastest_equal(cudaStream_t stream, void* workspace, const Plan& shape,
                                                     const std::vector<cublasLtMatmulAlgo_t>& algos,
-                                                    const cublasLtMatmulAlgo_t* reference);
+                                                    const cublasLtMatmulAlgo_t* reference, int rows);
   Chosen* find_chosen(std::vector<std::unique_ptr<Chosen>>& list, const Plan& shape);
   // The heuristic's first algorithm for y [T, out] = x [T, in] . w^T with these alignments (throws when none).
   cublasLtMatmulAlgo_t heuristic(cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a, cublasLtMatrixLayout_t b,

@@ -341,8 +341,9 @@ __global__ void __launch_bounds__(kThreads) ssd_state_pass_kernel(Mamba2Launch p
     __syncthreads();  // the previous batch's decays have been read
     if (threadIdx.x < nb) {
       const SsdChunk ch = chunks[mine.first + k0 + threadIdx.x];
-      const int64_t last = (ch.start + ch.len - 1) * p.n_heads + h;
-      decay[threadIdx.x] = sc.cum2 ? exp2f(sc.cum2[last]) : expf(static_cast<float>(sc.cum[last]));
+      const int64_t last = ch.start + ch.len - 1;
+      decay[threadIdx.x] =
+          sc.cum2 ? exp2f(sc.cum2[h * p.T + last]) : expf(static_cast<float>(sc.cum[last * p.n_heads + h]));
     }
     __syncthreads();
     if (!mine_e) continue;

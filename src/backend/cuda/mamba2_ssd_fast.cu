@@ -263,7 +263,7 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
         xbuf(b)[r * kXPitch + c] = __float2bfloat16_rn(0.0f);
       }
     }
-    copy_column(w2_s + b * kT, sc.w2 + t0 * H + h, H, kT, rows_j);
+    copy_column(w2_s + b * kT, sc.w2 + h * p.T + t0, int64_t{1}, kT, rows_j);
     cp_async_commit();
   };
   // This thread's scores of source tile jt (ssd_chunk_scores_fast_kernel's layout), as 8 independent loads.
@@ -278,8 +278,9 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
 
   // This thread's two rows (within the tile) and their cumulative decays (cum2 = S log2(e)).
   const int r0 = 16 * warp + gr, r1 = r0 + 8;
-  const float cum0 = r0 < rows_i ? sc.cum2[(ch.start + i0 + r0) * H + h] : 0.0f;
-  const float cum1 = r1 < rows_i ? sc.cum2[(ch.start + i0 + r1) * H + h] : 0.0f;
+  const float* cum2_h = sc.cum2 + h * p.T + ch.start + i0;
+  const float cum0 = r0 < rows_i ? cum2_h[r0] : 0.0f;
+  const float cum1 = r1 < rows_i ? cum2_h[r1] : 0.0f;
 
   // Group 0: the C tile and H_in; group 1: source tile 0 (X into xbuf(0)); tile 0's scores into registers.
   copy_tile(cs, pitch, sc.C16 + (ch.start + i0) * GN + g * N, GN, rows_i, N);
@@ -517,8 +518,8 @@ __global__ void __launch_bounds__(kThreads * NT, 6 / NT)
           const float w2 = log2f(d[k]) - c2;
           w_s[j] = w2;
           if (writer) {
-            sc.cum2[(ch.start + j) * H + h] = c2;
-            sc.w2[(ch.start + j) * H + h] = w2;
+            sc.cum2[h * p.T + ch.start + j] = c2;
+            sc.w2[h * p.T + ch.start + j] = w2;
           }
           if (j == ch.len - 1) cum2_last = c2;
         }
