@@ -330,7 +330,8 @@ const cublasLtMatmulAlgo_t* LtMatmul::prefill(cudaStream_t stream, void* workspa
     if (algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1) unsplit.push_back(r.algo);
   // The bits are those of the heuristic's first candidate whose rows do not depend on T (the heuristic's order is the
   // same in every process, a timing is not); the fastest candidate giving those bits runs.
-  if (std::optional<cublasLtMatmulAlgo_t> a = fastest_equal(stream, workspace, shape, unsplit, nullptr, kPrefillProbeRows)) {
+  if (std::optional<cublasLtMatmulAlgo_t> a =
+          fastest_equal(stream, workspace, shape, unsplit, nullptr, kPrefillProbeRows)) {
     p->found = true;
     p->algo = *a;
     ++prefill_chosen_;
