@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # Where a prefill layer's time goes, GEMMs included: Nsight Compute times every launch of one prompt's prefill
 # (`mambacpp bench -p P -g 1 -r 1`), then the launches are cut into layers at each block RMSNorm and every kernel's
-# median over the layers is printed with the layer's total. The window opens at the second chunked SSD call (the CUDA
-# backend's MAMBACPP_PROFILE_AFTER_SSD, with ncu's --profile-from-start off): past the load-time launches (weight
-# conversions) and the first layer, whose GEMMs probe their plans (gemm_lt.h), so every layer in it is a steady one.
+# median over the layers is printed with the layer's total. The window opens at the second multi-token SSD or Mamba-1
+# scan call (the CUDA backend's MAMBACPP_PROFILE_AFTER_SSD, with ncu's --profile-from-start off): past the load-time
+# launches (weight conversions) and the first layer, whose GEMMs probe their plans (gemm_lt.h), so every layer in it
+# is a steady one.
 # Usage: gpu_prefill_profile.sh MAMBACPP [SHAPE] [PROMPT] [LOGDIR]   env: COUNT (launches, 1000), AFTER_SSD (2)
 set -uo pipefail
 cli=$1 shape=${2:-mamba2-2.7b} prompt=${3:-8192} log=${4:-${OUT:-/tmp}}

@@ -9,9 +9,11 @@
 #include <algorithm>
 #include <bit>
 #include <cmath>
+#include <cstdlib>
 #include <vector>
 
 #include "backend/backend.h"
+#include "backend/cuda/cuda_ops.h"  // kMamba1Piece
 #include "gpu/gpu_test_util.h"
 
 namespace mambacpp {
@@ -122,8 +124,15 @@ struct ScanCase {
   DType state_dtype, weight_dtype;
 };
 
-void run_mamba1(const ScanCase& cs, uint64_t seed) {
-  auto be = make_cuda_backend(cs.weight_dtype);
+// Runs one case (chunked: with MAMBACPP_MAMBA1_SCAN=chunked, the chunked scan for sequences of
+// kMamba1ChunkedMinLen tokens and more) and checks it against the fp64 recurrence; returns y.
+std::vector<float> run_mamba1(const ScanCase& cs, uint64_t seed, bool chunked = false) {
+  std::unique_ptr<Backend> be;
+  {
+    const gputest::ScopedEnv setting("MAMBACPP_MAMBA1_SCAN", chunked ? "chunked" : nullptr);
+    be = make_cuda_backend(cs.weight_dtype);
+  }
+  EXPECT_EQ(be->description().find("chunked Mamba-1 scan") != std::string::npos, chunked);
   DeviceArena arena(*be);
   Rng rng(seed);
   const int64_t DI = cs.d_inner, N = cs.d_state;
@@ -170,8 +179,10 @@ void run_mamba1(const ScanCase& cs, uint64_t seed) {
       }
     }
   }
-  EXPECT_LT(rel_err(arena.download(a.y), ref_y), kOutTol);
+  const auto y = arena.download(a.y);
+  EXPECT_LT(rel_err(y, ref_y), kOutTol);
   EXPECT_LT(rel_err(arena.download(a.state), ref_state), state_tol(cs.state_dtype));
+  return y;
 }
 
 TEST(CudaMamba1Scan, RealStateSizeMixedBatch) {
@@ -266,6 +277,25 @@ TEST(CudaMamba1Scan, StepKernelBitsEqualTheSequenceKernel) {
       expect_same_bits(step_kernel.second, prefill.second, "state (prefill)");
     }
   }
+}
+
+// The chunked scan (opt-in: MAMBACPP_MAMBA1_SCAN=chunked; mamba1_chunked_scan.cu) against the same recurrence:
+// sequences of 128 tokens and more in pieces of 64 (600: ten, the last partial; 128 and 129: two, the second of
+// one token), mixed with shorter ones (1, 3, 127 tokens: the sequential kernel), f32 and bf16 state and weights,
+// widths that are not a multiple of its blocks, slots out of order. A sequence's first piece enters with the stored
+// state itself, so its y is the sequential kernel's bit for bit, as is that of the short sequences.
+TEST(CudaMamba1Scan, ChunkedScanMatchesTheRecurrence) {
+  MAMBACPP_REQUIRE_GPU();
+  run_mamba1({64, 16, {1, 600, 3, 130, 128}, {3, 0, 4, 1, 2}, 5, DType::F32, DType::F32}, 31, true);
+  run_mamba1({200, 16, {300, 127, 129}, {1, 2, 0}, 3, DType::BF16, DType::BF16}, 39, true);
+  run_mamba1({1536, 16, {600, 1}, {1, 0}, 2, DType::F32, DType::BF16}, 35, true);
+  const ScanCase cs{100, 16, {700, 5}, {1, 0}, 2, DType::F32, DType::F32};
+  const auto sequential = run_mamba1(cs, 44), chunked = run_mamba1(cs, 44, true);
+  const int64_t DI = cs.d_inner;
+  for (int64_t t : {int64_t{0}, cuda::kMamba1Piece - 1, int64_t{700}, int64_t{704}})
+    for (int64_t c = 0; c < DI; ++c)
+      ASSERT_EQ(std::bit_cast<uint32_t>(chunked[t * DI + c]), std::bit_cast<uint32_t>(sequential[t * DI + c]))
+          << "token " << t << ", channel " << c;
 }
 
 TEST(CudaMamba1Scan, Mamba130mWidthLongPrefill) {

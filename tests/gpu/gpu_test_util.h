@@ -38,13 +38,17 @@ inline double rel_err(const std::vector<float>& got, const std::vector<double>& 
   return err / mag;
 }
 
-// Sets an environment variable for the lifetime of the object (e.g. MAMBACPP_DECODE_GEMM, which the CUDA backend
-// reads when it is made).
+// Sets (value null: unsets) an environment variable for the lifetime of the object, then restores what was there
+// (e.g. MAMBACPP_DECODE_GEMM, which the CUDA backend reads when it is made: a test comparing a setting with the
+// default leaves the rest of a run started with the setting on as it was).
 class ScopedEnv {
  public:
   ScopedEnv(const char* name, const char* value) : name_(name) {
     if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    setenv(name, value, 1);
+    if (value)
+      setenv(name, value, 1);
+    else
+      unsetenv(name);
   }
   ~ScopedEnv() {
     if (had_) {

@@ -21,8 +21,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -241,6 +243,50 @@ TEST(CudaMamba2Ssd, FastPrecisionMatchesTheRecurrence) {
   run_ssd({6, 80, 48, 3, 100, {150, 64, 1, 37}, {3, 0, 1, 2}, 4}, 58, F);
   run_ssd({2, 32, 256, 2, 128, {200, 9}, {0, 1}, 2}, 59, F);
   for (int64_t chunk : {1, 7, 64, 256, 1000}) run_ssd({2, 64, 128, 1, chunk, {300, 5}, {1, 0}, 2}, 45, F);
+}
+
+// The opt-in chunk output by a block per (chunk, head) (MAMBACPP_SSD_OUTPUT=chunk) runs the products of the default
+// block-per-tile kernel in the same order: the same bits of y and the state, on the cases above (chunk 1000 is past
+// its kByChunkTiles and takes the default kernel in both runs). Each run is also checked against the recurrence.
+TEST(CudaMamba2Ssd, FastOutputByChunkGivesTheBitsOfTheTileKernel) {
+  MAMBACPP_REQUIRE_GPU();
+  const std::vector<std::pair<SsdCase, uint64_t>> cases = {
+      {{4, 64, 128, 1, 256, {600, 1, 257, 3}, {1, 3, 0, 2}, 5}, 41},
+      {{80, 64, 128, 1, 256, {4096}, {1}, 2}, 50},
+      {{4, 64, 128, 2, 256, {300, 2, 65, 130}, {0, 1, 3, 2}, 4, DType::BF16}, 42},
+      {{6, 80, 48, 3, 100, {150, 64, 1, 37}, {3, 0, 1, 2}, 4}, 58},
+      {{2, 32, 256, 2, 128, {200, 9}, {0, 1}, 2}, 59},
+      {{2, 64, 128, 1, 64, {300, 5}, {1, 0}, 2}, 45},
+      {{2, 64, 128, 1, 192, {300, 5}, {1, 0}, 2}, 46},
+      {{2, 64, 128, 1, 1000, {300, 5}, {1, 0}, 2}, 47},
+  };
+  for (const auto& [cs, seed] : cases) {
+    const SsdInputs in = make_inputs(cs, seed);
+    const SsdResult ref = reference(cs, in, make_batch(cs.lens, cs.slots));
+    std::vector<float> y[2], state[2];
+    for (int by_chunk = 0; by_chunk < 2; ++by_chunk) {
+      std::unique_ptr<Backend> be;
+      {
+        const gputest::ScopedEnv setting("MAMBACPP_SSD_OUTPUT", by_chunk ? "chunk" : nullptr);
+        be = make_cuda_backend(DType::BF16, Precision::Fast);
+      }
+      EXPECT_EQ(be->description().find("SSD output by chunk") != std::string::npos, by_chunk == 1);
+      DeviceArena arena(*be);
+      BatchLayout batch = make_batch(cs.lens, cs.slots);
+      Mamba2ScanArgs a = device_args(cs, in, arena);
+      be->prepare_batch(batch);
+      be->mamba2_ssd(a, batch);
+      y[by_chunk] = arena.download(a.y);
+      state[by_chunk] = arena.download(a.state);
+      EXPECT_LT(rel_err(y[by_chunk], ref.y), kFastTol) << "chunk " << cs.chunk << ", by chunk " << by_chunk;
+    }
+    ASSERT_EQ(y[0].size(), y[1].size());
+    ASSERT_EQ(state[0].size(), state[1].size());
+    int64_t differ = 0;  // NaN counts (NaN != NaN)
+    for (size_t i = 0; i < y[0].size(); ++i) differ += !(y[0][i] == y[1][i]);
+    for (size_t i = 0; i < state[0].size(); ++i) differ += !(state[0][i] == state[1][i]);
+    EXPECT_EQ(differ, 0) << "chunk " << cs.chunk << ", H " << cs.H << ", P " << cs.P << ", N " << cs.N;
+  }
 }
 
 // Fast precision takes its own path: its y differs from the exact path's by the bf16 roundings (more than f32

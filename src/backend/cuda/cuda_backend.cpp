@@ -70,12 +70,22 @@ class CudaBackend final : public Backend {
     // norm-and-round -> pinned cuBLASLt GEMM -> conv step.
     if (const char* env = std::getenv("MAMBACPP_DECODE_GEMM")) decode_gemm_fused_ = std::string(env) == "fused";
     if (decode_gemm_fused_) init_fast_gemv();
+    // Opt-in, to be measured against the default (docs/benchmarks.md, q19): MAMBACPP_SSD_OUTPUT=chunk runs fast
+    // precision's SSD chunk output as a block per (chunk, head) instead of a block per 64-row output tile (the same
+    // bits).
+    if (const char* env = std::getenv("MAMBACPP_SSD_OUTPUT")) ssd_output_by_chunk_ = std::string(env) == "chunk";
+    // Opt-in, to be measured against the default (docs/benchmarks.md, q19): MAMBACPP_MAMBA1_SCAN=chunked runs Mamba-1
+    // prompts of kMamba1ChunkedMinLen tokens and more through the scan over pieces (mamba1_chunked_scan.cu).
+    if (const char* env = std::getenv("MAMBACPP_MAMBA1_SCAN")) mamba1_chunked_ = std::string(env) == "chunked";
     // scripts/gpu_prefill_profile.sh: MAMBACPP_PROFILE_AFTER_SSD=N opens the profiler's window (ncu
-    // --profile-from-start off) at the N-th chunked SSD call, past the load and the first layer's plan probes.
+    // --profile-from-start off) at the N-th multi-token SSD or Mamba-1 scan call, past the load and the first
+    // layer's plan probes.
     if (const char* env = std::getenv("MAMBACPP_PROFILE_AFTER_SSD")) profile_after_ssd_ = std::atoll(env);
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                    ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") +
-                   (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") + ")";
+                   (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") +
+                   (fast_ && ssd_output_by_chunk_ ? ", SSD output by chunk" : "") +
+                   (mamba1_chunked_ ? ", chunked Mamba-1 scan" : "") + ")";
   }
 
   ~CudaBackend() override {
@@ -435,6 +445,19 @@ class CudaBackend final : public Backend {
     p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba1_scan");
     p.n_seqs = n_prepared_seqs_;
     p.single_tokens = one_token_each(batch);
+    if (!p.single_tokens && profile_after_ssd_ > 0 && --profile_after_ssd_ == 0)
+      MAMBACPP_CUDA_CHECK(cudaProfilerStart());
+    auto long_seq = [](const SeqSpan& s) { return s.len >= kMamba1ChunkedMinLen; };
+    if (mamba1_chunked_ && N == kMamba1PieceStates && !p.dt_proj.data &&
+        std::any_of(batch.seqs.begin(), batch.seqs.end(), long_seq)) {
+      p.n_pieces = upload_chunk_table(batch, kMamba1Piece);
+      p.pieces = static_cast<const SsdChunk*>(chunk_table_.ptr);
+      p.seq_pieces = reinterpret_cast<const SsdSeqChunks*>(static_cast<const char*>(chunk_table_.ptr) +
+                                                           chunk_seq_offset_);
+      p.piece_states = static_cast<float*>(grow(m1_pieces_, static_cast<size_t>(p.n_pieces * DI * (N + 1)) * 4));
+      p.piece_dt = p.piece_states + p.n_pieces * DI * N;
+      p.has_short_seqs = !std::all_of(batch.seqs.begin(), batch.seqs.end(), long_seq);
+    }
     launch_mamba1_scan(p, stream());
   }
 
@@ -492,6 +515,7 @@ class CudaBackend final : public Backend {
     p.n_seqs = n_prepared_seqs_;
     if (p.n_seqs == 0) return std::nullopt;
     p.fast = fast_ && weight_dtype_ != DType::F32;  // fast precision covers 16-bit weights only
+    p.output_by_chunk = ssd_output_by_chunk_;
     p.has_single_seqs = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
     if (y_bf16)
       need(a.y.ndim == 2 && a.y.device == Device::CUDA && a.z.empty() && p.fast && !p.has_single_seqs &&
@@ -1158,7 +1182,9 @@ class CudaBackend final : public Backend {
   bool fast_ = false;  // Precision::Fast: 16-bit weights take linear_fast / the fast fused_linear
   bool decode_gemm_fused_ = false;  // MAMBACPP_DECODE_GEMM=fused: the fast fused_linear on fused_gemv_fast.cu
   bool batch_invariant_ = true;  // fast: the fast fused_linear at every batch size (false: fused GEMVs up to 8 rows)
-  int64_t profile_after_ssd_ = 0;  // > 0: chunked SSD calls left before cudaProfilerStart
+  bool ssd_output_by_chunk_ = false;  // MAMBACPP_SSD_OUTPUT=chunk
+  bool mamba1_chunked_ = false;       // MAMBACPP_MAMBA1_SCAN=chunked
+  int64_t profile_after_ssd_ = 0;  // > 0: multi-token SSD / Mamba-1 scan calls left before cudaProfilerStart
   std::string description_;
   cudaStream_t stream_ = nullptr;
   cublasHandle_t cublas_ = nullptr;
@@ -1186,6 +1212,7 @@ class CudaBackend final : public Backend {
   Scratch ssd_dt_, ssd_cum_, ssd_states_;  // mamba2_ssd's chunked path
   Scratch ssd_fast_;                       // its fast-precision bf16 copies (SsdScratch::x16 ...)
   Scratch split_;                          // linear: hi/lo halves of x
+  Scratch m1_pieces_;                      // mamba1_scan's chunked path (Mamba1Launch::piece_states, piece_dt)
   Scratch m1_dt_, fast_x16_;               // decode ops, fast precision: dt_proj's output, 16-bit rows
   Scratch rows_;                           // gather_rows: row indices
   Scratch select_in_, select_out_;         // select_top_k: parameters in, packed candidates out

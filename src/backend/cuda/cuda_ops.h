@@ -97,6 +97,8 @@ void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream);
 bool conv1d_bf16_outputs_supported(const Conv1dLaunch& p);
 
 // ---- mamba1_scan.cu ---------------------------------------------------------------------------------------------
+struct SsdChunk;
+struct SsdSeqChunks;
 struct Mamba1Launch {
   ConstF32Rows x, dt, B, C, z;  // [T, d_inner] / [T, d_state]
   DevWeight A_log;              // [d_inner, d_state]
@@ -112,8 +114,23 @@ struct Mamba1Launch {
   const SeqSpan* seqs = nullptr;  // device
   int64_t n_seqs = 0;
   bool single_tokens = false;  // every sequence has one token (decode): the one-thread-per-channel step kernel
+  // The chunked scan (mamba1_chunked_scan.cu; opt-in, MAMBACPP_MAMBA1_SCAN=chunked): sequences of at least
+  // kMamba1ChunkedMinLen tokens (d_state kMamba1PieceStates, dt given) are cut into pieces of kMamba1Piece tokens
+  // (the chunk table at that size: n_pieces rows, seq_pieces per sequence) scanned in parallel; the sequential kernel
+  // takes the others. piece_states [n_pieces, d_inner, d_state] and piece_dt [n_pieces, d_inner]: f32 scratch.
+  const SsdChunk* pieces = nullptr;
+  const SsdSeqChunks* seq_pieces = nullptr;
+  int64_t n_pieces = 0;  // > 0: the chunked scan runs
+  float* piece_states = nullptr;
+  float* piece_dt = nullptr;
+  bool has_short_seqs = false;  // with n_pieces > 0: some sequences are shorter (the sequential kernel runs too)
 };
+inline constexpr int64_t kMamba1Piece = 64;
+inline constexpr int64_t kMamba1ChunkedMinLen = 2 * kMamba1Piece;
+inline constexpr int64_t kMamba1PieceStates = 16;
 void launch_mamba1_scan(const Mamba1Launch& p, cudaStream_t stream);
+// The chunked scan's three kernels (called by launch_mamba1_scan when p.n_pieces > 0).
+void launch_mamba1_chunked_scan(const Mamba1Launch& p, cudaStream_t stream);
 
 // ---- mamba2_ssd.cu ----------------------------------------------------------------------------------------------
 // One chunk of one sequence (a row of the chunk table).
@@ -163,6 +180,9 @@ struct Mamba2Launch {
   bool has_single_seqs = false;  // fast chunked path: some sequences have one token (they take the step kernel)
   // Fast chunked path: conv1d already wrote SsdScratch's bf16 x, B, C (Conv1dLaunch::out16); x, B, C unset.
   bool inputs_bf16 = false;
+  // Fast chunked path: the chunk output by a block per (chunk, head) where the chunk size allows (opt-in,
+  // MAMBACPP_SSD_OUTPUT=chunk; mamba2_ssd_fast.cu), else by a block per output tile. The same bits either way.
+  bool output_by_chunk = false;
 };
 
 // Every sequence has length 1: the recurrent step, one block per (sequence, head).

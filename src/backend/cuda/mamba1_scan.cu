@@ -15,18 +15,13 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "backend/cuda/mamba1_common.cuh"
 
 namespace mambacpp::cuda {
 namespace {
 
 constexpr int kThreads = 256;
 constexpr int64_t kStatesPerPass = 256;  // 32 lanes x 8 registers
-
-// h * exp(dt A) + dt x B, each rounding spelled out: the two kernels below must give the same bits (decode ==
-// prefill), and the compiler's own choice of which product to fuse differs between them.
-__device__ __forceinline__ float state_update(float dtv, float A, float h, float dtx, float B) {
-  return __fmaf_rn(B, dtx, __fmul_rn(expf(__fmul_rn(dtv, A)), h));
-}
 
 template <int NPER>
 struct StepIn {
@@ -85,6 +80,7 @@ __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G,
   for (int64_t s = blockIdx.y; s < p.n_seqs; s += gridDim.y) {
     const SeqSpan seq = p.seqs[s];
     if (seq.len <= 0) continue;
+    if (p.n_pieces > 0 && seq.len >= kMamba1ChunkedMinLen) continue;  // the chunked scan's
     const int64_t sbase = (seq.slot * p.d_inner + cc) * N;
     float h[NPER];
 #pragma unroll
@@ -166,11 +162,7 @@ __global__ void __launch_bounds__(kStepThreads) mamba1_step_kernel(Mamba1Launch 
     h[j] = state_update(dtv, A[j], h[j], dtx, Bt[j]);
     part[j] = __fmaf_rn(Ct[j], h[j], 0.0f);
   }
-#pragma unroll
-  for (int off = N / 2; off > 0; off >>= 1)
-#pragma unroll
-    for (int k = 0; k < off; ++k) part[k] += part[k + off];
-  p.y.data[t * p.y.stride + c] = __fmaf_rn(Dc, x, part[0]) * silu_f(z);
+  p.y.data[t * p.y.stride + c] = __fmaf_rn(Dc, x, butterfly_sum(part)) * silu_f(z);
 #pragma unroll
   for (int q = 0; q < N / V; ++q) st[q] = SV::pack(h + q * V);
 }
@@ -179,6 +171,10 @@ __global__ void __launch_bounds__(kStepThreads) mamba1_step_kernel(Mamba1Launch 
 
 void launch_mamba1_scan(const Mamba1Launch& p, cudaStream_t stream) {
   if (p.n_seqs <= 0 || p.d_inner <= 0) return;
+  if (p.n_pieces > 0) {
+    launch_mamba1_chunked_scan(p, stream);
+    if (!p.has_short_seqs) return;
+  }
   if (p.single_tokens && p.n_seqs >= kStepMinSeqs && p.d_state == kStepStates && p.dt_proj.data == nullptr &&
       reinterpret_cast<uintptr_t>(p.state) % 16 == 0 && p.n_seqs <= 65535) {
     const dim3 grid(static_cast<unsigned>((p.d_inner + kStepThreads - 1) / kStepThreads),

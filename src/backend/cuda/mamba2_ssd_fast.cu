@@ -91,10 +91,11 @@ __device__ __forceinline__ void load_b16(const __nv_bfloat16* t, int pitch, int 
 // advances by a fixed step with one carry: no run-time division per piece.
 template <int Threads = kThreads>
 __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int pitch, const uint16_t* src, int64_t stride,
-                                          int valid_rows, int width) {
+                                          int valid_rows, int width, int thread = -1) {
+  if (thread < 0) thread = static_cast<int>(threadIdx.x);  // else: the caller's index among Threads copying threads
   const int per_row = width / 8;
   const int dr = Threads / per_row, dc = Threads % per_row;
-  int r = threadIdx.x / per_row, c = threadIdx.x % per_row;
+  int r = thread / per_row, c = thread % per_row;
   while (r < kT) {
     const bool ok = r < valid_rows;
     cp_async16(dst + r * pitch + 8 * c, ok ? src + r * stride + 8 * c : src, ok);
@@ -108,10 +109,10 @@ __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int pitch, const u
 }
 
 // n elements of 4 or 8 bytes, strided in global memory, into consecutive shared entries; i >= valid zero-filled.
-template <class E>
+template <class E, int Threads = kThreads>
 __device__ __forceinline__ void copy_column(E* dst, const E* src, int64_t stride, int n, int valid) {
   static_assert(sizeof(E) == 4 || sizeof(E) == 8, "cp.async.ca copies 4 or 8 bytes");
-  for (int i = threadIdx.x; i < n; i += kThreads) {
+  for (int i = threadIdx.x; i < n; i += Threads) {
     const bool ok = i < valid;
     asm volatile("cp.async.ca.shared.global [%0], [%1], %2, %3;\n" ::"r"(smem_addr(dst + i)),
                  "l"(ok ? src + i * stride : src), "n"(sizeof(E)), "r"(ok ? int(sizeof(E)) : 0)
@@ -208,7 +209,146 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_scores_fast_kernel(Mamba2L
   for (int nt = 0; nt < 8; ++nt) out[nt * kThreads + tid] = make_float4(s[nt][0], s[nt][1], s[nt][2], s[nt][3]);
 }
 
-// ---- chunk output: grid (n_chunks, n_heads, tiles_i * tiles_p) ---------------------------------------------------
+// ---- chunk output, the pieces both kernels below share -----------------------------------------------------------
+// A warp owns 16 rows i of a 64-row output tile: rows r0 = 16 warp + g and r1 = r0 + 8 (g = lane / 4), and in acc[nt]
+// their columns p 8 nt + 2 q, + 1 (q = lane % 4), mma's accumulator layout. cum0, cum1: cum2 of rows r0, r1.
+// Both kernels run the same products in the same order on the same operands: they give the same bits.
+
+// Carried-in term: acc[i][p] = exp(S_i) * sum_n C_i[n] H_in[p, n].
+__device__ __forceinline__ void carried_in(float (&acc)[8][4], const __nv_bfloat16* cs, const __nv_bfloat16* hs,
+                                           int pitch, int N, int warp, int lane, float cum0, float cum1) {
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) acc[nt][0] = acc[nt][1] = acc[nt][2] = acc[nt][3] = 0.0f;
+  scores<8>(acc, cs, hs, pitch, N, warp, lane);
+  const float e0 = exp2_approx(cum0), e1 = exp2_approx(cum1);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    acc[nt][0] *= e0;
+    acc[nt][1] *= e0;
+    acc[nt][2] *= e1;
+    acc[nt][3] *= e1;
+  }
+}
+
+// The scores s of source tile j0.. for the rows of output tile i0.., masked (j <= i, both inside the chunk: rows_i,
+// rows_j) and scaled by exp(S_i - S_j) dt_j = exp2(cum2_i + w2_j), one add and one ex2 per score (the f64
+// difference, its conversion and expf were most of the kernel's instructions), packed as the bf16 A fragments of the
+// product with X (the scores' accumulator layout is the A fragments' layout). s is free afterwards. A full tile below
+// the diagonal (most of them) needs no mask: its own copy of the loop, without the integer work.
+__device__ __forceinline__ void scale_scores(float (&s)[8][4], uint32_t (&a)[4][4], const float* w2_j, int q, int r0,
+                                             int r1, float cum0, float cum1, int i0, int j0, int rows_i, int rows_j) {
+  auto scale = [&](auto masked) {
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+      const float2 w2c = *reinterpret_cast<const float2*>(w2_j + 8 * nt + 2 * q);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
+        const float cr = e < 2 ? cum0 : cum1;
+        const float v = s[nt][e] * exp2_approx(cr + ((e & 1) ? w2c.y : w2c.x));
+        if constexpr (decltype(masked)::value)
+          s[nt][e] = j0 + c <= i0 + r && r < rows_i && c < rows_j ? v : 0.0f;
+        else
+          s[nt][e] = v;
+      }
+    }
+  };
+  if (j0 != i0 && rows_i == kT && rows_j == kT)
+    scale(std::false_type{});
+  else
+    scale(std::true_type{});
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    a[kk][0] = pack2<__nv_bfloat16>(s[2 * kk][0], s[2 * kk][1]);
+    a[kk][1] = pack2<__nv_bfloat16>(s[2 * kk][2], s[2 * kk][3]);
+    a[kk][2] = pack2<__nv_bfloat16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
+    a[kk][3] = pack2<__nv_bfloat16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
+  }
+}
+
+// acc += scores . X (k = source j, n = column p) over the source tile's first 16 kk_end rows (the diagonal tile: rows
+// past the warp's own are masked to zero, so their products are skipped).
+__device__ __forceinline__ void multiply_x(float (&acc)[8][4], const uint32_t (&a)[4][4], const __nv_bfloat16* xt,
+                                           int kk_end, int lane) {
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    if (kk < kk_end) {
+#pragma unroll
+      for (int np = 0; np < 4; ++np) {
+        uint32_t b0[2], b1[2];
+        ldmatrix_b_trans(xt, kXPitch, 16 * kk, 16 * np, lane, b0, b1);
+        mma_bf16(acc[2 * np], a[kk], b0);
+        mma_bf16(acc[2 * np + 1], a[kk], b1);
+      }
+    }
+  }
+}
+
+// y = acc + D x, x the tile's bf16 copy (x_rows: its row 0 at column p0, rows x_pitch apart; the copy is all there is
+// when conv1d wrote it, Mamba2Launch::inputs_bf16; the same either way, so a prompt's bits do not depend on which path
+// its batch took), y at y_off (row 0, column p0) rounded to bf16, as mamba_ssm's activations are: the gated norm reads
+// the same values whether y is stored in bf16 (Mamba2Launch::y16, half the bytes) or in f32 (batches with one-token
+// rows), so a prompt's bits do not depend on its batch. A thread's accumulators come in pairs of neighbouring columns
+// (e, e + 1): one 4-byte load and one 8-byte store each where y's rows allow (head_dim is even here; element
+// accesses left half of every 32-byte sector to the next instruction).
+__device__ __forceinline__ void store_y(const Mamba2Launch& p, float (&acc)[8][4], const uint16_t* x_rows,
+                                        int64_t x_pitch, int64_t y_off, int64_t h, int r0, int r1, int q, int rows_i,
+                                        int cols_p) {
+  const float Dh = load_f(p.D.data, p.D.dtype, h);
+  const bool pairs = (p.y.stride & 1) == 0 && (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0 &&
+                     (reinterpret_cast<uintptr_t>(p.y16) & 3) == 0;
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q;
+      if (r >= rows_i || c >= cols_p) continue;
+      const uint32_t v = *reinterpret_cast<const uint32_t*>(x_rows + r * x_pitch + c);  // pitch and c even
+      acc[nt][e] += Dh * __uint_as_float(v << 16);
+      acc[nt][e + 1] += Dh * __uint_as_float(v & 0xffff0000u);
+    }
+  }
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+    for (int e = 0; e < 4; e += 2) {
+      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q;
+      if (r >= rows_i || c >= cols_p) continue;
+      const uint32_t y2 = pack2<__nv_bfloat16>(acc[nt][e], acc[nt][e + 1]);
+      const int64_t at = y_off + r * p.y.stride + c;
+      if (p.y16) {
+        if (pairs) {
+          *reinterpret_cast<uint32_t*>(p.y16 + at) = y2;
+        } else {
+          p.y16[at] = static_cast<uint16_t>(y2 & 0xffffu);
+          p.y16[at + 1] = static_cast<uint16_t>(y2 >> 16);
+        }
+      } else {
+        const float y0 = __uint_as_float(y2 << 16), y1 = __uint_as_float(y2 & 0xffff0000u);
+        float* yr = p.y.data + at;
+        if (pairs) {
+          *reinterpret_cast<float2*>(yr) = make_float2(y0, y1);
+        } else {
+          yr[0] = y0;
+          yr[1] = y1;
+        }
+      }
+    }
+  }
+}
+
+// This thread's scores of score tile `tile` (ssd_chunk_scores_fast_kernel's layout; tid: the thread's index among the
+// 128 of its output tile), as 8 independent loads.
+__device__ __forceinline__ void load_scores(const float* scores_g, int64_t tile, int64_t G, int tid, float (&s)[8][4]) {
+  const float4* t = reinterpret_cast<const float4*>(scores_g + tile * G * kScoreTileFloats);
+#pragma unroll
+  for (int nt = 0; nt < 8; ++nt) {
+    const float4 v = __ldg(t + nt * kThreads + tid);
+    s[nt][0] = v.x, s[nt][1] = v.y, s[nt][2] = v.z, s[nt][3] = v.w;
+  }
+}
+
+// ---- chunk output, a block per output tile: grid (n_chunks, n_heads, tiles_i * tiles_p) --------------------------
 // Dynamic shared memory: the C tile of the i rows and the H_in tile (rows p), each kT x (N + 8) bf16; two X tiles
 // [j][p], kT x kXPitch; then the decays w2 of two source tiles (~54 KB at d_state 128: four blocks per SM). The
 // score tiles go from global memory straight to the registers that use them (the scores kernel wrote them in this
@@ -266,15 +406,6 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
     copy_column(w2_s + b * kT, sc.w2 + h * p.T + t0, int64_t{1}, kT, rows_j);
     cp_async_commit();
   };
-  // This thread's scores of source tile jt (ssd_chunk_scores_fast_kernel's layout), as 8 independent loads.
-  auto load_scores = [&](int jt, float (&s)[8][4]) {
-    const float4* tile = reinterpret_cast<const float4*>(scores_g + (first_tile + jt) * G * kScoreTileFloats);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      const float4 v = __ldg(tile + nt * kThreads + tid);
-      s[nt][0] = v.x, s[nt][1] = v.y, s[nt][2] = v.z, s[nt][3] = v.w;
-    }
-  };
 
   // This thread's two rows (within the tile) and their cumulative decays (cum2 = S log2(e)).
   const int r0 = 16 * warp + gr, r1 = r0 + 8;
@@ -288,23 +419,12 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
   cp_async_commit();
   issue_source(0, 0);
   float s[8][4];
-  load_scores(0, s);
+  load_scores(scores_g, first_tile, G, tid, s);
   cp_async_wait<1>();
   __syncthreads();
 
-  // Carried-in term: acc[i][p] = exp(S_i) * sum_n C_i[n] H_in[p, n].
-  float acc[8][4] = {};
-  scores<8>(acc, cs, hs, pitch, N, warp, lane);
-  {
-    const float e0 = exp2_approx(cum0), e1 = exp2_approx(cum1);
-#pragma unroll
-    for (int nt = 0; nt < 8; ++nt) {
-      acc[nt][0] *= e0;
-      acc[nt][1] *= e0;
-      acc[nt][2] *= e1;
-      acc[nt][3] *= e1;
-    }
-  }
+  float acc[8][4];
+  carried_in(acc, cs, hs, pitch, N, warp, lane, cum0, cum1);
 
   // Intra-chunk term, one 64-token source tile at a time up to the diagonal tile. Source tile jt sits in buffer set
   // b = jt % 2: X in xbuf(b), decays in w2_s[b]; its scores in s.
@@ -315,106 +435,146 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
     cp_async_wait<0>();
     __syncthreads();  // tile jt is in; everyone is done with buffer set b ^ 1 (tile jt - 1)
     if (jt < it) issue_source(jt + 1, b ^ 1);
-    const float* w2_j = w2_s + b * kT;
-    const bool diag = jt == it;
-    // Mask (j <= i, both inside the chunk) and scale by exp(S_i - S_j) dt_j = exp2(cum2_i + w2_j): one add and one
-    // ex2 per score (the f64 difference, its conversion and expf were most of the kernel's instructions). A full tile
-    // below the diagonal (most of them) needs no mask: its own copy of the loop, without the integer work.
-    auto scale = [&](auto masked) {
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt) {
-        const float2 w2c = *reinterpret_cast<const float2*>(w2_j + 8 * nt + 2 * q);
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-          const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
-          const float cr = e < 2 ? cum0 : cum1;
-          const float v = s[nt][e] * exp2_approx(cr + ((e & 1) ? w2c.y : w2c.x));
-          if constexpr (decltype(masked)::value)
-            s[nt][e] = j0 + c <= i0 + r && r < rows_i && c < rows_j ? v : 0.0f;
-          else
-            s[nt][e] = v;
-        }
-      }
-    };
-    if (!diag && rows_i == kT && rows_j == kT)
-      scale(std::false_type{});
-    else
-      scale(std::true_type{});
-    // The scores' accumulators are the A fragments of the product below; once packed, s takes the next tile.
     uint32_t a[4][4];
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      a[kk][0] = pack2<__nv_bfloat16>(s[2 * kk][0], s[2 * kk][1]);
-      a[kk][1] = pack2<__nv_bfloat16>(s[2 * kk][2], s[2 * kk][3]);
-      a[kk][2] = pack2<__nv_bfloat16>(s[2 * kk + 1][0], s[2 * kk + 1][1]);
-      a[kk][3] = pack2<__nv_bfloat16>(s[2 * kk + 1][2], s[2 * kk + 1][3]);
-    }
-    if (jt < it) load_scores(jt + 1, s);
-    // acc += scores . X (k = source j, n = column p).
-    const int kk_end = diag ? warp + 1 : 4;
-    const __nv_bfloat16* xt = xbuf(b);
-#pragma unroll
-    for (int kk = 0; kk < 4; ++kk) {
-      if (kk < kk_end) {
-#pragma unroll
-        for (int np = 0; np < 4; ++np) {
-          uint32_t b0[2], b1[2];
-          ldmatrix_b_trans(xt, kXPitch, 16 * kk, 16 * np, lane, b0, b1);
-          mma_bf16(acc[2 * np], a[kk], b0);
-          mma_bf16(acc[2 * np + 1], a[kk], b1);
-        }
-      }
-    }
+    scale_scores(s, a, w2_s + b * kT, q, r0, r1, cum0, cum1, i0, j0, rows_i, rows_j);
+    if (jt < it) load_scores(scores_g, first_tile + jt + 1, G, tid, s);
+    multiply_x(acc, a, xbuf(b), jt == it ? warp + 1 : 4, lane);
   }
 
-  // y = acc + D x, x from its bf16 copy (the copy is all there is when conv1d wrote it, Mamba2Launch::inputs_bf16;
-  // the same either way, so a prompt's bits do not depend on which path its batch took). A thread's accumulators
-  // come in pairs of neighbouring columns (e, e + 1): one 4-byte load and one 8-byte store each where y's rows
-  // allow (head_dim is even here; element accesses left half of every 32-byte sector to the next instruction).
-  const float Dh = load_f(p.D.data, p.D.dtype, h);
-  const bool pairs = (p.y.stride & 1) == 0 && (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0 &&
-                     (reinterpret_cast<uintptr_t>(p.y16) & 3) == 0;
-  const int64_t x_off = (ch.start + i0) * HP + h * P + p0, y_off = (ch.start + i0) * p.y.stride + h * P + p0;
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q;
-      if (r >= rows_i || c >= cols_p) continue;
-      const uint32_t v = *reinterpret_cast<const uint32_t*>(sc.x16 + x_off + r * HP + c);  // HP and c even
-      acc[nt][e] += Dh * __uint_as_float(v << 16);
-      acc[nt][e + 1] += Dh * __uint_as_float(v & 0xffff0000u);
+  store_y(p, acc, sc.x16 + (ch.start + i0) * HP + h * P + p0, HP, (ch.start + i0) * p.y.stride + h * P + p0, h, r0,
+          r1, q, rows_i, cols_p);
+}
+
+// ---- chunk output, a block per (chunk, head): grid (n_chunks, n_heads, tiles_p), 256 threads ---------------------
+// Opt-in (MAMBACPP_SSD_OUTPUT=chunk, Mamba2Launch::output_by_chunk) for chunks of up to kByChunkTiles output tiles.
+// The block-per-tile kernel above loads H_in once per output tile (4 times per chunk at chunk 256) and source tile jt
+// once per output tile it >= jt (10 tile loads for 4 tiles), and each of its blocks waits for its C, H_in and first
+// source tile before its first product, then runs 1..4 tile passes. Here H_in, every X tile and the chunk's decays
+// are copied once, and two warpgroups each run two output tiles whose source counts sum to the same (tiles 3 and 0,
+// 2 and 1 at chunk 256: 5 tile passes each), the second tile's C copy in flight during the first tile's passes; D x
+// reads the output tile's X from shared memory. Same pieces, same order: the same bits as the kernel above.
+// Dynamic shared memory: H_in, one C tile per warpgroup (kT x (N + 8) bf16 each), kByChunkTiles X tiles (kT x
+// kXPitch), then cum2 and w2 of the chunk's tokens (kByChunkTiles * kT floats each): 89 KB at d_state 128, two blocks
+// (16 warps) per SM.
+constexpr int kByChunkTiles = 4;
+constexpr int kByChunkThreads = 2 * kThreads;
+size_t fast_output_by_chunk_smem_bytes(int64_t N) {
+  return static_cast<size_t>(3 * kT * (N + 8) + kByChunkTiles * kT * kXPitch) * sizeof(__nv_bfloat16) +
+         2 * kByChunkTiles * kT * sizeof(float);
+}
+bool output_by_chunk_supported(const Mamba2Launch& p) {
+  return p.output_by_chunk && p.chunk_size <= kByChunkTiles * kT;
+}
+
+// Output tiles (first, second; -1: none) of warpgroup wg for a chunk of n output tiles: the longer first, so that the
+// second's C copy has the longer time to arrive.
+__device__ __forceinline__ int2 warpgroup_tiles(int n, int wg) {
+  switch (n) {
+    case 4: return wg == 0 ? make_int2(3, 0) : make_int2(2, 1);
+    case 3: return wg == 0 ? make_int2(2, -1) : make_int2(1, 0);
+    case 2: return wg == 0 ? make_int2(1, -1) : make_int2(0, -1);
+    default: return wg == 0 ? make_int2(0, -1) : make_int2(-1, -1);
+  }
+}
+
+// Named barrier of one warpgroup (ids 1 and 2; 0 is __syncthreads), immediate ids (a register id reserves all 16).
+__device__ __forceinline__ void warpgroup_sync(int wg) {
+  if (wg == 0)
+    asm volatile("bar.sync 1, %0;\n" ::"n"(kThreads) : "memory");
+  else
+    asm volatile("bar.sync 2, %0;\n" ::"n"(kThreads) : "memory");
+}
+
+__global__ void __launch_bounds__(kByChunkThreads, 2)
+    ssd_chunk_output_by_chunk_kernel(Mamba2Launch p, const SsdChunk* chunks, SsdScratch sc) {
+  extern __shared__ __align__(16) unsigned char smem_raw[];
+  enter_dependent();
+  const int tid = threadIdx.x, wg = tid / kThreads, wtid = tid % kThreads;  // warpgroup, thread within it
+  const int warp = wtid >> 5, lane = tid & 31, gr = lane >> 2, q = lane & 3;  // warp within the warpgroup
+  const int64_t chunk = blockIdx.x, h = blockIdx.y;
+  const SsdChunk ch = chunks[chunk];
+  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
+  const int64_t P = p.head_dim, H = p.n_heads, HP = H * P;
+  const int N = static_cast<int>(p.d_state);
+  const int64_t G = p.n_groups, GN = G * N;
+  const int64_t g = h / (H / G);
+  const int64_t p0 = int64_t(blockIdx.z) * kT;
+  const int cols_p = static_cast<int>(std::min<int64_t>(kT, P - p0));
+  const int n_tiles = (ch.len + kT - 1) / kT;  // 1..kByChunkTiles (output_by_chunk_supported)
+  const int pitch = N + 8;
+  auto* hs = reinterpret_cast<__nv_bfloat16*>(smem_raw);  // H_in
+  __nv_bfloat16* cs = hs + (1 + wg) * kT * pitch;         // this warpgroup's C tile
+  __nv_bfloat16* x0 = hs + 3 * kT * pitch;
+  auto xbuf = [&](int jt) { return x0 + jt * kT * kXPitch; };
+  auto* cum_s = reinterpret_cast<float*>(x0 + kByChunkTiles * kT * kXPitch);  // [kByChunkTiles * kT], 0 past len
+  float* w2_s = cum_s + kByChunkTiles * kT;
+  const float* scores_g = sc.scores + g * kScoreTileFloats;
+  auto first_score_tile = [&](int it) { return int64_t(ch.score_tile) + it * (it + 1) / 2; };  // tile (it, 0)
+  const int2 mine = warpgroup_tiles(n_tiles, wg);
+  auto copy_c = [&](int it) {  // this warpgroup's threads only
+    copy_tile(cs, pitch, sc.C16 + (ch.start + it * kT) * GN + g * N, GN, min(kT, ch.len - it * kT), N, wtid);
+    cp_async_commit();
+  };
+
+  // Group 0: each warpgroup's first C tile, H_in, the chunk's decays; group 1: every X tile. The first tile's scores
+  // into registers meanwhile.
+  if (mine.x >= 0) {
+    copy_c(mine.x);
+  } else {
+    cp_async_commit();  // an empty group: the waits below count the same groups in every thread
+  }
+  copy_tile<kByChunkThreads>(hs, pitch, sc.states16 + ((chunk * H + h) * P + p0) * N, N, cols_p, N);
+  copy_column<float, kByChunkThreads>(cum_s, sc.cum2 + h * p.T + ch.start, int64_t{1}, n_tiles * kT, ch.len);
+  copy_column<float, kByChunkThreads>(w2_s, sc.w2 + h * p.T + ch.start, int64_t{1}, n_tiles * kT, ch.len);
+  cp_async_commit();
+  for (int jt = 0; jt < n_tiles; ++jt)
+    copy_tile<kByChunkThreads>(xbuf(jt), kXPitch, sc.x16 + (ch.start + jt * kT) * HP + h * P + p0, HP,
+                               min(kT, ch.len - jt * kT), cols_p);
+  if (cols_p < kT) {  // columns p past the head: zeros (not copied; only when head_dim is not a multiple of 64)
+    for (int e = tid; e < n_tiles * kT * (kT - cols_p); e += kByChunkThreads) {
+      const int r = e / (kT - cols_p), c = cols_p + e % (kT - cols_p);
+      x0[r * kXPitch + c] = __float2bfloat16_rn(0.0f);  // r runs over every tile's rows: the tiles are consecutive
     }
   }
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt) {
-#pragma unroll
-    for (int e = 0; e < 4; e += 2) {
-      const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q;
-      if (r >= rows_i || c >= cols_p) continue;
-      // y rounded to bf16, as mamba_ssm's activations are: the gated norm reads the same values whether y is stored
-      // in bf16 (Mamba2Launch::y16, half the bytes) or in f32 (batches with one-token rows), so a prompt's bits do
-      // not depend on its batch.
-      const uint32_t y2 = pack2<__nv_bfloat16>(acc[nt][e], acc[nt][e + 1]);
-      const int64_t at = y_off + r * p.y.stride + c;
-      if (p.y16) {
-        if (pairs) {
-          *reinterpret_cast<uint32_t*>(p.y16 + at) = y2;
-        } else {
-          p.y16[at] = static_cast<uint16_t>(y2 & 0xffffu);
-          p.y16[at + 1] = static_cast<uint16_t>(y2 >> 16);
-        }
-      } else {
-        const float y0 = __uint_as_float(y2 << 16), y1 = __uint_as_float(y2 & 0xffff0000u);
-        float* yr = p.y.data + at;
-        if (pairs) {
-          *reinterpret_cast<float2*>(yr) = make_float2(y0, y1);
-        } else {
-          yr[0] = y0;
-          yr[1] = y1;
-        }
-      }
+  cp_async_commit();
+  float s[8][4];
+  if (mine.x >= 0) load_scores(scores_g, first_score_tile(mine.x), G, wtid, s);
+  cp_async_wait<1>();
+  __syncthreads();
+
+  // The first tile's carried-in term (C and H_in are in), then every X tile.
+  const int r0 = 16 * warp + gr, r1 = r0 + 8;
+  float acc[8][4];
+  if (mine.x >= 0)
+    carried_in(acc, cs, hs, pitch, N, warp, lane, cum_s[mine.x * kT + r0], cum_s[mine.x * kT + r1]);
+  cp_async_wait<0>();
+  __syncthreads();  // the X tiles are in; every warp is done with its C tile
+  if (mine.x < 0) return;
+  if (mine.y >= 0) copy_c(mine.y);
+
+  for (int pass = 0; pass < 2; ++pass) {
+    const int it = pass == 0 ? mine.x : mine.y;
+    const int next = pass == 0 ? mine.y : -1;  // the output tile whose first scores follow this tile's last
+    const int i0 = it * kT, rows_i = min(kT, ch.len - i0);
+    const float cum0 = cum_s[i0 + r0], cum1 = cum_s[i0 + r1];  // 0 past the chunk, as the kernel above has them
+    if (pass == 1) {
+      cp_async_wait<0>();
+      warpgroup_sync(wg);  // this tile's C is in
+      carried_in(acc, cs, hs, pitch, N, warp, lane, cum0, cum1);
     }
+    for (int jt = 0; jt <= it; ++jt) {
+      const int j0 = jt * kT;
+      uint32_t a[4][4];
+      scale_scores(s, a, w2_s + j0, q, r0, r1, cum0, cum1, i0, j0, rows_i, min(kT, ch.len - j0));
+      if (jt < it)
+        load_scores(scores_g, first_score_tile(it) + jt + 1, G, wtid, s);
+      else if (next >= 0)
+        load_scores(scores_g, first_score_tile(next), G, wtid, s);
+      multiply_x(acc, a, xbuf(jt), jt == it ? warp + 1 : 4, lane);
+    }
+    store_y(p, acc, reinterpret_cast<const uint16_t*>(xbuf(it)), kXPitch,
+            (ch.start + i0) * p.y.stride + h * P + p0, h, r0, r1, q, rows_i, cols_p);
+    if (next < 0) break;
   }
 }
 
@@ -623,9 +783,20 @@ void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks,
 
 void launch_ssd_chunk_output_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                   const SsdScratch& scratch, cudaStream_t stream) {
+  const int tiles_p = static_cast<int>(cdiv(p.head_dim, kT));
+  if (output_by_chunk_supported(p)) {
+    static std::once_flag opt_in_by_chunk;
+    allow_dynamic_smem_once(opt_in_by_chunk, ssd_chunk_output_by_chunk_kernel,
+                            fast_output_by_chunk_smem_bytes(kMaxSsdTcState));
+    launch_dependent_smem(ssd_chunk_output_by_chunk_kernel,
+                          dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
+                               static_cast<unsigned>(tiles_p)),
+                          dim3(kByChunkThreads), fast_output_by_chunk_smem_bytes(p.d_state), stream, p, chunks,
+                          scratch);
+    return;
+  }
   static std::once_flag opt_in;
   allow_dynamic_smem_once(opt_in, ssd_chunk_output_fast_kernel, fast_output_smem_bytes(kMaxSsdTcState));
-  const int tiles_p = static_cast<int>(cdiv(p.head_dim, kT));
   launch_dependent_smem(ssd_chunk_output_fast_kernel,
                         dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads),
                              cdiv(p.chunk_size, kT) * tiles_p),

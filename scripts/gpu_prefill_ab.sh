@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# One GPU run for an opt-in prefill setting (an environment variable the CUDA backend reads, e.g.
+# MAMBACPP_SSD_OUTPUT=chunk): build, the GPU tests without and with it, the prefill rows A/B on the same binary in
+# the same run (default, setting, default, setting: clocks drift under sustained load, docs/benchmarks.md q16), and
+# the layer profile of each at 8,192 tokens (PROFILE_SHAPE, default mamba2-2.7b). Logs under $OUT.
+# Usage: gpu_prefill_ab.sh SRC_DIR [BUILD_DIR]   env: AB (the setting, NAME=VALUE; required), ROWS (gpu_prefill_bench.sh
+# rows, default main), NOBUILD=1 skips the build, NOPROFILE=1 the profiles
+set -u -o pipefail
+SRC=${1:-.} B=${2:-build-gpu}
+: "${AB:?AB=NAME=VALUE: the setting to measure}"
+LOG=${OUT:-/tmp/gpu_prefill_ab}; mkdir -p "$LOG"
+t0=$SECONDS
+if [ "${NOBUILD:-0}" != 1 ]; then
+  bash .deps/build_from_debs.sh build .deps/debs "$SRC" "$B" -DMAMBACPP_CUDA=ON -DMAMBACPP_NATIVE=OFF \
+    -DMAMBACPP_PYTHON=OFF -- mambacpp_gpu_tests mambacpp_cli > "$LOG/build.log" 2>&1 || { tail -40 "$LOG/build.log"; exit 1; }
+fi
+export LD_LIBRARY_PATH=/tmp/deps/usr/lib/x86_64-linux-gnu:/tmp/deps/lib/x86_64-linux-gnu:/usr/local/cuda/lib64
+echo "build $((SECONDS - t0)) s"; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem --format=csv,noheader
+timeout 240 "$B/tests/mambacpp_gpu_tests" --gtest_brief=1 > "$LOG/tests_default.log" 2>&1; echo "tests (default) rc=$?"
+env "$AB" timeout 240 "$B/tests/mambacpp_gpu_tests" --gtest_brief=1 > "$LOG/tests_ab.log" 2>&1
+echo "tests ($AB) rc=$?"
+grep -hE "^\[  FAILED|Failure|tests? (passed|failed)|PASSED" "$LOG"/tests_*.log | head -30
+echo "tests $((SECONDS - t0)) s"
+for round in 1 2; do
+  echo "== round $round: default"; bash scripts/gpu_prefill_bench.sh "$B/mambacpp" "${ROWS:-main}"
+  echo "== round $round: $AB"; env "$AB" bash scripts/gpu_prefill_bench.sh "$B/mambacpp" "${ROWS:-main}"
+done
+echo "bench $((SECONDS - t0)) s"
+if [ "${NOPROFILE:-0}" != 1 ]; then
+  mkdir -p "$LOG/default" "$LOG/ab"
+  shape=${PROFILE_SHAPE:-mamba2-2.7b}
+  TIMEOUT=100 bash scripts/gpu_prefill_profile.sh "$B/mambacpp" "$shape" 8192 "$LOG/default" | tail -16
+  env "$AB" TIMEOUT=100 bash scripts/gpu_prefill_profile.sh "$B/mambacpp" "$shape" 8192 "$LOG/ab" | tail -16
+fi
+echo "total $((SECONDS - t0)) s"
