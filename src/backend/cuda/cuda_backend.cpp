@@ -457,6 +457,7 @@ class CudaBackend final : public Backend {
       p.piece_states = static_cast<float*>(grow(m1_pieces_, static_cast<size_t>(p.n_pieces * DI * (N + 1)) * 4));
       p.piece_dt = p.piece_states + p.n_pieces * DI * N;
       p.has_short_seqs = !std::all_of(batch.seqs.begin(), batch.seqs.end(), long_seq);
+      p.fast = fast_ && weight_dtype_ != DType::F32;  // as Mamba2Launch::fast
     }
     launch_mamba1_scan(p, stream());
   }

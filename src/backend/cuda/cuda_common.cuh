@@ -75,6 +75,14 @@ struct StateVec {
 __device__ __forceinline__ float softplus_f(float v) { return v > 20.0f ? v : log1pf(expf(v)); }
 __device__ __forceinline__ float silu_f(float v) { return v / (1.0f + expf(-v)); }
 
+// 2^x by the hardware's approximation (relative error ~2^-22; subnormal results flushed to 0): the fast kernels'
+// decays (the fast SSD's, from SsdScratch::cum2; the chunked Mamba-1 scan's in fast precision).
+__device__ __forceinline__ float exp2_approx(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // a and b rounded to the 16-bit type H (__nv_bfloat16 or __half), a in the low half (the lower address or column).
 template <class H>
 __device__ __forceinline__ uint32_t pack2(float a, float b) {

@@ -124,6 +124,7 @@ struct Mamba1Launch {
   float* piece_states = nullptr;
   float* piece_dt = nullptr;
   bool has_short_seqs = false;  // with n_pieces > 0: some sequences are shorter (the sequential kernel runs too)
+  bool fast = false;  // fast precision (16-bit weights): the chunked scan's decays by the approximate exp2
 };
 inline constexpr int64_t kMamba1Piece = 64;
 inline constexpr int64_t kMamba1ChunkedMinLen = 2 * kMamba1Piece;

@@ -15,7 +15,10 @@
 // carried state, rounded differently: exp(A S) against the product of the steps' exp(dt A), S summed in f32
 // (relative error <= kMamba1Piece * 2^-24 in S: ~4e-6 of |A S|, at most ~1.4e-6 of the carried state, whose factor
 // exp(-|A S|) shrinks as |A S| grows), far below f32's tolerance for a split prompt (1e-5 relative).
-// Twice the sequential kernel's updates, in ~n_pieces times its parallel threads.
+// Twice the sequential kernel's updates, in ~n_pieces times its parallel threads. In fast precision
+// (Mamba1Launch::fast) the pieces' decays are exp2 by the hardware's approximation of dt (A log2 e) (~2^-22 relative,
+// A log2 e rounded once: ~1e-7 of the exponent) instead of expf's longer sequence, the most frequent instruction
+// sequence of both piece kernels; exact precision keeps expf and the sequential kernel's bits.
 #include <algorithm>
 #include <cstdint>
 
@@ -35,24 +38,39 @@ constexpr int N = static_cast<int>(kMamba1PieceStates);
 
 __device__ __forceinline__ bool chunked_seq(const SeqSpan& seq) { return seq.len >= kMamba1ChunkedMinLen; }
 
-// A channel's constants: A[c, :] and the dt bias.
+// A channel's constants: A[c, :] (times log2 e where FastExp) and the dt bias.
+template <bool FastExp>
 struct ChannelConsts {
   float A[N];
   float bias;
 };
-__device__ __forceinline__ ChannelConsts channel_consts(const Mamba1Launch& p, int64_t c) {
-  ChannelConsts k;
+template <bool FastExp>
+__device__ __forceinline__ ChannelConsts<FastExp> channel_consts(const Mamba1Launch& p, int64_t c) {
+  ChannelConsts<FastExp> k;
 #pragma unroll
-  for (int n = 0; n < N; ++n) k.A[n] = -expf(load_f(p.A_log.data, p.A_log.dtype, c * N + n));
+  for (int n = 0; n < N; ++n) {
+    k.A[n] = -expf(load_f(p.A_log.data, p.A_log.dtype, c * N + n));
+    if constexpr (FastExp) k.A[n] *= 1.4426950408889634f;
+  }
   k.bias = load_f(p.dt_bias.data, p.dt_bias.dtype, c);
   return k;
 }
 
+// One step of one state: state_update, or with FastExp (A scaled by log2 e) the same with the approximate exp2.
+template <bool FastExp>
+__device__ __forceinline__ float piece_update(float dtv, float A, float h, float dtx, float B) {
+  if constexpr (FastExp)
+    return __fmaf_rn(B, dtx, __fmul_rn(exp2_approx(__fmul_rn(dtv, A)), h));
+  else
+    return state_update(dtv, A, h, dtx, B);
+}
+
 // 1. grid (n_pieces, channel blocks): e = the piece's scan from h = 0, S = its sum of dt.
+template <bool FastExp>
 __global__ void __launch_bounds__(kPieceThreads) mamba1_piece_state_kernel(Mamba1Launch p) {
   const int64_t c = blockIdx.y * int64_t(kPieceThreads) + threadIdx.x;
   if (c >= p.d_inner) return;
-  const ChannelConsts k = channel_consts(p, c);
+  const ChannelConsts<FastExp> k = channel_consts<FastExp>(p, c);
   enter_dependent();  // weights above; the batch's tables and activations below
   const SsdChunk piece = p.pieces[blockIdx.x];
   if (!chunked_seq(p.seqs[piece.seq])) return;
@@ -63,7 +81,7 @@ __global__ void __launch_bounds__(kPieceThreads) mamba1_piece_state_kernel(Mamba
     const float dtx = __fmul_rn(dtv, p.x.data[t * p.x.stride + c]);
     const float* Bt = p.B.data + t * p.B.stride;
 #pragma unroll
-    for (int n = 0; n < N; ++n) h[n] = state_update(dtv, k.A[n], h[n], dtx, Bt[n]);
+    for (int n = 0; n < N; ++n) h[n] = piece_update<FastExp>(dtv, k.A[n], h[n], dtx, Bt[n]);
     S += dtv;
   }
   float4* e = reinterpret_cast<float4*>(p.piece_states + (blockIdx.x * p.d_inner + c) * N);
@@ -108,10 +126,11 @@ __global__ void __launch_bounds__(kCarryThreads) mamba1_piece_carry_kernel(Mamba
 }
 
 // 3. grid (n_pieces, channel blocks): the piece scanned from its entering state, y written.
+template <bool FastExp>
 __global__ void __launch_bounds__(kPieceThreads) mamba1_piece_output_kernel(Mamba1Launch p) {
   const int64_t c = blockIdx.y * int64_t(kPieceThreads) + threadIdx.x;
   if (c >= p.d_inner) return;
-  const ChannelConsts k = channel_consts(p, c);
+  const ChannelConsts<FastExp> k = channel_consts<FastExp>(p, c);
   const float Dc = load_f(p.D.data, p.D.dtype, c);
   enter_dependent();
   const SsdChunk piece = p.pieces[blockIdx.x];
@@ -133,7 +152,7 @@ __global__ void __launch_bounds__(kPieceThreads) mamba1_piece_output_kernel(Mamb
     float part[N];
 #pragma unroll
     for (int n = 0; n < N; ++n) {
-      h[n] = state_update(dtv, k.A[n], h[n], dtx, Bt[n]);
+      h[n] = piece_update<FastExp>(dtv, k.A[n], h[n], dtx, Bt[n]);
       part[n] = __fmaf_rn(Ct[n], h[n], 0.0f);
     }
     p.y.data[t * p.y.stride + c] = __fmaf_rn(Dc, x, butterfly_sum(part)) * silu_f(z);
@@ -146,11 +165,16 @@ unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) /
 
 void launch_mamba1_chunked_scan(const Mamba1Launch& p, cudaStream_t stream) {
   const dim3 pieces(static_cast<unsigned>(p.n_pieces), cdiv(p.d_inner, kPieceThreads));
-  launch_dependent(mamba1_piece_state_kernel, pieces, dim3(kPieceThreads), stream, p);
-  launch_dependent(mamba1_piece_carry_kernel,
-                   dim3(cdiv(p.d_inner * N, kCarryThreads), static_cast<unsigned>(std::min<int64_t>(p.n_seqs, 65535))),
-                   dim3(kCarryThreads), stream, p);
-  launch_dependent(mamba1_piece_output_kernel, pieces, dim3(kPieceThreads), stream, p);
+  const dim3 carry(cdiv(p.d_inner * N, kCarryThreads), static_cast<unsigned>(std::min<int64_t>(p.n_seqs, 65535)));
+  auto run = [&](auto state_kernel, auto output_kernel) {
+    launch_dependent(state_kernel, pieces, dim3(kPieceThreads), stream, p);
+    launch_dependent(mamba1_piece_carry_kernel, carry, dim3(kCarryThreads), stream, p);
+    launch_dependent(output_kernel, pieces, dim3(kPieceThreads), stream, p);
+  };
+  if (p.fast)
+    run(mamba1_piece_state_kernel<true>, mamba1_piece_output_kernel<true>);
+  else
+    run(mamba1_piece_state_kernel<false>, mamba1_piece_output_kernel<false>);
 }
 
 }  // namespace mambacpp::cuda

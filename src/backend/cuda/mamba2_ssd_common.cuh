@@ -1,4 +1,4 @@
-// Device pieces the Mamba-2 SSD kernels share (mamba2_ssd.cu, mamba2_ssd_fast.cu): a head's A, a token's dt, 2^x.
+// Device pieces the Mamba-2 SSD kernels share (mamba2_ssd.cu, mamba2_ssd_fast.cu): a head's A, a token's dt.
 #pragma once
 
 #include "backend/cuda/cuda_common.cuh"
@@ -13,14 +13,6 @@ __device__ __forceinline__ float ssd_head_A(const Mamba2Launch& p, int64_t h) {
 __device__ __forceinline__ float ssd_dt(const Mamba2Launch& p, int64_t t, int64_t h, float bias) {
   const float d = softplus_f(p.dt.data[t * p.dt.stride + h] + bias);
   return fminf(fmaxf(d, p.dt_min), p.dt_max);
-}
-
-// 2^x by the hardware's approximation (relative error ~2^-22; subnormal results flushed to 0): the fast kernels'
-// decays, whose operands are already rounded to f32 (SsdScratch::cum2).
-__device__ __forceinline__ float exp2_approx(float x) {
-  float y;
-  asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-  return y;
 }
 
 }  // namespace mambacpp::cuda
