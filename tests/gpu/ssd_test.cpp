@@ -21,7 +21,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <cstdlib>
 #include <cstring>
 #include <limits>
 #include <utility>
@@ -246,8 +245,9 @@ TEST(CudaMamba2Ssd, FastPrecisionMatchesTheRecurrence) {
 }
 
 // The opt-in chunk output by a block per (chunk, head) (MAMBACPP_SSD_OUTPUT=chunk) runs the products of the default
-// block-per-tile kernel in the same order: the same bits of y and the state, on the cases above (chunk 1000 is past
-// its kByChunkTiles and takes the default kernel in both runs). Each run is also checked against the recurrence.
+// block-per-tile kernel in the same order: the same bits of y and the state, on the shapes above and chunk sizes of
+// 1 to 4 output tiles (chunk 1000 is past its kByChunkTiles and takes the default kernel in both runs). Each run is
+// also checked against the recurrence.
 TEST(CudaMamba2Ssd, FastOutputByChunkGivesTheBitsOfTheTileKernel) {
   MAMBACPP_REQUIRE_GPU();
   const std::vector<std::pair<SsdCase, uint64_t>> cases = {
