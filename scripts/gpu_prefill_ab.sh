@@ -5,8 +5,8 @@
 # the layer profile of each at 8,192 tokens (PROFILE_SHAPE, default mamba2-2.7b). Logs under $OUT.
 # Usage: gpu_prefill_ab.sh SRC_DIR [BUILD_DIR]   env: AB (the setting, NAME=VALUE; required), ROWS (gpu_prefill_bench.sh
 # rows, default main), ROUNDS (2), NOBUILD=1 skips the build, NOTESTS=1 the tests, NOPROFILE=1 the profiles. With
-# everything on it takes ~8 minutes: split it over two device calls (NOPROFILE=1, then NOBUILD=1 NOTESTS=1 ROUNDS=0)
-# where a call's limit is near.
+# everything on it takes ~8 minutes: split it over two runs (NOPROFILE=1, then NOBUILD=1 NOTESTS=1 ROUNDS=0) where a
+# run's time limit is near.
 set -u -o pipefail
 SRC=${1:-.} B=${2:-build-gpu}
 : "${AB:?AB=NAME=VALUE: the setting to measure}"

@@ -9,9 +9,9 @@
 //   2. carry: a thread per (sequence, channel, state) walks the sequence's pieces in order, replacing each e with the
 //      state entering that piece (h_a) and carrying h to the next, h = exp(A S) h + e; the last h is the new state;
 //   3. output: a thread per (piece, channel) scans its piece again from its entering state and writes y.
-// Each thread holds a channel's kMamba1PieceStates states in registers (the model's d_state). The updates are those
-// of the sequential kernel (state_update) and C . h is summed in its order (butterfly_sum), so a sequence's first
-// piece, which enters with the stored state itself, gets the sequential kernel's bits; later pieces enter with a
+// Each thread holds a channel's kMamba1PieceStates states in registers (the model's d_state). A piece's tokens take
+// the step kernel's code (scan_token, mamba1_common.cuh: state_update, C . h in the sequential kernel's order), so a
+// sequence's first piece, which enters with the stored state itself, gets the sequential kernel's bits; later pieces enter with a
 // carried state, rounded differently: exp(A S) against the product of the steps' exp(dt A), S summed in f32
 // (relative error <= kMamba1Piece * 2^-24 in S: ~4e-6 of |A S|, at most ~1.4e-6 of the carried state, whose factor
 // exp(-|A S|) shrinks as |A S| grows), far below f32's tolerance for a split prompt (1e-5 relative).
@@ -56,15 +56,6 @@ __device__ __forceinline__ ChannelConsts<FastExp> channel_consts(const Mamba1Lau
   return k;
 }
 
-// One step of one state: state_update, or with FastExp (A scaled by log2 e) the same with the approximate exp2.
-template <bool FastExp>
-__device__ __forceinline__ float piece_update(float dtv, float A, float h, float dtx, float B) {
-  if constexpr (FastExp)
-    return __fmaf_rn(B, dtx, __fmul_rn(exp2_approx(__fmul_rn(dtv, A)), h));
-  else
-    return state_update(dtv, A, h, dtx, B);
-}
-
 // 1. grid (n_pieces, channel blocks): e = the piece's scan from h = 0, S = its sum of dt.
 template <bool FastExp>
 __global__ void __launch_bounds__(kPieceThreads) mamba1_piece_state_kernel(Mamba1Launch p) {
@@ -81,7 +72,7 @@ __global__ void __launch_bounds__(kPieceThreads) mamba1_piece_state_kernel(Mamba
     const float dtx = __fmul_rn(dtv, p.x.data[t * p.x.stride + c]);
     const float* Bt = p.B.data + t * p.B.stride;
 #pragma unroll
-    for (int n = 0; n < N; ++n) h[n] = piece_update<FastExp>(dtv, k.A[n], h[n], dtx, Bt[n]);
+    for (int n = 0; n < N; ++n) h[n] = scan_update<FastExp>(dtv, k.A[n], h[n], dtx, Bt[n]);
     S += dtv;
   }
   float4* e = reinterpret_cast<float4*>(p.piece_states + (blockIdx.x * p.d_inner + c) * N);
@@ -142,21 +133,7 @@ __global__ void __launch_bounds__(kPieceThreads) mamba1_piece_output_kernel(Mamb
     const float4 v = entering[q];
     h[4 * q] = v.x, h[4 * q + 1] = v.y, h[4 * q + 2] = v.z, h[4 * q + 3] = v.w;
   }
-  for (int64_t t = piece.start; t < piece.start + piece.len; ++t) {
-    const float x = p.x.data[t * p.x.stride + c];
-    const float dtv = softplus_f(p.dt.data[t * p.dt.stride + c] + k.bias);
-    const float z = p.z.data[t * p.z.stride + c];
-    const float dtx = __fmul_rn(dtv, x);
-    const float* Bt = p.B.data + t * p.B.stride;
-    const float* Ct = p.C.data + t * p.C.stride;
-    float part[N];
-#pragma unroll
-    for (int n = 0; n < N; ++n) {
-      h[n] = piece_update<FastExp>(dtv, k.A[n], h[n], dtx, Bt[n]);
-      part[n] = __fmaf_rn(Ct[n], h[n], 0.0f);
-    }
-    p.y.data[t * p.y.stride + c] = __fmaf_rn(Dc, x, butterfly_sum(part)) * silu_f(z);
-  }
+  for (int64_t t = piece.start; t < piece.start + piece.len; ++t) scan_token<FastExp>(p, t, c, k.A, k.bias, Dc, h);
 }
 
 unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }

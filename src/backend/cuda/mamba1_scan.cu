@@ -150,19 +150,7 @@ __global__ void __launch_bounds__(kStepThreads) mamba1_step_kernel(Mamba1Launch 
   float h[N];
 #pragma unroll
   for (int q = 0; q < N / V; ++q) SV::unpack(st[q], h + q * V);
-  const float x = p.x.data[t * p.x.stride + c];
-  const float dtv = softplus_f(p.dt.data[t * p.dt.stride + c] + bias);
-  const float z = p.z.data[t * p.z.stride + c];
-  const float dtx = __fmul_rn(dtv, x);
-  const float* Bt = p.B.data + t * p.B.stride;
-  const float* Ct = p.C.data + t * p.C.stride;
-  float part[N];
-#pragma unroll
-  for (int j = 0; j < N; ++j) {
-    h[j] = state_update(dtv, A[j], h[j], dtx, Bt[j]);
-    part[j] = __fmaf_rn(Ct[j], h[j], 0.0f);
-  }
-  p.y.data[t * p.y.stride + c] = __fmaf_rn(Dc, x, butterfly_sum(part)) * silu_f(z);
+  scan_token<false>(p, t, c, A, bias, Dc, h);
 #pragma unroll
   for (int q = 0; q < N / V; ++q) st[q] = SV::pack(h + q * V);
 }
