@@ -4,7 +4,7 @@
 # past the first layer as in gpu_prefill_profile.sh. Prints the details page's headline sections, then the SASS
 # instructions with the most stall samples and the stall reasons they sum to. The report stays under LOGDIR for the
 # GUI. Usage: gpu_kernel_stalls.sh MAMBACPP SHAPE PROMPT KERNEL [LOGDIR]   env: SKIP (launches of KERNEL skipped in
-# the window, default 3), EXTRA_ENV (NAME=VALUE for the run, e.g. MAMBACPP_SSD_OUTPUT=chunk)
+# the window, default 3), EXTRA_ENV (NAME=VALUE for the run, e.g. MAMBACPP_SSD_OUTPUT=tile)
 set -uo pipefail
 cli=$1 shape=$2 prompt=$3 kernel=$4 log=${5:-${OUT:-/tmp}}
 ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One GPU run for an opt-in prefill setting (an environment variable the CUDA backend reads, e.g.
-# MAMBACPP_SSD_OUTPUT=chunk): build, the GPU tests without and with it, the prefill rows A/B on the same binary in
+# MAMBACPP_SSD_OUTPUT=tile): build, the GPU tests without and with it, the prefill rows A/B on the same binary in
 # the same run (default, setting, default, setting: clocks drift under sustained load, docs/benchmarks.md q16), and
 # the layer profile of each at 8,192 tokens (PROFILE_SHAPE, default mamba2-2.7b). Logs under $OUT.
 # Usage: gpu_prefill_ab.sh SRC_DIR [BUILD_DIR]   env: AB (the setting, NAME=VALUE; required), ROWS (gpu_prefill_bench.sh

@@ -123,16 +123,17 @@ struct ScanCase {
   DType state_dtype, weight_dtype;
 };
 
-// Runs one case (chunked: with MAMBACPP_MAMBA1_SCAN=chunked, the chunked scan for sequences of
-// kMamba1ChunkedMinLen tokens and more) and checks it against the fp64 recurrence; returns y.
+// Runs one case (chunked: the default, the chunked scan for sequences of kMamba1ChunkedMinLen tokens and more; else
+// MAMBACPP_MAMBA1_SCAN=sequential, every sequence on the sequential kernel) and checks it against the fp64
+// recurrence; returns y.
 std::vector<float> run_mamba1(const ScanCase& cs, uint64_t seed, bool chunked = false,
                               Precision precision = Precision::Exact) {
   std::unique_ptr<Backend> be;
   {
-    const gputest::ScopedEnv setting("MAMBACPP_MAMBA1_SCAN", chunked ? "chunked" : nullptr);
+    const gputest::ScopedEnv setting("MAMBACPP_MAMBA1_SCAN", chunked ? nullptr : "sequential");
     be = make_cuda_backend(cs.weight_dtype, precision);
   }
-  EXPECT_EQ(be->description().find("chunked Mamba-1 scan") != std::string::npos, chunked);
+  EXPECT_EQ(be->description().find("sequential Mamba-1 scan") == std::string::npos, chunked);
   DeviceArena arena(*be);
   Rng rng(seed);
   const int64_t DI = cs.d_inner, N = cs.d_state;
@@ -279,7 +280,7 @@ TEST(CudaMamba1Scan, StepKernelBitsEqualTheSequenceKernel) {
   }
 }
 
-// The chunked scan (opt-in: MAMBACPP_MAMBA1_SCAN=chunked; mamba1_chunked_scan.cu) against the same recurrence:
+// The chunked scan (the default for prompts; mamba1_chunked_scan.cu) against the same recurrence:
 // sequences of 128 tokens and more in pieces of 64 (600: ten, the last partial; 128 and 129: two, the second of
 // one token), mixed with shorter ones (1, 3, 127 tokens: the sequential kernel), f32 and bf16 state and weights,
 // widths that are not a multiple of its blocks, slots out of order, and fast precision's approximate exp2 (16-bit

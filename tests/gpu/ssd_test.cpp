@@ -244,10 +244,10 @@ TEST(CudaMamba2Ssd, FastPrecisionMatchesTheRecurrence) {
   for (int64_t chunk : {1, 7, 64, 256, 1000}) run_ssd({2, 64, 128, 1, chunk, {300, 5}, {1, 0}, 2}, 45, F);
 }
 
-// The opt-in chunk output by a block per (chunk, head) (MAMBACPP_SSD_OUTPUT=chunk) runs the products of the default
-// block-per-tile kernel in the same order: the same bits of y and the state, on the shapes above and chunk sizes of
-// 1 to 4 output tiles (chunk 1000 is past its kByChunkTiles and takes the default kernel in both runs). Each run is
-// also checked against the recurrence.
+// The chunk output by a block per (chunk, head) (the default) runs the products of the block-per-tile kernel
+// (MAMBACPP_SSD_OUTPUT=tile) in the same order: the same bits of y and the state, on the shapes above and chunk
+// sizes of 1 to 4 output tiles (chunk 1000 is past its kByChunkTiles and takes the tile kernel in both runs). Each
+// run is also checked against the recurrence.
 TEST(CudaMamba2Ssd, FastOutputByChunkGivesTheBitsOfTheTileKernel) {
   MAMBACPP_REQUIRE_GPU();
   const std::vector<std::pair<SsdCase, uint64_t>> cases = {
@@ -267,10 +267,10 @@ TEST(CudaMamba2Ssd, FastOutputByChunkGivesTheBitsOfTheTileKernel) {
     for (int by_chunk = 0; by_chunk < 2; ++by_chunk) {
       std::unique_ptr<Backend> be;
       {
-        const gputest::ScopedEnv setting("MAMBACPP_SSD_OUTPUT", by_chunk ? "chunk" : nullptr);
+        const gputest::ScopedEnv setting("MAMBACPP_SSD_OUTPUT", by_chunk ? nullptr : "tile");
         be = make_cuda_backend(DType::BF16, Precision::Fast);
       }
-      EXPECT_EQ(be->description().find("SSD output by chunk") != std::string::npos, by_chunk == 1);
+      EXPECT_EQ(be->description().find("SSD output by tile") == std::string::npos, by_chunk == 1);
       DeviceArena arena(*be);
       BatchLayout batch = make_batch(cs.lens, cs.slots);
       Mamba2ScanArgs a = device_args(cs, in, arena);

@@ -70,13 +70,13 @@ class CudaBackend final : public Backend {
     // norm-and-round -> pinned cuBLASLt GEMM -> conv step.
     if (const char* env = std::getenv("MAMBACPP_DECODE_GEMM")) decode_gemm_fused_ = std::string(env) == "fused";
     if (decode_gemm_fused_) init_fast_gemv();
-    // Opt-in, to be measured against the default (docs/benchmarks.md, q19): MAMBACPP_SSD_OUTPUT=chunk runs fast
-    // precision's SSD chunk output as a block per (chunk, head) instead of a block per 64-row output tile (the same
-    // bits).
-    if (const char* env = std::getenv("MAMBACPP_SSD_OUTPUT")) ssd_output_by_chunk_ = std::string(env) == "chunk";
-    // Opt-in, to be measured against the default (docs/benchmarks.md, q19): MAMBACPP_MAMBA1_SCAN=chunked runs Mamba-1
-    // prompts of kMamba1ChunkedMinLen tokens and more through the scan over pieces (mamba1_chunked_scan.cu).
-    if (const char* env = std::getenv("MAMBACPP_MAMBA1_SCAN")) mamba1_chunked_ = std::string(env) == "chunked";
+    // Fast precision's SSD chunk output runs as a block per (chunk, head) for chunks of up to 256 tokens (docs/
+    // benchmarks.md, q19: +4% at 16k). MAMBACPP_SSD_OUTPUT=tile keeps the block per 64-row output tile (the same
+    // bits; the tests compare the two, and longer chunks always take it).
+    if (const char* env = std::getenv("MAMBACPP_SSD_OUTPUT")) ssd_output_by_chunk_ = std::string(env) != "tile";
+    // Mamba-1 prompts of kMamba1ChunkedMinLen tokens and more run the scan over pieces (mamba1_chunked_scan.cu; q19:
+    // 3.3x at mamba-2.8b 4k). MAMBACPP_MAMBA1_SCAN=sequential keeps every sequence on the sequential kernel.
+    if (const char* env = std::getenv("MAMBACPP_MAMBA1_SCAN")) mamba1_chunked_ = std::string(env) != "sequential";
     // scripts/gpu_prefill_profile.sh: MAMBACPP_PROFILE_AFTER_SSD=N opens the profiler's window (ncu
     // --profile-from-start off) at the N-th multi-token SSD or Mamba-1 scan call, past the load and the first
     // layer's plan probes.
@@ -84,8 +84,8 @@ class CudaBackend final : public Backend {
     description_ = std::string(prop.name) + " (sm_" + std::to_string(prop.major) + std::to_string(prop.minor) +
                    ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") +
                    (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") +
-                   (fast_ && ssd_output_by_chunk_ ? ", SSD output by chunk" : "") +
-                   (mamba1_chunked_ ? ", chunked Mamba-1 scan" : "") + ")";
+                   (fast_ && !ssd_output_by_chunk_ ? ", SSD output by tile" : "") +
+                   (!mamba1_chunked_ ? ", sequential Mamba-1 scan" : "") + ")";
   }
 
   ~CudaBackend() override {
@@ -1183,8 +1183,8 @@ class CudaBackend final : public Backend {
   bool fast_ = false;  // Precision::Fast: 16-bit weights take linear_fast / the fast fused_linear
   bool decode_gemm_fused_ = false;  // MAMBACPP_DECODE_GEMM=fused: the fast fused_linear on fused_gemv_fast.cu
   bool batch_invariant_ = true;  // fast: the fast fused_linear at every batch size (false: fused GEMVs up to 8 rows)
-  bool ssd_output_by_chunk_ = false;  // MAMBACPP_SSD_OUTPUT=chunk
-  bool mamba1_chunked_ = false;       // MAMBACPP_MAMBA1_SCAN=chunked
+  bool ssd_output_by_chunk_ = true;  // false: MAMBACPP_SSD_OUTPUT=tile
+  bool mamba1_chunked_ = true;       // false: MAMBACPP_MAMBA1_SCAN=sequential
   int64_t profile_after_ssd_ = 0;  // > 0: multi-token SSD / Mamba-1 scan calls left before cudaProfilerStart
   std::string description_;
   cudaStream_t stream_ = nullptr;

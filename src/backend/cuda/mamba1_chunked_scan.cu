@@ -1,4 +1,4 @@
-// Mamba-1 selective scan over pieces of the sequence, in parallel (opt-in: MAMBACPP_MAMBA1_SCAN=chunked). The
+// Mamba-1 selective scan over pieces of the sequence, in parallel (prompts; MAMBACPP_MAMBA1_SCAN=sequential: off). The
 // sequential kernel (mamba1_scan.cu) walks a sequence token by token in one lane per state: ~81,920 lanes at
 // mamba-2.8b, each waiting on its own chain, 82% of a prefill layer. The recurrence
 //   h_t[c, n] = exp(dt_t A[c, n]) h_{t-1}[c, n] + dt_t x_t[c] B_t[n]
@@ -10,11 +10,11 @@
 //      state entering that piece (h_a) and carrying h to the next, h = exp(A S) h + e; the last h is the new state;
 //   3. output: a thread per (piece, channel) scans its piece again from its entering state and writes y.
 // Each thread holds a channel's kMamba1PieceStates states in registers (the model's d_state). A piece's tokens take
-// the step kernel's code (scan_token, mamba1_common.cuh: state_update, C . h in the sequential kernel's order), so a
-// sequence's first piece, which enters with the stored state itself, gets the sequential kernel's bits; later pieces enter with a
-// carried state, rounded differently: exp(A S) against the product of the steps' exp(dt A), S summed in f32
-// (relative error <= kMamba1Piece * 2^-24 in S: ~4e-6 of |A S|, at most ~1.4e-6 of the carried state, whose factor
-// exp(-|A S|) shrinks as |A S| grows), far below f32's tolerance for a split prompt (1e-5 relative).
+// the step kernel's code (scan_token, mamba1_common.cuh: state_update, C . h in the sequential kernel's order), so
+// a sequence's first piece, which enters with the stored state itself, gets the sequential kernel's bits; later
+// pieces enter with a carried state, rounded differently: exp(A S) against the product of the steps' exp(dt A), S
+// summed in f32 (relative error <= kMamba1Piece * 2^-24 in S: ~4e-6 of |A S|, at most ~1.4e-6 of the carried state,
+// whose factor exp(-|A S|) shrinks as |A S| grows), far below f32's tolerance for a split prompt (1e-5 relative).
 // Twice the sequential kernel's updates, in ~n_pieces times its parallel threads. In fast precision
 // (Mamba1Launch::fast) the pieces' decays are exp2 by the hardware's approximation of dt (A log2 e) (~2^-22 relative,
 // A log2 e rounded once: ~1e-7 of the exponent) instead of expf's longer sequence, the most frequent instruction

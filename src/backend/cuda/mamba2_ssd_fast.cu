@@ -446,7 +446,7 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
 }
 
 // ---- chunk output, a block per (chunk, head): grid (n_chunks, n_heads, tiles_p), 256 threads ---------------------
-// Opt-in (MAMBACPP_SSD_OUTPUT=chunk, Mamba2Launch::output_by_chunk) for chunks of up to kByChunkTiles output tiles.
+// The default (Mamba2Launch::output_by_chunk; MAMBACPP_SSD_OUTPUT=tile: off) for chunks of up to kByChunkTiles tiles.
 // The block-per-tile kernel above loads H_in once per output tile (4 times per chunk at chunk 256) and source tile jt
 // once per output tile it >= jt (10 tile loads for 4 tiles), and each of its blocks waits for its C, H_in and first
 // source tile before its first product, then runs 1..4 tile passes. Here H_in, every X tile and the chunk's decays
