@@ -9,7 +9,6 @@
 #include <cuda_runtime.h>
 #include <cstdio>
 #include <cstdlib>
-#include <cstring>
 #include <vector>
 #define CK(x) do { auto e_ = (x); if ((int)e_) { printf("err %d at %s:%d\n", (int)e_, __FILE__, __LINE__); exit(1); } } while (0)
 __global__ void fill(__nv_bfloat16* p, size_t n, unsigned seed) {
@@ -64,7 +63,6 @@ int main(int argc, char** argv) {
     cudaEventSynchronize(e1); float ms; cudaEventElapsedTime(&ms, e0, e1); return ms * 100.0f; };  // us per call
   double flop = 2.0 * out * in * (double)T;
   printf("shape out %d in %d T %d: %zu f32-D candidates, %zu bf16-D candidates\n", out, in, T, fc.size(), bc.size());
-  std::vector<std::vector<char>> fres;
   for (size_t i = 0; i < fc.size(); ++i) {
     float us = timeit([&] { cublasLtMatmul(h, d, &one, w, la, x, lb, &zero, yf, lf, yf, lf, &fc[i].algo, ws, wsb, 0); });
     CK(cudaDeviceSynchronize());

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One GPU run for an opt-in prefill setting (an environment variable the CUDA backend reads, e.g.
+# One GPU run for a prefill setting (an environment variable the CUDA backend reads, e.g.
 # MAMBACPP_SSD_OUTPUT=tile): build, the GPU tests without and with it, the prefill rows A/B on the same binary in
 # the same run (default, setting, default, setting: clocks drift under sustained load, docs/benchmarks.md q16), and
 # the layer profile of each at 8,192 tokens (PROFILE_SHAPE, default mamba2-2.7b). Logs under $OUT.
