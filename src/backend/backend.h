@@ -127,11 +127,14 @@ struct FusedLinearArgs {
   TensorView w;           // [out, in]
   TensorView bias;        // [out] or empty
   TensorView norm_w;      // [in] f32, or empty: no norm
-  TensorView gate;        // [B, in] f32, or empty: no gate
+  TensorView gate;        // [B, in] f32 (bf16 with a bf16 x: mamba2_proj_dtype), or empty: no gate
   int64_t norm_group = 0;
   float eps = 0.0f;
-  TensorView y;           // [B, out] f32
+  TensorView y;           // [B, out] f32 (bf16 where mamba2_proj_dtype says so: no bias, accumulate or conv)
   bool accumulate = false;
+  // Mamba-2's in_proj without a bias: y's readers take what mamba2_proj_dtype allows, so a backend that writes y in
+  // bf16 for batches of prompts rounds the prompt rows of an f32 y alike (a prompt's bits whatever the batch holds).
+  bool bf16_prompt_rows = false;
   int64_t conv_begin = 0;
   TensorView conv_w;      // [conv_channels, 1, K] or empty: no conv epilogue
   TensorView conv_bias;   // [conv_channels] or empty
@@ -195,6 +198,13 @@ class Backend {
   // precision on prompts), which halves the bytes of y written and read.
   virtual DType mamba2_y_dtype(int64_t /*head_dim*/, int64_t /*d_state*/, int64_t /*chunk_size*/,
                                const BatchLayout& /*batch*/) const {
+    return DType::F32;
+  }
+  // The dtype a caller may give Mamba-2's in_proj output [z | xBC | dt] (fused_linear's y, without a bias) in, for
+  // this batch, when conv1d (the mamba2_conv_ssd path), the SSD's dt and the gated norm's gate read it: F32, or BF16
+  // where the backend holds those rows at bf16 precision anyway (FusedLinearArgs::bf16_prompt_rows).
+  virtual DType mamba2_proj_dtype(int64_t /*head_dim*/, int64_t /*d_state*/, int64_t /*chunk_size*/,
+                                  int64_t /*conv_kernel*/, const BatchLayout& /*batch*/) const {
     return DType::F32;
   }
   // Mamba-2 gated RMSNorm (norm_before_gate = false): g = y * silu(z); out = rmsnorm of g over each group of

@@ -117,7 +117,13 @@ bool mamba_block_fused_projections(Backend& be, const ModelConfig& c, const Laye
   in.bias = w.in_proj_bias;
   in.norm_w = w.norm;
   in.eps = eps;
-  in.y = Workspace::f32(ws.proj, dev, T, mamba2 ? c.in_proj_size() : 2 * di);
+  // Mamba-2's [z | xBC | dt] has conv1d, the SSD and the gated norm as its readers here: the backend may take it
+  // narrower (without a bias, which the bf16 output plans do not add).
+  in.bf16_prompt_rows = mamba2 && w.in_proj_bias.empty();
+  const DType proj_dtype = in.bf16_prompt_rows
+                               ? be.mamba2_proj_dtype(c.head_dim, c.d_state, c.chunk_size, c.d_conv, batch)
+                               : DType::F32;
+  in.y = Workspace::of(ws.proj, proj_dtype, dev, T, mamba2 ? c.in_proj_size() : 2 * di);
   FusedLinearArgs out;  // Mamba-2: the gated norm first; then out_proj, added onto the residual
   // y, the SSD's output, has the gated norm as its only reader here: the backend may take it narrower.
   out.x = Workspace::of(ws.y, mamba2 ? be.mamba2_y_dtype(c.head_dim, c.d_state, c.chunk_size, batch) : DType::F32,

@@ -9,6 +9,7 @@
 #include <cuda_runtime.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <cstring>
 #include <random>
 #include <string>
@@ -78,6 +79,58 @@ TEST(CudaLtMatmul, PinnedRowsAreTheSameBitsAtEveryT) {
   EXPECT_EQ(lt.wide_chosen() + lt.wide_rejected(), 5);
   EXPECT_EQ(lt.prefill_chosen(), 5);
   EXPECT_EQ(lt.pinned_fallbacks(), 0);
+}
+
+// The prefill plan's bf16 output (run_prefill_bf16) is its f32 output rounded to nearest even, bit for bit, at piece
+// sizes on both sides of the probe's rows. mamba2-2.7b's in_proj (the shape it serves) must have such a plan; the
+// other shapes are compared where they have one.
+TEST(CudaLtMatmul, PrefillBf16OutputIsTheRoundedF32Output) {
+  MAMBACPP_REQUIRE_GPU();
+  using Pin = cuda::LtMatmul::Pin;
+  constexpr size_t kWs = size_t(32) << 20;
+  DeviceVec<char> ws(kWs);
+  cuda::LtMatmul lt;
+  struct Shape { int out, in; bool required; };
+  int64_t without = 0;
+  for (const Shape sh : {Shape{10576, 2560, true}, Shape{2560, 5120, false}, Shape{1320, 256, false},
+                         Shape{40, 24, false}}) {
+    SCOPED_TRACE("out " + std::to_string(sh.out) + " in " + std::to_string(sh.in));
+    const int Tmax = 5000;
+    std::mt19937 rng(sh.out + 1);
+    std::uniform_real_distribution<float> dist(-1.0f, 1.0f);
+    std::vector<__nv_bfloat16> hw(size_t(sh.out) * sh.in), hx(size_t(Tmax) * sh.in);
+    for (auto& v : hw) v = __float2bfloat16(dist(rng) * 0.1f);
+    for (auto& v : hx) v = __float2bfloat16(dist(rng) * 2.0f);
+    DeviceVec<__nv_bfloat16> w(hw.size()), x(hx.size());
+    DeviceVec<float> y32(size_t(Tmax) * sh.out);
+    DeviceVec<uint16_t> y16(size_t(Tmax) * sh.out);
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(w.p, hw.data(), hw.size() * 2, cudaMemcpyHostToDevice));
+    ASSERT_EQ(cudaSuccess, cudaMemcpy(x.p, hx.data(), hx.size() * 2, cudaMemcpyHostToDevice));
+    for (int T : {cuda::LtMatmul::kPrefillMinRows, 300, 2048, Tmax}) {
+      SCOPED_TRACE("T = " + std::to_string(T));
+      lt.run(nullptr, ws.p, kWs, CUDA_R_16BF, w.p, x.p, y32.p, sh.out, T, sh.in, sh.out, 0.0f, Pin::Prefill);
+      const bool has = lt.run_prefill_bf16(nullptr, ws.p, kWs, CUDA_R_16BF, w.p, x.p, y16.p, sh.out, T, sh.in, sh.out);
+      if (sh.required) ASSERT_TRUE(has);
+      if (!has) {
+        ++without;
+        continue;
+      }
+      std::vector<float> h32(size_t(T) * sh.out);
+      std::vector<uint16_t> h16(h32.size());
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(h32.data(), y32.p, h32.size() * 4, cudaMemcpyDeviceToHost));
+      ASSERT_EQ(cudaSuccess, cudaMemcpy(h16.data(), y16.p, h16.size() * 2, cudaMemcpyDeviceToHost));
+      size_t bad = 0;
+      for (size_t i = 0; i < h32.size(); ++i) {
+        ASSERT_TRUE(std::isfinite(h32[i]));
+        const uint16_t want = __bfloat16_as_ushort(__float2bfloat16_rn(h32[i]));
+        bad += want != h16[i];
+      }
+      EXPECT_EQ(bad, 0u);
+    }
+  }
+  std::printf("[lt] bf16-output prefill plans: %lld of 4 shapes without one\n",
+              static_cast<long long>(lt.prefill_bf16_rejected()));
+  EXPECT_EQ(without > 0, lt.prefill_bf16_rejected() > 0);
 }
 
 }  // namespace

@@ -14,11 +14,21 @@
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_launch.cuh"
 #include "backend/cuda/cuda_ops.h"
+#include "mambacpp/error.h"
 
 namespace mambacpp::cuda {
 namespace {
 
 constexpr int kThreads = 256;
+
+// Input row t, channel c as f32 (x16: from bf16 bits, exact).
+template <bool X16>
+__device__ __forceinline__ float conv_x(const Conv1dLaunch& p, int64_t t, int64_t c) {
+  if constexpr (X16)
+    return __uint_as_float(uint32_t(p.x16[t * p.x.stride + c]) << 16);
+  else
+    return p.x.data[t * p.x.stride + c];
+}
 
 __global__ void conv_out_kernel(Conv1dLaunch p) {
   enter_dependent();
@@ -73,8 +83,8 @@ struct ConvSink {
 // silu_f's exact exp and IEEE division are ~13 more instructions per output in a kernel that ncu found issue-bound.
 __device__ __forceinline__ float silu_approx(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
 
-// grid (ceil(C / kThreads), ceil(T / kWinTokens)).
-template <bool B16>
+// grid (ceil(C / kThreads), ceil(T / kWinTokens)). X16: the input in bf16 (Conv1dLaunch::x16).
+template <bool B16, bool X16>
 __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch p) {
   enter_dependent();
   const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
@@ -91,7 +101,7 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
 #pragma unroll
   for (int u = 0; u < kWinTokens + kWinMaxK - 1; ++u) {
     const int64_t t = t0 - S + u;
-    xw[u] = u < kWinTokens + S && t >= 0 && t < p.T ? p.x.data[t * p.x.stride + c] : 0.0f;
+    xw[u] = u < kWinTokens + S && t >= 0 && t < p.T ? conv_x<X16>(p, t, c) : 0.0f;
   }
   // The block's tokens all inside one sequence and past its first S positions (every block of a long prompt but
   // the first): no per-token lookups, which were a chain of two dependent loads per token.
@@ -175,8 +185,9 @@ __global__ void conv_state_kernel(Conv1dLaunch p) {
     // Ascending j reads old entry j + len (> j) before anything overwrites it.
     for (int64_t j = 0; j < S; ++j) {
       const int64_t pos = seq.len - S + j;
-      const float v = pos >= 0 ? p.x.data[(seq.start + pos) * p.x.stride + c]
-                               : load_state(p.state, p.state_bf16, base + j + seq.len);
+      const float v = pos < 0    ? load_state(p.state, p.state_bf16, base + j + seq.len)
+                      : p.x16 ? conv_x<true>(p, seq.start + pos, c)
+                              : conv_x<false>(p, seq.start + pos, c);
       store_state(p.state, p.state_bf16, base + j, v);
     }
   }
@@ -195,6 +206,9 @@ bool conv1d_bf16_outputs_supported(const Conv1dLaunch& p) {
 
 void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream) {
   if (p.T <= 0 || p.C <= 0) return;
+  if (p.x16 && !conv1d_bf16_outputs_supported(p))
+    fail("conv1d: a bf16 input is for multi-token batches on the window kernel (K <= ", kWinMaxK, "), found K = ", p.K,
+         p.all_single ? " in a decode batch" : "");
   if (p.all_single && p.K >= 1 && p.K <= kWinMaxK && p.n_seqs > 0 && p.n_seqs <= 65535) {
     launch_dependent(conv_step_kernel,
                      dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads), static_cast<unsigned>(p.n_seqs)),
@@ -202,7 +216,8 @@ void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream) {
     return;
   }
   if (p.K <= kWinMaxK && (p.T + kWinTokens - 1) / kWinTokens <= 65535) {
-    launch_dependent(p.out16[0] ? conv_out_window_kernel<true> : conv_out_window_kernel<false>,
+    launch_dependent(p.out16[0] ? (p.x16 ? conv_out_window_kernel<true, true> : conv_out_window_kernel<true, false>)
+                                : (p.x16 ? conv_out_window_kernel<false, true> : conv_out_window_kernel<false, false>),
                      dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads),
                           static_cast<unsigned>((p.T + kWinTokens - 1) / kWinTokens)),
                      dim3(kThreads), stream, p);

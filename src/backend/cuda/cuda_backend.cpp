@@ -77,6 +77,9 @@ class CudaBackend final : public Backend {
     // Mamba-1 prompts of kMamba1ChunkedMinLen tokens and more run the scan over pieces (mamba1_chunked_scan.cu; q19:
     // 3.3x at mamba-2.8b 4k). MAMBACPP_MAMBA1_SCAN=sequential keeps every sequence on the sequential kernel.
     if (const char* env = std::getenv("MAMBACPP_MAMBA1_SCAN")) mamba1_chunked_ = std::string(env) != "sequential";
+    // Fast precision holds Mamba-2's in_proj output [z | xBC | dt] at bf16 precision on prompt rows, written in bf16
+    // where a batch is all prompts (mamba2_proj_dtype). MAMBACPP_PROJ_OUT=f32 keeps every row in f32, unrounded.
+    if (const char* env = std::getenv("MAMBACPP_PROJ_OUT")) prompt_proj_bf16_ = std::string(env) != "f32";
     // scripts/gpu_prefill_profile.sh: MAMBACPP_PROFILE_AFTER_SSD=N opens the profiler's window (ncu
     // --profile-from-start off) at the N-th multi-token SSD or Mamba-1 scan call, past the load and the first
     // layer's plan probes.
@@ -85,7 +88,8 @@ class CudaBackend final : public Backend {
                    ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") +
                    (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") +
                    (fast_ && !ssd_output_by_chunk_ ? ", SSD output by tile" : "") +
-                   (!mamba1_chunked_ ? ", sequential Mamba-1 scan" : "") + ")";
+                   (!mamba1_chunked_ ? ", sequential Mamba-1 scan" : "") +
+                   (fast_ && !prompt_proj_bf16_ ? ", f32 in_proj output" : "") + ")";
   }
 
   ~CudaBackend() override {
@@ -93,9 +97,9 @@ class CudaBackend final : public Backend {
     if (stream_) cudaStreamSynchronize(stream_);
     for (void* p : owned_) cudaFree(p);
     for (void* p : retired_) cudaFree(p);
-    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &ssd_fast_, &split_, &m1_dt_, &fast_x16_,
-                       &rows_, &select_in_, &select_out_, &attn_meta_, &attn_partial_,
-                       &rope_meta_})
+    for (Scratch* s : {&batch_, &chunk_table_, &ssd_dt_, &ssd_cum_, &ssd_states_, &ssd_fast_, &split_, &proj32_,
+                       &m1_pieces_, &m1_dt_, &fast_x16_, &rows_, &select_in_, &select_out_, &attn_meta_,
+                       &attn_partial_, &rope_meta_})
       if (s->ptr) cudaFree(s->ptr);
     if (pinned_) cudaFreeHost(pinned_);
     if (cublas_) cublasDestroy(cublas_);
@@ -367,7 +371,11 @@ class CudaBackend final : public Backend {
   }
   Conv1dLaunch conv_launch(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                            const BatchLayout& batch, TensorView out) {
-    check_f32_2d(x, "conv1d: x");
+    const bool x16 = x.dtype == DType::BF16;  // mamba2_proj_dtype's choice
+    if (x16)
+      need(x.ndim == 2 && x.device == Device::CUDA, "conv1d: x must be a 2-D CUDA tensor, found ", x.shape_string());
+    else
+      check_f32_2d(x, "conv1d: x");
     check_f32_2d(out, "conv1d: out");
     need(same_2d(x, out), "conv1d: x ", x.shape_string(), " vs out ", out.shape_string());
     const int64_t C = x.dim(1);
@@ -379,7 +387,12 @@ class CudaBackend final : public Backend {
     check_state(state, "conv1d: state", {C, K - 1});
     const SeqSpan* seqs = device_seqs(batch, state.dim(0), x.dim(0), "conv1d");
     Conv1dLaunch p;
-    p.x = crows(x);
+    if (x16) {
+      p.x16 = x.ptr<uint16_t>();
+      p.x.stride = x.stride0();
+    } else {
+      p.x = crows(x);
+    }
     p.w = weight(w);
     p.bias = bias.empty() ? DevWeight{} : weight(bias);
     p.state = state.data;
@@ -468,7 +481,9 @@ class CudaBackend final : public Backend {
     need(H > 0 && G > 0 && H % G == 0, "mamba2_ssd: n_heads ", H, " must be a positive multiple of n_groups ", G);
     need(P >= 0 && N >= 0 && a.chunk_size > 0, "mamba2_ssd: bad head_dim ", P, " / d_state ", N, " / chunk_size ",
          a.chunk_size);
-    for (const TensorView* v : {&a.x, &a.dt, &a.B, &a.C}) check_f32_2d(*v, "mamba2_ssd: activation");
+    for (const TensorView* v : {&a.x, &a.B, &a.C}) check_f32_2d(*v, "mamba2_ssd: activation");
+    const bool dt_bf16 = a.dt.dtype == DType::BF16;  // mamba2_proj_dtype's choice
+    if (!dt_bf16) check_f32_2d(a.dt, "mamba2_ssd: dt");
     const bool y_bf16 = a.y.dtype == DType::BF16;  // mamba2_y_dtype's choice
     if (!y_bf16) check_f32_2d(a.y, "mamba2_ssd: y");
     const int64_t T = a.x.dim(0);
@@ -489,7 +504,12 @@ class CudaBackend final : public Backend {
     check_state(a.state, "mamba2_ssd: state", {H, P, N});
     Mamba2Launch p;
     p.x = crows(a.x);
-    p.dt = crows(a.dt);
+    if (dt_bf16) {
+      p.dt16 = a.dt.ptr<uint16_t>();
+      p.dt.stride = a.dt.stride0();
+    } else {
+      p.dt = crows(a.dt);
+    }
     p.B = crows(a.B);
     p.C = crows(a.C);
     p.A_log = weight(a.A_log);
@@ -523,6 +543,10 @@ class CudaBackend final : public Backend {
                ssd_fast_path(p),
            "mamba2_ssd: y in bf16 is for fast precision's prompts (mamba2_y_dtype), found ", a.y.shape_string(),
            a.z.empty() ? "" : " with a gate", p.has_single_seqs ? " in a batch with one-token sequences" : "");
+    if (dt_bf16)
+      need(a.dt.ndim == 2 && a.dt.device == Device::CUDA && p.fast && !p.has_single_seqs && ssd_fast_path(p),
+           "mamba2_ssd: dt in bf16 is for fast precision's prompts (mamba2_proj_dtype), found ", a.dt.shape_string(),
+           p.has_single_seqs ? " in a batch with one-token sequences" : "");
     return p;
   }
 
@@ -537,6 +561,21 @@ class CudaBackend final : public Backend {
     const bool prompts_only = !batch.seqs.empty() && std::none_of(batch.seqs.begin(), batch.seqs.end(),
                                                                    [](const SeqSpan& s) { return s.len == 1; });
     return prompts_only && ssd_fast_path(p) ? DType::BF16 : DType::F32;
+  }
+
+  // bf16 where the batch is all prompts on the prefill GEMM plan (LtMatmul::kPrefillMinRows tokens and more), whose
+  // fast SSD writes y in bf16 (mamba2_y_dtype) and whose conv1d runs on the window kernel: in_proj writes [z | xBC |
+  // dt] in bf16 (the values fast precision rounds prompt rows to in any batch, FusedLinearArgs::bf16_prompt_rows),
+  // halving the bytes conv1d and the gated norm read (docs/benchmarks.md, q20).
+  DType mamba2_proj_dtype(int64_t head_dim, int64_t d_state, int64_t chunk_size, int64_t conv_kernel,
+                          const BatchLayout& batch) const override {
+    if (!prompt_proj_bf16_ || mamba2_y_dtype(head_dim, d_state, chunk_size, batch) != DType::BF16) return DType::F32;
+    const bool prompts = std::all_of(batch.seqs.begin(), batch.seqs.end(),
+                                     [](const SeqSpan& s) { return s.len >= LtMatmul::kPrefillMinRows; });
+    Conv1dLaunch c;
+    c.K = conv_kernel;
+    c.T = batch.total_tokens;
+    return prompts && conv1d_bf16_outputs_supported(c) ? DType::BF16 : DType::F32;
   }
 
   void mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) override {
@@ -685,10 +724,13 @@ class CudaBackend final : public Backend {
     // Decode batches round into the scratch graphs hold; prefill pieces into the linear op's own.
     void* x16 = B <= kFastMaxRows ? decode_scratch(fast_x16_, B, in, 2)
                                   : grow(split_, static_cast<size_t>(B * in) * 2);
-    const ConstF32Rows gate = a.gate.empty() ? ConstF32Rows{} : crows(a.gate);
+    const ConstF32Rows gate = a.gate.empty() || a.gate.dtype == DType::BF16 ? ConstF32Rows{} : crows(a.gate);
     const DevWeight norm_w = a.norm_w.empty() ? DevWeight{} : weight(a.norm_w);
     const int64_t group = a.norm_group > 0 ? a.norm_group : in;
-    if (a.x.dtype == DType::BF16)
+    if (a.x.dtype == DType::BF16 && a.gate.dtype == DType::BF16 && !a.gate.empty())
+      launch_rmsnorm_round_bf16_xz(a.x.ptr<uint16_t>(), a.x.stride0(), a.gate.ptr<uint16_t>(), a.gate.stride0(), norm_w,
+                                   group, a.eps, a.w.dtype, x16, B, in, stream());
+    else if (a.x.dtype == DType::BF16)
       launch_rmsnorm_round_bf16_x(a.x.ptr<uint16_t>(), a.x.stride0(), gate, norm_w, group, a.eps, a.w.dtype, x16, B,
                                   in, stream());
     else
@@ -699,11 +741,32 @@ class CudaBackend final : public Backend {
     const float beta = a.accumulate || !a.bias.empty() ? 1.0f : 0.0f;
     // Rows of long prompts on the prefill plan, those of short and one-token sequences on the decode plan (gemm_lt.h):
     // each row gets the bits it gets alone, whatever the forward mixes. Runs of rows of one kind, one GEMM each.
+    // A bf16 y (mamba2_proj_dtype): prompt rows only, the prefill plan with a bf16 output (gemm_lt.h); an f32 y with
+    // bf16_prompt_rows: the prompt rows rounded after it, the same bits.
+    const bool y16 = a.y.dtype == DType::BF16;
+    const bool round_prompts = a.bf16_prompt_rows && prompt_proj_bf16_;
     for (const RowRun& r : row_runs(batch)) {
       const void* x_rows = static_cast<const char*>(x16) + static_cast<size_t>(r.start * in) * 2;
-      lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x_rows,
-              a.y.ptr<float>() + r.start * a.y.stride0(), static_cast<int>(out), static_cast<int>(r.len),
-              static_cast<int>(in), a.y.stride0(), beta, r.prompt ? LtMatmul::Pin::Prefill : LtMatmul::Pin::Decode);
+      const int rows_n = static_cast<int>(r.len);
+      if (y16) {
+        need(r.prompt && round_prompts && beta == 0.0f && a.y.stride0() == out,
+             "fused_linear: a bf16 y is for Mamba-2's in_proj on prompts of ", LtMatmul::kPrefillMinRows,
+             " tokens and more (mamba2_proj_dtype), found ", a.y.shape_string(), r.prompt ? "" : " with short rows");
+        uint16_t* y_rows = a.y.ptr<uint16_t>() + r.start * out;
+        if (lt_.run_prefill_bf16(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x_rows, y_rows,
+                                 static_cast<int>(out), rows_n, static_cast<int>(in), out))
+          continue;
+        float* f = static_cast<float*>(grow(proj32_, static_cast<size_t>(r.len * out) * 4));
+        lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x_rows, f, static_cast<int>(out),
+                rows_n, static_cast<int>(in), out, 0.0f, LtMatmul::Pin::Prefill);
+        launch_convert(f, DType::F32, y_rows, DType::BF16, r.len * out, stream());
+        continue;
+      }
+      float* y_rows = a.y.ptr<float>() + r.start * a.y.stride0();
+      lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x_rows, y_rows, static_cast<int>(out),
+              rows_n, static_cast<int>(in), a.y.stride0(), beta,
+              r.prompt ? LtMatmul::Pin::Prefill : LtMatmul::Pin::Decode);
+      if (r.prompt && round_prompts) launch_round_bf16(F32Rows{y_rows, a.y.stride0()}, r.len, out, stream());
     }
     if (a.conv_w.empty()) return;
     // The GEMM wrote the conv columns of y too (y holds all `out` columns); the step reads them from there.
@@ -1185,6 +1248,7 @@ class CudaBackend final : public Backend {
   bool batch_invariant_ = true;  // fast: the fast fused_linear at every batch size (false: fused GEMVs up to 8 rows)
   bool ssd_output_by_chunk_ = true;  // false: MAMBACPP_SSD_OUTPUT=tile
   bool mamba1_chunked_ = true;       // false: MAMBACPP_MAMBA1_SCAN=sequential
+  bool prompt_proj_bf16_ = true;     // false: MAMBACPP_PROJ_OUT=f32
   int64_t profile_after_ssd_ = 0;  // > 0: multi-token SSD / Mamba-1 scan calls left before cudaProfilerStart
   std::string description_;
   cudaStream_t stream_ = nullptr;
@@ -1213,6 +1277,7 @@ class CudaBackend final : public Backend {
   Scratch ssd_dt_, ssd_cum_, ssd_states_;  // mamba2_ssd's chunked path
   Scratch ssd_fast_;                       // its fast-precision bf16 copies (SsdScratch::x16 ...)
   Scratch split_;                          // linear: hi/lo halves of x
+  Scratch proj32_;                         // fused_linear: f32 rows for a bf16 y without a bf16-output plan
   Scratch m1_pieces_;                      // mamba1_scan's chunked path (Mamba1Launch::piece_states, piece_dt)
   Scratch m1_dt_, fast_x16_;               // decode ops, fast precision: dt_proj's output, 16-bit rows
   Scratch rows_;                           // gather_rows: row indices

@@ -31,6 +31,8 @@ struct DevWeight {
 // ---- elementwise.cu ---------------------------------------------------------------------------------------------
 // dst[i] = src[i] converted (f32/f16/bf16 -> f32/f16/bf16), n contiguous elements.
 void launch_convert(const void* src, DType from, void* dst, DType to, int64_t n, cudaStream_t stream);
+// y [T, D] rounded to bf16 values in place (nearest even), as a GEMM's bf16 output holds them.
+void launch_round_bf16(F32Rows y, int64_t T, int64_t D, cudaStream_t stream);
 // out[t, :] = table[ids[t], :]. table: [V, D] contiguous.
 void launch_embed(DevWeight table, int64_t D, const int32_t* ids, int64_t T, F32Rows out, cudaStream_t stream);
 // out = src as f32; src: [rows, cols] with a row stride in its own dtype.
@@ -57,6 +59,10 @@ void launch_rmsnorm_round(ConstF32Rows x, ConstF32Rows gate, DevWeight w, int64_
 void launch_rmsnorm_round_bf16_x(const uint16_t* x, int64_t x_stride, ConstF32Rows gate, DevWeight w,
                                  int64_t group_size, float eps, DType to, void* out, int64_t T, int64_t D,
                                  cudaStream_t stream);
+// The same with the gate in bf16 too (gate_stride elements; set): the same bits as for both in f32 rows.
+void launch_rmsnorm_round_bf16_xz(const uint16_t* x, int64_t x_stride, const uint16_t* gate, int64_t gate_stride,
+                                  DevWeight w, int64_t group_size, float eps, DType to, void* out, int64_t T,
+                                  int64_t D, cudaStream_t stream);
 void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t group_size, float eps, F32Rows out,
                           int64_t T, int64_t D, cudaStream_t stream);
 
@@ -72,6 +78,9 @@ void launch_split_hi_lo(ConstF32Rows x, int64_t T, int64_t in, DType to, void* h
 // ---- conv1d.cu --------------------------------------------------------------------------------------------------
 struct Conv1dLaunch {
   ConstF32Rows x;           // [T, C]
+  // Set instead of x.data (x.stride its row stride): the input in bf16 (raw bits), as the fast prompts' in_proj writes
+  // it. Multi-token batches on the window kernel only (conv1d_bf16_outputs_supported).
+  const uint16_t* x16 = nullptr;
   DevWeight w;              // [C, 1, K]
   DevWeight bias;           // [C] or absent
   void* state = nullptr;    // [n_slots, C, K-1], f32 or bf16
@@ -162,6 +171,7 @@ struct SsdSeqChunks {
 struct Mamba2Launch {
   ConstF32Rows x;       // [T, n_heads * head_dim]
   ConstF32Rows dt;      // [T, n_heads] raw
+  const uint16_t* dt16 = nullptr;  // set instead of dt.data (dt.stride its row stride): dt in bf16 (fast chunked path)
   ConstF32Rows B, C;    // [T, n_groups * d_state]
   DevWeight A_log, D, dt_bias;  // [n_heads]
   float dt_min = 0.0f, dt_max = 0.0f;

@@ -29,6 +29,15 @@ __global__ void convert_kernel(const void* src, DType from, void* dst, DType to,
     store_as(dst, to, i, load_f(src, from, i));
 }
 
+// y[t, c] = y[t, c] rounded to bf16 (nearest even), kept in f32. grid.x strides over columns, grid.y over rows.
+__global__ void round_bf16_kernel(F32Rows y, int64_t T, int64_t D) {
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    float* r = y.data + t * y.stride;
+    for (int64_t c = blockIdx.x * int64_t(blockDim.x) + threadIdx.x; c < D; c += int64_t(gridDim.x) * blockDim.x)
+      r[c] = __bfloat162float(__float2bfloat16_rn(r[c]));
+  }
+}
+
 // grid.x strides over columns, grid.y over rows.
 __global__ void embed_kernel(DevWeight table, int64_t D, const int32_t* ids, int64_t T, F32Rows out) {
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
@@ -105,6 +114,12 @@ __global__ void bias_kernel(DevWeight bias, F32Rows y, int64_t T, int64_t out) {
 void launch_convert(const void* src, DType from, void* dst, DType to, int64_t n, cudaStream_t stream) {
   if (n <= 0) return;
   convert_kernel<<<grid_for(n), kThreads, 0, stream>>>(src, from, dst, to, n);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_round_bf16(F32Rows y, int64_t T, int64_t D, cudaStream_t stream) {
+  if (T <= 0 || D <= 0) return;
+  round_bf16_kernel<<<dim3(grid_for(D), rows_grid(T)), kThreads, 0, stream>>>(y, T, D);
   MAMBACPP_CUDA_LAUNCHED();
 }
 

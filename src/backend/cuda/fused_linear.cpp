@@ -111,8 +111,13 @@ bool fast_fused_supported(const FusedLinearArgs& a, int64_t B) {
   // x in bf16: Mamba-2's y from the fast SSD (Backend::mamba2_y_dtype), into the gated norm of out_proj.
   const bool x_ok = f32_rows(a.x, B) || (a.x.dtype == DType::BF16 && a.x.ndim == 2 && a.x.dim(0) >= B &&
                                          a.conv_w.empty() && !a.norm_w.empty());
-  if (B < 1 || in < 1 || out < 1 || !x_ok || !f32_rows(a.y, B) || !a.w.contiguous()) return false;
-  if (!a.gate.empty() && (!f32_rows(a.gate, B) || a.gate.dim(1) != in)) return false;
+  // y in bf16: Mamba-2's in_proj on prompts (Backend::mamba2_proj_dtype), its gate likewise into out_proj's norm.
+  const bool y_ok = f32_rows(a.y, B) || (a.y.dtype == DType::BF16 && a.y.ndim == 2 && a.y.dim(0) >= B &&
+                                         a.y.contiguous() && a.bias.empty() && !a.accumulate && a.conv_w.empty());
+  const bool gate_ok = f32_rows(a.gate, B) || (a.gate.dtype == DType::BF16 && a.x.dtype == DType::BF16 &&
+                                               a.gate.ndim == 2 && a.gate.dim(0) >= B);
+  if (B < 1 || in < 1 || out < 1 || !x_ok || !y_ok || !a.w.contiguous()) return false;
+  if (!a.gate.empty() && (!gate_ok || a.gate.dim(1) != in)) return false;
   if (a.w.dtype != DType::BF16 && a.w.dtype != DType::F16) return false;
   if (!a.bias.empty() && (a.accumulate || a.bias.numel() != out || !is_float_dtype(a.bias.dtype))) return false;
   if (!a.norm_w.empty()) {

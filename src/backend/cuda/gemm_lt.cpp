@@ -26,6 +26,9 @@ struct LtMatmul::Plan {
   int align_w, align_x, align_y;
   size_t ws_bytes;
   Pin pin = Pin::None;
+  cudaDataType_t y_type = CUDA_R_32F;
+  bool pinned = false;  // runs the pinned algorithm itself (not the heuristic's fallback choice at T)
+  bool usable = true;   // a bf16-output plan: prefill_bf16 found an algorithm
   int block_rows = 0;  // > 0: run as blocks of this many rows (the pinned algorithm is not runnable at T)
   cublasLtMatmulDesc_t desc = nullptr;
   cublasLtMatrixLayout_t a = nullptr, b = nullptr, c = nullptr;
@@ -133,10 +136,23 @@ struct ProbeLayouts {
 
 }  // namespace
 
+// The plan's matmul descriptor and layouts from its fields.
+void LtMatmul::describe(Plan& p) {
+  // Column-major view: y^T [out, T] = op(W) . X^T with W seen as [in, out] (ld in) and transposed, X^T as [in, T].
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p.desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
+  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p.desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.a, p.ab, p.in, p.out, p.in));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.b, p.ab, p.in, p.T, p.in));
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p.c, p.y_type, p.out, p.T, p.ldy));
+}
+
 LtMatmul::LtMatmul() = default;
 
 LtMatmul::~LtMatmul() {
   plans_.clear();
+  plans_bf16_.clear();
   if (handle_) cublasLtDestroy(handle_);
 }
 
@@ -357,21 +373,14 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
   p->align_y = align_y;
   p->ws_bytes = ws_bytes;
   p->pin = pin;
-  // Column-major view: y^T [out, T] = op(W) . X^T with W seen as [in, out] (ld in) and transposed, X^T as [in, T].
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatmulDescCreate(&p->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F));
-  const cublasOperation_t ta = CUBLAS_OP_T, tb = CUBLAS_OP_N;
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSA, &ta, sizeof(ta)));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatmulDescSetAttribute(p->desc, CUBLASLT_MATMUL_DESC_TRANSB, &tb, sizeof(tb)));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->a, ab, in, out, in));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->b, ab, in, T, in));
-  MAMBACPP_CUBLAS_CHECK(cublasLtMatrixLayoutCreate(&p->c, CUDA_R_32F, out, T, ldy));
+  describe(*p);
 
   bool have = false;
   auto valid_here = [&](const cublasLtMatmulAlgo_t& a) { return runnable(p->desc, p->a, p->b, p->c, a, ws_bytes); };
   if (pin == Pin::Prefill) {
     if (const cublasLtMatmulAlgo_t* a = prefill(stream, workspace, *p); a && valid_here(*a)) {
       p->algo = *a;
-      have = true;
+      have = p->pinned = true;
     }
     if (!have) ++pinned_fallbacks_;
   } else if (pin == Pin::Decode) {
@@ -399,6 +408,7 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
       have = true;
       ++pinned_blocked_;
     }
+    p->pinned = have;
     if (!have) ++pinned_fallbacks_;
   }
   if (!have) p->algo = heuristic(p->desc, p->a, p->b, p->c, align_w, align_x, align_y, ws_bytes, out, T, in);
@@ -425,6 +435,116 @@ void LtMatmul::run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDa
   const float alpha = 1.0f;
   MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                                        workspace, ws_bytes, stream));
+}
+
+const cublasLtMatmulAlgo_t* LtMatmul::prefill_bf16(cudaStream_t stream, void* workspace, const Plan& f,
+                                                   const Plan& h) {
+  if (Chosen* c = find_chosen(bf16_chosen_, h)) return c->found ? &c->algo : nullptr;
+  auto chosen = std::make_unique<Chosen>(Chosen{h.ab, h.out, h.in, h.align_w, h.align_x, h.align_y, h.ws_bytes});
+  const int R = kPrefillProbeRows, out = f.out, in = f.in;
+  const Layout b(f.ab, in, R, in), c32(CUDA_R_32F, out, R, out), c16(CUDA_R_16BF, out, R, out);
+  // The f32 plan's own algorithm first, then the heuristic's for a bf16 output, without split-K.
+  std::vector<cublasLtMatmulAlgo_t> algos{f.algo};
+  for (const auto& r : candidates(h.desc, h.a, b.h, c16.h, h.align_w, h.align_x, h.align_y, h.ws_bytes, 16))
+    if (algo_attr(r.algo, CUBLASLT_ALGO_CONFIG_SPLITK_NUM) <= 1) algos.push_back(r.algo);
+  const size_t w_bytes = size_t(out) * in * 2, x_bytes = size_t(R) * in * 2, y_bytes = size_t(R) * out * 4;
+  DeviceBlock block;
+  if (runnable(f.desc, f.a, b.h, c32.h, f.algo, f.ws_bytes) &&
+      cudaMalloc(&block.p, w_bytes + x_bytes + y_bytes + y_bytes / 2) == cudaSuccess) {
+    char* base = static_cast<char*>(block.p);
+    void *dw = base, *dx = base + w_bytes, *y32 = base + w_bytes + x_bytes, *y16 = base + w_bytes + x_bytes + y_bytes;
+    const auto hw = probe_values(size_t(out) * in, f.ab, 4), hx = probe_values(size_t(R) * in, f.ab, 5);
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dw, hw.data(), w_bytes, cudaMemcpyHostToDevice, stream));
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dx, hx.data(), x_bytes, cudaMemcpyHostToDevice, stream));
+    const float one = 1.0f, zero = 0.0f;
+    MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, f.desc, &one, dw, f.a, dx, b.h, &zero, y32, c32.h, y32, c32.h,
+                                         &f.algo, workspace, f.ws_bytes, stream));
+    std::vector<float> v32(size_t(R) * out);
+    MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(v32.data(), y32, y_bytes, cudaMemcpyDeviceToHost, stream));
+    MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream));
+    std::vector<uint16_t> want(v32.size()), got(v32.size());
+    for (size_t i = 0; i < v32.size(); ++i) {  // round to nearest even (the probe's values are finite)
+      uint32_t u;
+      std::memcpy(&u, &v32[i], 4);
+      want[i] = static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+    }
+    auto matmul = [&](const cublasLtMatmulAlgo_t& a) {
+      MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, h.desc, &one, dw, h.a, dx, b.h, &zero, y16, c16.h, y16, c16.h, &a,
+                                           workspace, h.ws_bytes, stream));
+    };
+    cudaEvent_t e0 = nullptr, e1 = nullptr;
+    MAMBACPP_CUDA_CHECK(cudaEventCreate(&e0));
+    MAMBACPP_CUDA_CHECK(cudaEventCreate(&e1));
+    float best_ms = 0;
+    for (const auto& a : algos) {  // every equal candidate gives the same bits: the fastest runs
+      if (!runnable(h.desc, h.a, b.h, c16.h, a, h.ws_bytes)) continue;
+      matmul(a);
+      MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(got.data(), y16, y_bytes / 2, cudaMemcpyDeviceToHost, stream));
+      MAMBACPP_CUDA_CHECK(cudaStreamSynchronize(stream));
+      if (got != want) continue;
+      constexpr int kTimedRuns = 5;
+      MAMBACPP_CUDA_CHECK(cudaEventRecord(e0, stream));
+      for (int i = 0; i < kTimedRuns; ++i) matmul(a);
+      MAMBACPP_CUDA_CHECK(cudaEventRecord(e1, stream));
+      MAMBACPP_CUDA_CHECK(cudaEventSynchronize(e1));
+      float ms = 0;
+      MAMBACPP_CUDA_CHECK(cudaEventElapsedTime(&ms, e0, e1));
+      if (!chosen->found || ms < best_ms) {
+        chosen->found = true;
+        chosen->algo = a;
+        best_ms = ms;
+      }
+    }
+    cudaEventDestroy(e1);
+    cudaEventDestroy(e0);
+  } else {
+    cudaGetLastError();  // a failed allocation: no bf16 plan for the shape
+  }
+  if (!chosen->found) ++prefill_bf16_rejected_;
+  bf16_chosen_.push_back(std::move(chosen));
+  return bf16_chosen_.back()->found ? &bf16_chosen_.back()->algo : nullptr;
+}
+
+const LtMatmul::Plan* LtMatmul::plan_bf16(cudaStream_t stream, void* workspace, const Plan& f, int align_y) {
+  for (auto& p : plans_bf16_)
+    if (p->ab == f.ab && p->out == f.out && p->T == f.T && p->in == f.in && p->ldy == f.ldy &&
+        p->align_w == f.align_w && p->align_x == f.align_x && p->align_y == align_y && p->ws_bytes == f.ws_bytes)
+      return p->usable ? p.get() : nullptr;
+  auto p = std::make_unique<Plan>();
+  p->ab = f.ab;
+  p->out = f.out;
+  p->T = f.T;
+  p->in = f.in;
+  p->ldy = f.ldy;
+  p->align_w = f.align_w;
+  p->align_x = f.align_x;
+  p->align_y = align_y;
+  p->ws_bytes = f.ws_bytes;
+  p->pin = Pin::Prefill;
+  p->y_type = CUDA_R_16BF;
+  describe(*p);
+  const cublasLtMatmulAlgo_t* a = capturing(stream) ? nullptr : prefill_bf16(stream, workspace, f, *p);
+  p->usable = a && runnable(p->desc, p->a, p->b, p->c, *a, p->ws_bytes);
+  if (a) p->algo = *a;
+  if (plans_bf16_.size() >= kMaxPlans) plans_bf16_.erase(plans_bf16_.begin());
+  plans_bf16_.push_back(std::move(p));
+  return plans_bf16_.back()->usable ? plans_bf16_.back().get() : nullptr;
+}
+
+bool LtMatmul::run_prefill_bf16(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDataType_t ab,
+                                const void* w, const void* x, uint16_t* y, int out, int T, int in, int64_t ldy) {
+  init();
+  // The f32 plan these rows take in a batch that mixes them with others (rows ldy apart in f32): its algorithm, with a
+  // bf16 output, where that rounds its results.
+  const Plan& f = plan(stream, workspace, ab, out, T, in, ldy, alignment(w, int64_t(in) * 2),
+                       alignment(x, int64_t(in) * 2), alignment(y, ldy * 4), ws_bytes, Pin::Prefill);
+  if (!f.pinned || f.block_rows) return false;
+  const Plan* p = plan_bf16(stream, workspace, f, alignment(y, ldy * 2));
+  if (!p) return false;
+  const float alpha = 1.0f, beta = 0.0f;
+  MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, p->desc, &alpha, w, p->a, x, p->b, &beta, y, p->c, y, p->c, &p->algo,
+                                       workspace, ws_bytes, stream));
+  return true;
 }
 
 }  // namespace mambacpp::cuda

@@ -26,6 +26,9 @@
 // alone (kPrefillMinRows tokens and more: the prefill plan; one-token and short sequences: the decode plan, whose
 // split-K is the faster at a few hundred rows), so a forward that mixes decode rows with prompts gives each row the
 // bits it gets alone.
+// A prompt piece whose every row is on the prefill plan may take its output in bf16 (run_prefill_bf16): an algorithm
+// with a bf16 output whose results are the prefill plan's f32 results rounded to nearest even on a probe (the same
+// reduction, the rounding in the epilogue), so the rows are the bits an f32 output rounded afterwards holds.
 #pragma once
 
 #include <cublasLt.h>
@@ -53,11 +56,16 @@ class LtMatmul {
   // ab: CUDA_R_16BF or CUDA_R_16F. workspace: device, ws_bytes long, used in stream order.
   void run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDataType_t ab, const void* w, const void* x,
            float* y, int out, int T, int in, int64_t ldy, float beta, Pin pin = Pin::None);
+  // y [T, out] (rows ldy apart) in bf16 (raw bits) = the Pin::Prefill result with beta = 0 rounded to nearest even,
+  // bit for bit. False (nothing enqueued) where no such plan exists: the caller runs run() and rounds.
+  bool run_prefill_bf16(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDataType_t ab, const void* w,
+                        const void* x, uint16_t* y, int out, int T, int in, int64_t ldy);
   int64_t pinned_fallbacks() const { return pinned_fallbacks_; }
   int64_t pinned_blocked() const { return pinned_blocked_; }
   int64_t wide_chosen() const { return wide_chosen_; }
   int64_t wide_rejected() const { return wide_rejected_; }
   int64_t prefill_chosen() const { return prefill_chosen_; }
+  int64_t prefill_bf16_rejected() const { return prefill_bf16_rejected_; }  // shapes without a bf16-output plan
 
   static constexpr int kPinnedRefT = 64;   // decode-sized: the tiles the heuristic picks for a server's batches
   static constexpr int kWideMinT = 512;    // prefill pieces; batches of decode rows stay on the decode tiles
@@ -75,6 +83,13 @@ class LtMatmul {
   struct Chosen;
   Plan& plan(cudaStream_t stream, void* workspace, cudaDataType_t ab, int out, int T, int in, int64_t ldy, int align_w,
              int align_x, int align_y, size_t ws_bytes, Pin pin);
+  static void describe(Plan& p);  // the plan's descriptor and layouts, from its fields
+  // The bf16-output twin of the prefill plan f (null: none; see run_prefill_bf16).
+  const Plan* plan_bf16(cudaStream_t stream, void* workspace, const Plan& f, int align_y);
+  // The fastest algorithm with a bf16 output (f's own, or one of the heuristic's without split-K) whose results are
+  // f's f32 results rounded to nearest even, on a probe of kPrefillProbeRows random rows; chosen once per shape
+  // (null: none). Synchronizes the stream.
+  const cublasLtMatmulAlgo_t* prefill_bf16(cudaStream_t stream, void* workspace, const Plan& f, const Plan& h);
   // The wide variant of a pinned shape's decode algorithm (chosen on first use; null: none, keep the decode plan).
   const cublasLtMatmulAlgo_t* wide(cudaStream_t stream, void* workspace, const Plan& decode_ref);
   // A shape's prefill algorithm (chosen on first use; null: none passed the probe).
@@ -105,7 +120,10 @@ class LtMatmul {
   std::vector<std::unique_ptr<Plan>> plans_;
   std::vector<std::unique_ptr<Chosen>> wides_;     // one per decode-pinned shape that reached kWideMinT rows
   std::vector<std::unique_ptr<Chosen>> prefills_;  // one per prefill-pinned shape
-  int64_t pinned_fallbacks_ = 0, pinned_blocked_ = 0, wide_chosen_ = 0, wide_rejected_ = 0, prefill_chosen_ = 0;
+  std::vector<std::unique_ptr<Plan>> plans_bf16_;  // run_prefill_bf16's plans (usable or not), the last kMaxPlans
+  std::vector<std::unique_ptr<Chosen>> bf16_chosen_;  // prefill_bf16's choice per shape
+  int64_t pinned_fallbacks_ = 0, pinned_blocked_ = 0, wide_chosen_ = 0, wide_rejected_ = 0, prefill_chosen_ = 0,
+          prefill_bf16_rejected_ = 0;
 };
 
 }  // namespace mambacpp::cuda

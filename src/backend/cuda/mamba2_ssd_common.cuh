@@ -11,7 +11,9 @@ __device__ __forceinline__ float ssd_head_A(const Mamba2Launch& p, int64_t h) {
 }
 // dt_t = clamp(softplus(dt_raw[t, h] + dt_bias[h]), dt_min, dt_max).
 __device__ __forceinline__ float ssd_dt(const Mamba2Launch& p, int64_t t, int64_t h, float bias) {
-  const float d = softplus_f(p.dt.data[t * p.dt.stride + h] + bias);
+  const int64_t i = t * p.dt.stride + h;
+  const float raw = p.dt16 ? __uint_as_float(uint32_t(p.dt16[i]) << 16) : p.dt.data[i];
+  const float d = softplus_f(raw + bias);
   return fminf(fmaxf(d, p.dt_min), p.dt_max);
 }
 

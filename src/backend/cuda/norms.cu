@@ -79,22 +79,23 @@ __device__ __forceinline__ float in_f32(const In* x, int64_t i) {
     return __uint_as_float(uint32_t(x[i]) << 16);
 }
 
-template <class H, class In>
-__global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(const In* x, int64_t x_stride, ConstF32Rows gate,
-                                                                 DevWeight w, int64_t group_size, float eps, H* out,
-                                                                 int64_t T, int64_t D, int64_t n_groups) {
+template <class H, class In, class Z>
+__global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(const In* x, int64_t x_stride, const Z* gate,
+                                                                 int64_t gate_stride, DevWeight w, int64_t group_size,
+                                                                 float eps, H* out, int64_t T, int64_t D,
+                                                                 int64_t n_groups) {
   __shared__ float scratch[32];
   enter_dependent();
   for (int64_t r = blockIdx.x; r < T * n_groups; r += gridDim.x) {
     const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
     const In* xr = x + t * x_stride + c0;
-    const float* zr = gate.data ? gate.data + t * gate.stride + c0 : nullptr;
+    const Z* zr = gate ? gate + t * gate_stride + c0 : nullptr;
     float scale = 1.0f;
     if (w.data) {
       float ss = 0.0f;
 #pragma unroll 4
       for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
-        const float g = zr ? in_f32(xr, i) * silu_f(zr[i]) : in_f32(xr, i);
+        const float g = zr ? in_f32(xr, i) * silu_f(in_f32(zr, i)) : in_f32(xr, i);
         ss += g * g;
       }
       scale = rsqrtf(block_sum(ss, scratch) / static_cast<float>(group_size) + eps);
@@ -102,7 +103,7 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(const In* x, in
     H* o = out + t * D + c0;
 #pragma unroll 4
     for (int64_t i = threadIdx.x; i < group_size; i += blockDim.x) {
-      const float g = zr ? in_f32(xr, i) * silu_f(zr[i]) : in_f32(xr, i);
+      const float g = zr ? in_f32(xr, i) * silu_f(in_f32(zr, i)) : in_f32(xr, i);
       o[i] = round_to<H>(w.data ? g * scale * load_f(w.data, w.dtype, c0 + i) : g);
     }
   }
@@ -130,17 +131,19 @@ __device__ __forceinline__ float4 in_f32x4(const In* x, int i) {
 
 // Out: float (the norm's f32 rows), or bf16 / half (the fast GEMMs' rounded inputs, launch_rmsnorm_round).
 // In: float, or uint16_t for x in bf16 (Mamba-2's y from the fast SSD): the same sums of the same f32 values.
-template <bool Gated, class Out, class In = float>
-__global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(const In* x, int64_t x_stride, ConstF32Rows z,
-                                                                   DevWeight w, int64_t group_size, float eps,
-                                                                   Out* out, int64_t out_stride, int64_t n_groups) {
+// Z, the gate's type, likewise (z in bf16: the fast prompts' in_proj output).
+template <bool Gated, class Out, class In = float, class Z = float>
+__global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(const In* x, int64_t x_stride, const Z* z,
+                                                                   int64_t z_stride, DevWeight w, int64_t group_size,
+                                                                   float eps, Out* out, int64_t out_stride,
+                                                                   int64_t n_groups) {
   __shared__ float scratch[32];
   enter_dependent();
   const int64_t r = blockIdx.x;  // one block per (row, group); the launcher keeps T * n_groups within grid.x
   const int64_t t = r / n_groups, c0 = (r % n_groups) * group_size;
   const int n4 = static_cast<int>(group_size / 4);
   const In* xr = x + t * x_stride + c0;
-  const float4* zr = Gated ? reinterpret_cast<const float4*>(z.data + t * z.stride + c0) : nullptr;
+  const Z* zr = Gated ? z + t * z_stride + c0 : nullptr;
   float4 v[kVecPer];
   float ss = 0.0f;
 #pragma unroll
@@ -153,7 +156,7 @@ __global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(const In* x
     for (int k = 0; k < kVecPer; ++k) {
       const int i = threadIdx.x + k * blockDim.x;
       if (i < n4) {
-        const float4 g = zr[i];
+        const float4 g = in_f32x4(zr, i);
         v[k].x *= silu_f(g.x);
         v[k].y *= silu_f(g.y);
         v[k].z *= silu_f(g.z);
@@ -202,7 +205,8 @@ void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t
   const int vt = rows_vec_ok(x.data, x.stride) && rows_vec_ok(out.data, out.stride) ? norm_vec_threads(T, D) : 0;
   if (vt > 0) {
     launch_dependent(rmsnorm_vec_kernel<false, float>, dim3(static_cast<unsigned>(T)), dim3(vt), stream, x.data,
-                     x.stride, ConstF32Rows{}, w, D, eps, out.data, out.stride, 1);
+                     x.stride, static_cast<const float*>(nullptr), int64_t{0}, w, D, eps, out.data, out.stride,
+                     int64_t{1});
     return;
   }
   launch_dependent(rmsnorm_kernel, dim3(row_blocks(T)), dim3(kThreads), stream, x, w, eps, out, T, D);
@@ -218,7 +222,7 @@ void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t g
                      : 0;
   if (vt > 0) {
     launch_dependent(rmsnorm_vec_kernel<true, float>, dim3(static_cast<unsigned>(T * n_groups)), dim3(vt), stream,
-                     y.data, y.stride, z, w, group_size, eps, out.data, out.stride, n_groups);
+                     y.data, y.stride, z.data, z.stride, w, group_size, eps, out.data, out.stride, n_groups);
     return;
   }
   launch_dependent(gated_rmsnorm_kernel, dim3(row_blocks(T * n_groups)), dim3(kThreads), stream, y, z, w, group_size,
@@ -227,47 +231,57 @@ void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t g
 
 namespace {
 
-template <class H, class In>
-void rmsnorm_round(const In* x, int64_t x_stride, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps,
-                   H* out, int64_t T, int64_t D, cudaStream_t stream) {
+// 16 bytes of f32 (8 of bf16) per vector access.
+template <class E>
+bool vec_rows(const E* p, int64_t stride) {
+  return reinterpret_cast<uintptr_t>(p) % (4 * sizeof(E)) == 0 && stride % 4 == 0;
+}
+
+template <class H, class In, class Z>
+void rmsnorm_round(const In* x, int64_t x_stride, const Z* gate, int64_t gate_stride, DevWeight w,
+                   int64_t group_size, float eps, H* out, int64_t T, int64_t D, cudaStream_t stream) {
   const int64_t n_groups = D / group_size;
-  // 16 bytes of f32 (8 of bf16) per vector access.
-  const bool x_vec = reinterpret_cast<uintptr_t>(x) % (4 * sizeof(In)) == 0 && x_stride % 4 == 0;
-  const bool aligned = x_vec && (!gate.data || rows_vec_ok(gate.data, gate.stride)) &&
+  const bool aligned = vec_rows(x, x_stride) && (!gate || vec_rows(gate, gate_stride)) &&
                        reinterpret_cast<uintptr_t>(out) % 8 == 0;
   const int vt = w.data && aligned ? norm_vec_threads(T * n_groups, group_size) : 0;
   if (vt > 0) {
-    launch_dependent(gate.data ? rmsnorm_vec_kernel<true, H, In> : rmsnorm_vec_kernel<false, H, In>,
-                     dim3(static_cast<unsigned>(T * n_groups)), dim3(vt), stream, x, x_stride, gate, w, group_size,
-                     eps, out, D, n_groups);
+    launch_dependent(gate ? rmsnorm_vec_kernel<true, H, In, Z> : rmsnorm_vec_kernel<false, H, In, Z>,
+                     dim3(static_cast<unsigned>(T * n_groups)), dim3(vt), stream, x, x_stride, gate, gate_stride, w,
+                     group_size, eps, out, D, n_groups);
   } else {
-    launch_dependent(rmsnorm_round_kernel<H, In>, dim3(row_blocks(T * n_groups)), dim3(kThreads), stream, x,
-                     x_stride, gate, w, group_size, eps, out, T, D, n_groups);
+    launch_dependent(rmsnorm_round_kernel<H, In, Z>, dim3(row_blocks(T * n_groups)), dim3(kThreads), stream, x,
+                     x_stride, gate, gate_stride, w, group_size, eps, out, T, D, n_groups);
   }
 }
 
-template <class In>
-void rmsnorm_round_to(const In* x, int64_t x_stride, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps,
-                      DType to, void* out, int64_t T, int64_t D, cudaStream_t stream) {
+template <class In, class Z>
+void rmsnorm_round_to(const In* x, int64_t x_stride, const Z* gate, int64_t gate_stride, DevWeight w,
+                      int64_t group_size, float eps, DType to, void* out, int64_t T, int64_t D, cudaStream_t stream) {
   if (T <= 0 || D <= 0) return;
   if (group_size <= 0 || !w.data) group_size = D;
   if (to == DType::BF16)
-    rmsnorm_round(x, x_stride, gate, w, group_size, eps, static_cast<__nv_bfloat16*>(out), T, D, stream);
+    rmsnorm_round(x, x_stride, gate, gate_stride, w, group_size, eps, static_cast<__nv_bfloat16*>(out), T, D, stream);
   else
-    rmsnorm_round(x, x_stride, gate, w, group_size, eps, static_cast<__half*>(out), T, D, stream);
+    rmsnorm_round(x, x_stride, gate, gate_stride, w, group_size, eps, static_cast<__half*>(out), T, D, stream);
 }
 
 }  // namespace
 
 void launch_rmsnorm_round(ConstF32Rows x, ConstF32Rows gate, DevWeight w, int64_t group_size, float eps, DType to,
                           void* out, int64_t T, int64_t D, cudaStream_t stream) {
-  rmsnorm_round_to(x.data, x.stride, gate, w, group_size, eps, to, out, T, D, stream);
+  rmsnorm_round_to(x.data, x.stride, gate.data, gate.stride, w, group_size, eps, to, out, T, D, stream);
 }
 
 void launch_rmsnorm_round_bf16_x(const uint16_t* x, int64_t x_stride, ConstF32Rows gate, DevWeight w,
                                  int64_t group_size, float eps, DType to, void* out, int64_t T, int64_t D,
                                  cudaStream_t stream) {
-  rmsnorm_round_to(x, x_stride, gate, w, group_size, eps, to, out, T, D, stream);
+  rmsnorm_round_to(x, x_stride, gate.data, gate.stride, w, group_size, eps, to, out, T, D, stream);
+}
+
+void launch_rmsnorm_round_bf16_xz(const uint16_t* x, int64_t x_stride, const uint16_t* gate, int64_t gate_stride,
+                                  DevWeight w, int64_t group_size, float eps, DType to, void* out, int64_t T,
+                                  int64_t D, cudaStream_t stream) {
+  rmsnorm_round_to(x, x_stride, gate, gate_stride, w, group_size, eps, to, out, T, D, stream);
 }
 
 }  // namespace mambacpp::cuda
