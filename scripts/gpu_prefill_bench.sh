@@ -3,7 +3,8 @@
 # (or a batch of prompts), `mambacpp bench -g 1`, median of 3 timed runs after a warm-up. Prints one line per row:
 #   row-name  prefill_ms  tokens/s
 # Usage: gpu_prefill_bench.sh MAMBACPP [ROWS] [EXTRA BENCH ARGS...]
-#   ROWS: all (default; the rows), main (the headline rows), pieces (the 16k row at several --batch-tokens)
+#   ROWS: all (default; the rows), main (the headline rows), mamba2 (the Mamba-2 rows of main and
+#   mamba2-130m), pieces (the 16k row at several --batch-tokens)
 set -uo pipefail
 cli=$1 rows=${2:-all}
 shift $(( $# >= 2 ? 2 : 1 ))
@@ -26,6 +27,11 @@ case "$rows" in
     run "2.7b 16k f32 fast" "${m27[@]}" -p 16384
     run "2.7b b32x512 bf16 fast" "${m27[@]}" -b 32 -p 512 --state-dtype bf16
     run "2.8b 4k f32 fast" --shape mamba-2.8b -p 4096 ;;
+  mamba2)
+    run "2.7b 4k f32 fast" "${m27[@]}" -p 4096
+    run "2.7b 16k f32 fast" "${m27[@]}" -p 16384
+    run "2.7b b32x512 bf16 fast" "${m27[@]}" -b 32 -p 512 --state-dtype bf16
+    run "mamba2-130m 4k fast" --shape mamba2-130m -p 4096 ;;
   pieces)
     for bt in 2048 4096 8192 16384; do run "2.7b 16k f32 fast bt$bt" "${m27[@]}" -p 16384 --batch-tokens $bt; done
     for bt in 2048 4096; do run "2.7b 4k f32 fast bt$bt" "${m27[@]}" -p 4096 --batch-tokens $bt; done ;;
