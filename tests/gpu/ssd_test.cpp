@@ -23,8 +23,6 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
-#include <memory>
-#include <string>
 #include <utility>
 #include <vector>
 
@@ -246,46 +244,13 @@ TEST(CudaMamba2Ssd, FastPrecisionMatchesTheRecurrence) {
   for (int64_t chunk : {1, 7, 64, 256, 1000}) run_ssd({2, 64, 128, 1, chunk, {300, 5}, {1, 0}, 2}, 45, F);
 }
 
-// Fast precision under one backend setting: y and the state of case `cs` (also checked against the recurrence).
-struct FastRun {
-  std::vector<float> y, state;
-  std::string description;
-};
-FastRun run_fast_with(const SsdCase& cs, const SsdInputs& in, const SsdResult& ref, const char* env_name,
-                      const char* env_value) {
-  std::unique_ptr<Backend> be;
-  {
-    const gputest::ScopedEnv setting(env_name, env_value);
-    be = make_cuda_backend(DType::BF16, Precision::Fast);
-  }
-  DeviceArena arena(*be);
-  BatchLayout batch = make_batch(cs.lens, cs.slots);
-  Mamba2ScanArgs a = device_args(cs, in, arena);
-  be->prepare_batch(batch);
-  be->mamba2_ssd(a, batch);
-  FastRun r{arena.download(a.y), arena.download(a.state), be->description()};
-  EXPECT_LT(rel_err(r.y, ref.y), kFastTol)
-      << "chunk " << cs.chunk << ", " << env_name << "=" << (env_value ? env_value : "");
-  EXPECT_LT(rel_err(r.state, ref.state), kFastTol) << "chunk " << cs.chunk;
-  return r;
-}
-
-// Elements of y and the state that differ between two runs (NaN counts: NaN != NaN).
-int64_t bits_differ(const FastRun& a, const FastRun& b) {
-  EXPECT_EQ(a.y.size(), b.y.size());
-  EXPECT_EQ(a.state.size(), b.state.size());
-  int64_t differ = 0;
-  for (size_t i = 0; i < std::min(a.y.size(), b.y.size()); ++i) differ += !(a.y[i] == b.y[i]);
-  for (size_t i = 0; i < std::min(a.state.size(), b.state.size()); ++i) differ += !(a.state[i] == b.state[i]);
-  return differ;
-}
-
-// Shapes for comparing two fast paths: the real head with slots and one-token sequences, 80 heads, bf16 state, odd
-// head and state widths (tile remainders), d_state 256, chunk sizes of 1 to 4 output tiles and past them (chunk 1000
-// takes the per-tile output kernel in both runs), and a sequence of 66 chunks (the fused state kernel stages 64 of a
-// sequence's chunks at a time).
-const std::vector<std::pair<SsdCase, uint64_t>>& fast_path_cases() {
-  static const std::vector<std::pair<SsdCase, uint64_t>> cases = {
+// The chunk output by a block per (chunk, head) (the default) runs the products of the block-per-tile kernel
+// (MAMBACPP_SSD_OUTPUT=tile) in the same order: the same bits of y and the state, on the shapes above and chunk
+// sizes of 1 to 4 output tiles (chunk 1000 is past its kByChunkTiles and takes the tile kernel in both runs). Each
+// run is also checked against the recurrence.
+TEST(CudaMamba2Ssd, FastOutputByChunkGivesTheBitsOfTheTileKernel) {
+  MAMBACPP_REQUIRE_GPU();
+  const std::vector<std::pair<SsdCase, uint64_t>> cases = {
       {{4, 64, 128, 1, 256, {600, 1, 257, 3}, {1, 3, 0, 2}, 5}, 41},
       {{80, 64, 128, 1, 256, {4096}, {1}, 2}, 50},
       {{4, 64, 128, 2, 256, {300, 2, 65, 130}, {0, 1, 3, 2}, 4, DType::BF16}, 42},
@@ -294,41 +259,33 @@ const std::vector<std::pair<SsdCase, uint64_t>>& fast_path_cases() {
       {{2, 64, 128, 1, 64, {300, 5}, {1, 0}, 2}, 45},
       {{2, 64, 128, 1, 192, {300, 5}, {1, 0}, 2}, 46},
       {{2, 64, 128, 1, 1000, {300, 5}, {1, 0}, 2}, 47},
-      {{2, 64, 128, 1, 64, {4200, 70}, {0, 1}, 2}, 48},
   };
-  return cases;
-}
-
-// The chunk output by a block per (chunk, head) (the default) runs the products of the block-per-tile kernel
-// (MAMBACPP_SSD_OUTPUT=tile) in the same order: the same bits of y and the state.
-TEST(CudaMamba2Ssd, FastOutputByChunkGivesTheBitsOfTheTileKernel) {
-  MAMBACPP_REQUIRE_GPU();
-  for (const auto& [cs, seed] : fast_path_cases()) {
+  for (const auto& [cs, seed] : cases) {
     const SsdInputs in = make_inputs(cs, seed);
     const SsdResult ref = reference(cs, in, make_batch(cs.lens, cs.slots));
-    const FastRun tile = run_fast_with(cs, in, ref, "MAMBACPP_SSD_OUTPUT", "tile");
-    const FastRun by_chunk = run_fast_with(cs, in, ref, "MAMBACPP_SSD_OUTPUT", nullptr);
-    EXPECT_NE(tile.description.find("SSD output by tile"), std::string::npos);
-    EXPECT_EQ(by_chunk.description.find("SSD output by tile"), std::string::npos);
-    EXPECT_EQ(bits_differ(tile, by_chunk), 0)
-        << "chunk " << cs.chunk << ", H " << cs.H << ", P " << cs.P << ", N " << cs.N;
-  }
-}
-
-// The chunk state and state pass as one kernel (MAMBACPP_SSD_STATE=fused) compute each chunk's contribution with the products of
-// the chunk state kernel and carry the state with the state pass's update (the default, =split, runs those two):
-// the same bits of y and the state.
-TEST(CudaMamba2Ssd, FastFusedStateGivesTheBitsOfTheSplitKernels) {
-  MAMBACPP_REQUIRE_GPU();
-  for (const auto& [cs, seed] : fast_path_cases()) {
-    const SsdInputs in = make_inputs(cs, seed);
-    const SsdResult ref = reference(cs, in, make_batch(cs.lens, cs.slots));
-    const FastRun split = run_fast_with(cs, in, ref, "MAMBACPP_SSD_STATE", "split");
-    const FastRun fused = run_fast_with(cs, in, ref, "MAMBACPP_SSD_STATE", "fused");
-    EXPECT_EQ(split.description.find("SSD state fused"), std::string::npos);
-    EXPECT_NE(fused.description.find("SSD state fused"), std::string::npos);
-    EXPECT_EQ(bits_differ(split, fused), 0)
-        << "chunk " << cs.chunk << ", H " << cs.H << ", P " << cs.P << ", N " << cs.N;
+    std::vector<float> y[2], state[2];
+    for (int by_chunk = 0; by_chunk < 2; ++by_chunk) {
+      std::unique_ptr<Backend> be;
+      {
+        const gputest::ScopedEnv setting("MAMBACPP_SSD_OUTPUT", by_chunk ? nullptr : "tile");
+        be = make_cuda_backend(DType::BF16, Precision::Fast);
+      }
+      EXPECT_EQ(be->description().find("SSD output by tile") == std::string::npos, by_chunk == 1);
+      DeviceArena arena(*be);
+      BatchLayout batch = make_batch(cs.lens, cs.slots);
+      Mamba2ScanArgs a = device_args(cs, in, arena);
+      be->prepare_batch(batch);
+      be->mamba2_ssd(a, batch);
+      y[by_chunk] = arena.download(a.y);
+      state[by_chunk] = arena.download(a.state);
+      EXPECT_LT(rel_err(y[by_chunk], ref.y), kFastTol) << "chunk " << cs.chunk << ", by chunk " << by_chunk;
+    }
+    ASSERT_EQ(y[0].size(), y[1].size());
+    ASSERT_EQ(state[0].size(), state[1].size());
+    int64_t differ = 0;  // NaN counts (NaN != NaN)
+    for (size_t i = 0; i < y[0].size(); ++i) differ += !(y[0][i] == y[1][i]);
+    for (size_t i = 0; i < state[0].size(); ++i) differ += !(state[0][i] == state[1][i]);
+    EXPECT_EQ(differ, 0) << "chunk " << cs.chunk << ", H " << cs.H << ", P " << cs.P << ", N " << cs.N;
   }
 }
 
@@ -380,21 +337,16 @@ TEST(CudaMamba2Ssd, FastPromptsGiveYInBf16TheValuesOfF32) {
 // mamba2_conv_ssd (the CUDA backend fuses conv1d into the fast SSD: conv1d writes the SSD's bf16 x, B, C) gives the
 // bits of conv1d_silu then mamba2_ssd, for y, the SSD state and the conv state. Multi-token batches take the fused
 // path (its conv output is left unwritten: still NaN, which also shows the path ran); a batch with a single-token
-// sequence keeps the two steps. A bf16 input (fast prompts' in_proj output, mamba2_proj_dtype) gives the bits of the
-// same values in f32, on the four-channel window kernel (rows 8-byte aligned) and the one-channel one (rows starting
-// one column in).
+// sequence keeps the two steps.
 TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheTwoOps) {
   MAMBACPP_REQUIRE_GPU();
   struct Case {
     SsdCase cs;
     bool fused;
-    int bf16_in_offset = -1;  // >= 0: the fused run's input in bf16, its rows starting this many columns in
   };
   SsdCase two_groups{4, 64, 128, 2, 128, {300, 2}, {0, 1}, 2, DType::BF16};
-  const SsdCase prompts{4, 64, 128, 1, 256, {600, 257, 3}, {1, 0, 2}, 3};
-  for (const Case& c : {Case{prompts, true}, Case{two_groups, true},
-                        Case{{4, 64, 128, 1, 256, {300, 1, 40}, {2, 0, 1}, 3}, false}, Case{prompts, true, 0},
-                        Case{prompts, true, 1}, Case{two_groups, true, 0}}) {
+  for (const Case& c : {Case{{4, 64, 128, 1, 256, {600, 257, 3}, {1, 0, 2}, 3}, true}, Case{two_groups, true},
+                        Case{{4, 64, 128, 1, 256, {300, 1, 40}, {2, 0, 1}, 3}, false}}) {
     const SsdCase& cs = c.cs;
     auto be = make_cuda_backend(DType::BF16, Precision::Fast);
     DeviceArena arena(*be);
@@ -406,17 +358,8 @@ TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheTwoOps) {
     BatchLayout batch = make_batch(cs.lens, cs.slots);
     be->prepare_batch(batch);
     std::vector<float> y[2], state[2], conv_state[2], conv_out[2];
-    const bool bf16_in = c.bf16_in_offset >= 0;
-    const std::vector<float> xbc = bf16_in ? rounded(in.xBC, DType::BF16) : in.xBC;
     for (int fused = 0; fused < 2; ++fused) {
-      TensorView xin = arena.upload(xbc, DType::F32, {in.T, W});
-      if (fused && bf16_in) {
-        const int64_t off = c.bf16_in_offset, width = W + 4;
-        std::vector<float> wide(static_cast<size_t>(in.T * width), 0.0f);
-        for (int64_t t = 0; t < in.T; ++t)
-          std::copy_n(xbc.begin() + t * W, W, wide.begin() + t * width + off);
-        xin = arena.upload(wide, DType::BF16, {in.T, width}).cols(off, W);
-      }
+      TensorView xin = arena.upload(in.xBC, DType::F32, {in.T, W});
       TensorView cw = arena.upload(conv_w, DType::F32, {W, 1, K}), cb = arena.upload(conv_b, DType::F32, {W});
       TensorView cstate = arena.upload(conv_state0, DType::F32, {cs.n_slots, W, K - 1});
       TensorView out = arena.poisoned({in.T, W});
@@ -439,7 +382,7 @@ TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheTwoOps) {
       return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
     };
     EXPECT_TRUE(std::none_of(y[0].begin(), y[0].end(), [](float v) { return std::isnan(v); }));
-    EXPECT_TRUE(same_bits(y[0], y[1])) << "lens " << cs.lens.size() << ", bf16 input at " << c.bf16_in_offset;
+    EXPECT_TRUE(same_bits(y[0], y[1])) << "lens " << cs.lens.size();
     EXPECT_TRUE(same_bits(state[0], state[1]));
     EXPECT_TRUE(same_bits(conv_state[0], conv_state[1]));
     const bool out_written =

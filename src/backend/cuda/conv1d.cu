@@ -8,8 +8,6 @@
 // keeps the inputs in a sliding window of registers, so each input is read once (not K times) and no 64-bit
 // division is needed per element (146 us -> see docs/benchmarks.md, mamba2-2.7b, 2048 x 5376). Larger K: one
 // thread per (token, channel).
-#include <cstdlib>
-#include <string>
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
@@ -149,107 +147,6 @@ __global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch 
   }
 }
 
-// Fast prompts' bf16 input and outputs (x16 and out16 set; conv1d_vec_supported), kVec channels per thread: one
-// 8-byte load or store per row where the one-channel kernel above issues kVec 2-byte ones, the same arithmetic per
-// channel (the same bits). grid (ceil(C / (kVec * kVecThreads)), ceil(T / kWinTokens)).
-constexpr int kVec = 4;
-constexpr int kVecThreads = kThreads / kVec;  // a block covers the one-channel kernel's 256 channels
-
-__device__ __forceinline__ void unpack4(uint2 raw, float (&v)[kVec]) {
-  v[0] = __uint_as_float(raw.x << 16);
-  v[1] = __uint_as_float(raw.x & 0xffff0000u);
-  v[2] = __uint_as_float(raw.y << 16);
-  v[3] = __uint_as_float(raw.y & 0xffff0000u);
-}
-
-__global__ void __launch_bounds__(kVecThreads) conv_out_window_vec_kernel(Conv1dLaunch p) {
-  enter_dependent();
-  const int64_t c = (blockIdx.x * int64_t(kVecThreads) + threadIdx.x) * kVec;
-  const int64_t t0 = int64_t(blockIdx.y) * kWinTokens;
-  if (c >= p.C) return;
-  const int K = static_cast<int>(p.K), S = K - 1;
-  float w[kVec][kWinMaxK], b[kVec];
-#pragma unroll
-  for (int v = 0; v < kVec; ++v) {
-#pragma unroll
-    for (int k = 0; k < kWinMaxK; ++k) w[v][k] = k < K ? load_f(p.w.data, p.w.dtype, (c + v) * K + k) : 0.0f;
-    b[v] = p.bias.data ? load_f(p.bias.data, p.bias.dtype, c + v) : 0.0f;
-  }
-  // The part of the outputs these channels fall in (the splits are multiples of kVec).
-  const int part = c < p.split[0] ? 0 : c < p.split[1] ? 1 : 2;
-  const int64_t begin = part == 0 ? 0 : p.split[part - 1];
-  const int64_t end = part == 2 ? p.C : p.split[part];
-  uint16_t* const out = p.out16[part] + (c - begin);
-  const int64_t out_stride = end - begin;
-  auto store = [&](int64_t t, const float (&o)[kVec]) {
-    *reinterpret_cast<uint2*>(out + t * out_stride) =
-        make_uint2(pack2<__nv_bfloat16>(o[0], o[1]), pack2<__nv_bfloat16>(o[2], o[3]));
-  };
-  float xw[kWinTokens + kWinMaxK - 1][kVec];
-#pragma unroll
-  for (int u = 0; u < kWinTokens + kWinMaxK - 1; ++u) {
-    const int64_t t = t0 - S + u;
-    if (u < kWinTokens + S && t >= 0 && t < p.T) {
-      unpack4(*reinterpret_cast<const uint2*>(p.x16 + t * p.x.stride + c), xw[u]);
-    } else {
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) xw[u][v] = 0.0f;
-    }
-  }
-  const int64_t t_last = min(t0 + kWinTokens, p.T) - 1;
-  const int32_t s_first = p.token_seq[t0], s_last = p.token_seq[t_last];
-  if (s_first >= 0 && s_first == s_last && t0 - p.seqs[s_first].start >= S && p.seqs[s_first].len > 1) {
-#pragma unroll
-    for (int u = 0; u < kWinTokens; ++u) {
-      if (t0 + u > t_last) break;
-      float o[kVec];
-#pragma unroll
-      for (int v = 0; v < kVec; ++v) {
-        float acc = b[v];
-#pragma unroll
-        for (int k = 0; k < kWinMaxK; ++k)
-          if (k < K) acc += w[v][k] * xw[u + k][v];
-        o[v] = p.fast_silu ? silu_approx(acc) : silu_f(acc);
-      }
-      store(t0 + u, o);
-    }
-    return;
-  }
-#pragma unroll
-  for (int u = 0; u < kWinTokens; ++u) {
-    const int64_t t = t0 + u;
-    if (t >= p.T) break;
-    const int32_t s = p.token_seq[t];
-    if (s < 0) continue;
-    const SeqSpan seq = p.seqs[s];
-    const int64_t rel = t - seq.start;
-    float o[kVec];
-#pragma unroll
-    for (int v = 0; v < kVec; ++v) {
-      float acc = b[v];
-#pragma unroll
-      for (int k = 0; k < kWinMaxK; ++k) {
-        if (k < K) {
-          const int64_t pos = rel - S + k;
-          const float val = pos >= 0 ? xw[u + k][v]
-                                     : load_state(p.state, p.state_bf16, (seq.slot * p.C + c + v) * S + S + pos);
-          acc += w[v][k] * val;
-        }
-      }
-      o[v] = p.fast_silu && seq.len > 1 ? silu_approx(acc) : silu_f(acc);
-    }
-    store(t, o);
-  }
-}
-
-bool conv1d_vec_supported(const Conv1dLaunch& p) {
-  auto aligned = [](const void* q) { return reinterpret_cast<uintptr_t>(q) % (2 * kVec) == 0; };
-  bool ok = p.x16 && p.out16[0] && p.C % kVec == 0 && p.x.stride % kVec == 0 && aligned(p.x16) &&
-            p.split[0] % kVec == 0 && p.split[1] % kVec == 0;
-  for (int i = 0; i < 3; ++i) ok = ok && aligned(p.out16[i]);
-  return ok;
-}
-
 // Decode (every sequence one token, K <= kWinMaxK): a thread per (sequence, channel) reads the K-1 state entries
 // and the new input once, writes the output and the shifted state. grid (ceil(C / kThreads), n_seqs). At batch 32
 // of mamba2-2.7b the two-kernel form took 18 + 7 us per layer (ncu), for 0.7 MB of state and activations.
@@ -318,17 +215,7 @@ void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream) {
                      dim3(kThreads), stream, p);
     return;
   }
-  // MAMBACPP_CONV_VEC=1: fast prompts' bf16 input on the four-channel kernel (the same bits), off until measured.
-  static const bool vec_on = [] {
-    const char* e = std::getenv("MAMBACPP_CONV_VEC");
-    return e && std::string(e) == "1";
-  }();
-  if (vec_on && p.K <= kWinMaxK && (p.T + kWinTokens - 1) / kWinTokens <= 65535 && conv1d_vec_supported(p)) {
-    launch_dependent(conv_out_window_vec_kernel,
-                     dim3(static_cast<unsigned>((p.C + kVec * kVecThreads - 1) / (kVec * kVecThreads)),
-                          static_cast<unsigned>((p.T + kWinTokens - 1) / kWinTokens)),
-                     dim3(kVecThreads), stream, p);
-  } else if (p.K <= kWinMaxK && (p.T + kWinTokens - 1) / kWinTokens <= 65535) {
+  if (p.K <= kWinMaxK && (p.T + kWinTokens - 1) / kWinTokens <= 65535) {
     launch_dependent(p.out16[0] ? (p.x16 ? conv_out_window_kernel<true, true> : conv_out_window_kernel<true, false>)
                                 : (p.x16 ? conv_out_window_kernel<false, true> : conv_out_window_kernel<false, false>),
                      dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads),

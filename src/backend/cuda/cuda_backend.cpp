@@ -74,10 +74,6 @@ class CudaBackend final : public Backend {
     // benchmarks.md, q19: +4% at 16k). MAMBACPP_SSD_OUTPUT=tile keeps the block per 64-row output tile (the same
     // bits; the tests compare the two, and longer chunks always take it).
     if (const char* env = std::getenv("MAMBACPP_SSD_OUTPUT")) ssd_output_by_chunk_ = std::string(env) != "tile";
-    // MAMBACPP_SSD_STATE=fused runs fast precision's chunk state and state pass as one kernel, =split as two (the
-    // same bits; the tests compare them). Split by default until the fused kernel is measured (docs/benchmarks.md,
-    // q21).
-    if (const char* env = std::getenv("MAMBACPP_SSD_STATE")) ssd_state_fused_ = std::string(env) == "fused";
     // Mamba-1 prompts of kMamba1ChunkedMinLen tokens and more run the scan over pieces (mamba1_chunked_scan.cu; q19:
     // 3.3x at mamba-2.8b 4k). MAMBACPP_MAMBA1_SCAN=sequential keeps every sequence on the sequential kernel.
     if (const char* env = std::getenv("MAMBACPP_MAMBA1_SCAN")) mamba1_chunked_ = std::string(env) != "sequential";
@@ -92,7 +88,6 @@ class CudaBackend final : public Backend {
                    ", weights " + dtype_name(weight_dtype_) + (fast_ ? "" : ", exact products") +
                    (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") +
                    (fast_ && !ssd_output_by_chunk_ ? ", SSD output by tile" : "") +
-                   (fast_ && ssd_state_fused_ ? ", SSD state fused" : "") +
                    (!mamba1_chunked_ ? ", sequential Mamba-1 scan" : "") +
                    (fast_ && !prompt_proj_bf16_ ? ", f32 in_proj output" : "") + ")";
   }
@@ -542,7 +537,6 @@ class CudaBackend final : public Backend {
     if (p.n_seqs == 0) return std::nullopt;
     p.fast = fast_ && weight_dtype_ != DType::F32;  // fast precision covers 16-bit weights only
     p.output_by_chunk = ssd_output_by_chunk_;
-    p.state_fused = ssd_state_fused_;
     p.has_single_seqs = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
     if (y_bf16)
       need(a.y.ndim == 2 && a.y.device == Device::CUDA && a.z.empty() && p.fast && !p.has_single_seqs &&
@@ -629,11 +623,8 @@ class CudaBackend final : public Backend {
     const int64_t n_chunks = upload_chunk_table(batch, p.chunk_size);
     need(n_chunks <= INT_MAX && H <= 65535, "mamba2_ssd: too many chunks/heads for one launch");
     SsdScratch sc;
-    // The chunks' f32 states: the exact kernels' and the split fast ones' (the fused fast kernel keeps them in
-    // registers).
-    if (!(ssd_fast_path(p) && p.state_fused))
-      sc.chunk_states = static_cast<float*>(
-          grow(ssd_states_, static_cast<size_t>(std::max<int64_t>(n_chunks * H * P * N, 1)) * sizeof(float)));
+    sc.chunk_states = static_cast<float*>(
+        grow(ssd_states_, static_cast<size_t>(std::max<int64_t>(n_chunks * H * P * N, 1)) * sizeof(float)));
     if (!ssd_fast_path(p)) {  // dt and the f64 cumulative sums (the fast kernels keep theirs in cum2 and w2)
       sc.dt = static_cast<float*>(grow(ssd_dt_, static_cast<size_t>(std::max<int64_t>(T * H, 1)) * sizeof(float)));
       sc.cum =
@@ -1256,7 +1247,6 @@ class CudaBackend final : public Backend {
   bool decode_gemm_fused_ = false;  // MAMBACPP_DECODE_GEMM=fused: the fast fused_linear on fused_gemv_fast.cu
   bool batch_invariant_ = true;  // fast: the fast fused_linear at every batch size (false: fused GEMVs up to 8 rows)
   bool ssd_output_by_chunk_ = true;  // false: MAMBACPP_SSD_OUTPUT=tile
-  bool ssd_state_fused_ = false;     // true: MAMBACPP_SSD_STATE=fused
   bool mamba1_chunked_ = true;       // false: MAMBACPP_MAMBA1_SCAN=sequential
   bool prompt_proj_bf16_ = true;     // false: MAMBACPP_PROJ_OUT=f32
   int64_t profile_after_ssd_ = 0;  // > 0: multi-token SSD / Mamba-1 scan calls left before cudaProfilerStart

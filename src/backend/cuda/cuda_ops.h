@@ -194,9 +194,6 @@ struct Mamba2Launch {
   // Fast chunked path: the chunk output by a block per (chunk, head) where the chunk size allows (the backend's
   // default; MAMBACPP_SSD_OUTPUT=tile: off; mamba2_ssd_fast.cu), else by a block per output tile. The same bits.
   bool output_by_chunk = false;
-  // Fast chunked path: the chunk state and the state pass in one kernel (mamba2_ssd_fast.cu; MAMBACPP_SSD_STATE=fused).
-  // The same bits as the two kernels.
-  bool state_fused = false;
 };
 
 // Every sequence has length 1: the recurrent step, one block per (sequence, head).

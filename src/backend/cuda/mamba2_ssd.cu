@@ -576,11 +576,7 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
     if (fast) {
       if (!p.inputs_bf16) launch_ssd_round_inputs(p, sc, stream);  // the bf16 x, B, C the fast kernels read
       launch_ssd_chunk_scores_fast(p, chunks, n_chunks, sc, stream);
-      if (p.state_fused) {
-        launch_ssd_state_fused_fast(p, chunks, n_chunks, seq_chunks, sc, stream);
-      } else {
-        launch_ssd_chunk_state_fast(p, chunks, n_chunks, sc, stream);
-      }
+      launch_ssd_chunk_state_fast(p, chunks, n_chunks, sc, stream);
     } else if (tensor_cores) {
       launch_ssd_chunk_state_tc(p, chunks, n_chunks, sc, stream);
     } else {
@@ -589,10 +585,9 @@ void launch_mamba2_chunked(const Mamba2Launch& p, const SsdChunk* chunks, int64_
           p, chunks, sc, tiles_n);
       MAMBACPP_CUDA_LAUNCHED();
     }
-    if (!(fast && p.state_fused))
-      launch_dependent(ssd_state_pass_kernel,
-                       dim3(static_cast<unsigned>(p.n_seqs), nh, cdiv(p.head_dim * p.d_state, kThreads)),
-                       dim3(kThreads), stream, p, chunks, seq_chunks, sc);
+    launch_dependent(ssd_state_pass_kernel,
+                     dim3(static_cast<unsigned>(p.n_seqs), nh, cdiv(p.head_dim * p.d_state, kThreads)),
+                     dim3(kThreads), stream, p, chunks, seq_chunks, sc);
   }
   if (fast) {
     launch_ssd_chunk_output_fast(p, chunks, n_chunks, sc, stream);

@@ -593,56 +593,6 @@ __global__ void __launch_bounds__(kByChunkThreads, 2)
 constexpr int kDecayThreads = kThreads;  // the decays' scan: 128 threads whatever the block's size
 constexpr int kDecayPerThread = kSsdFastMaxChunk / kDecayThreads;
 
-// The decays of chunk ch, head h, by the block's first kDecayThreads threads (every thread of the block calls it:
-// it holds one barrier): dt_t, S_t summed in f64 as the exact path does (runs of consecutive tokens, a block scan of
-// their totals), kept as f32 cum2 = S log2(e) and w2 = log2(dt) - cum2. Writes them to the scratch when `writer`, and
-// w_s[j] = w2_j and *cum2_last (shared) when w_s is set; the caller's barrier makes those visible.
-__device__ __forceinline__ void chunk_decays(const Mamba2Launch& p, const SsdChunk& ch, int64_t h,
-                                             const SsdScratch& sc, bool writer, float* w_s, double* run_totals,
-                                             float* cum2_last) {
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31;
-  const float A = ssd_head_A(p, h), bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h);
-  const bool scans = tid < kDecayThreads;  // warp-uniform
-  const int per = (ch.len + kDecayThreads - 1) / kDecayThreads;  // <= kDecayPerThread (kSsdFastMaxChunk)
-  const int j_begin = scans ? min(ch.len, tid * per) : ch.len, j_end = min(ch.len, j_begin + per);
-  float d[kDecayPerThread];
-#pragma unroll
-  for (int k = 0; k < kDecayPerThread; ++k)
-    d[k] = j_begin + k < j_end ? ssd_dt(p, ch.start + j_begin + k, h, bias) : 0.0f;
-  double run = 0.0;
-#pragma unroll
-  for (int k = 0; k < kDecayPerThread; ++k) run += static_cast<double>(d[k] * A);  // d = 0 past the run
-  double incl = run;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const double o = __shfl_up_sync(0xffffffffu, incl, off);
-    if (lane >= off) incl += o;
-  }
-  double s = __shfl_up_sync(0xffffffffu, incl, 1);
-  if (lane == 0) s = 0.0;
-  if (scans && lane == 31) run_totals[warp] = incl;
-  __syncthreads();
-  if (!scans) return;
-  for (int w = 0; w < warp; ++w) s += run_totals[w];
-#pragma unroll
-  for (int k = 0; k < kDecayPerThread; ++k) {
-    const int j = j_begin + k;
-    if (j < j_end) {
-      s += static_cast<double>(d[k] * A);
-      const float c2 = static_cast<float>(s * 1.4426950408889634);
-      const float w2 = log2f(d[k]) - c2;
-      if (w_s) {
-        w_s[j] = w2;
-        if (j == ch.len - 1) *cum2_last = c2;
-      }
-      if (writer) {
-        sc.cum2[h * p.T + ch.start + j] = c2;
-        sc.w2[h * p.T + ch.start + j] = w2;
-      }
-    }
-  }
-}
-
 int state_col_tiles(int64_t N) { return static_cast<int>((N + kT - 1) / kT); }
 int state_b_pitch(int64_t N) { return state_col_tiles(N) * kT + 8; }  // bf16; + 8 as kXPitch
 size_t fast_state_smem_bytes(int64_t N, int64_t chunk_size) {
@@ -694,9 +644,50 @@ __global__ void __launch_bounds__(kThreads * NT, 6 / NT)
   };
   issue(0, 0);  // in flight during the decays
 
-  chunk_decays(p, ch, h, sc, blockIdx.z == 0, w_s, run_totals, &cum2_last);
-  __syncthreads();
-  for (int j = tid; j < n_steps * kT; j += kBlock) w_s[j] = j < ch.len ? exp2_approx(cum2_last + w_s[j]) : 0.0f;
+  {
+    const float A = ssd_head_A(p, h), bias = load_f(p.dt_bias.data, p.dt_bias.dtype, h);
+    const bool scans = tid < kDecayThreads;  // warp-uniform
+    const int per = (ch.len + kDecayThreads - 1) / kDecayThreads;  // <= kDecayPerThread (kSsdFastMaxChunk)
+    const int j_begin = scans ? min(ch.len, tid * per) : ch.len, j_end = min(ch.len, j_begin + per);
+    float d[kDecayPerThread];
+#pragma unroll
+    for (int k = 0; k < kDecayPerThread; ++k)
+      d[k] = j_begin + k < j_end ? ssd_dt(p, ch.start + j_begin + k, h, bias) : 0.0f;
+    double run = 0.0;
+#pragma unroll
+    for (int k = 0; k < kDecayPerThread; ++k) run += static_cast<double>(d[k] * A);  // d = 0 past the run
+    double incl = run;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+      const double o = __shfl_up_sync(0xffffffffu, incl, off);
+      if (lane >= off) incl += o;
+    }
+    double s = __shfl_up_sync(0xffffffffu, incl, 1);
+    if (lane == 0) s = 0.0;
+    if (scans && lane == 31) run_totals[warp] = incl;
+    __syncthreads();
+    if (scans) {
+      for (int w = 0; w < warp; ++w) s += run_totals[w];
+      const bool writer = blockIdx.z == 0;
+#pragma unroll
+      for (int k = 0; k < kDecayPerThread; ++k) {
+        const int j = j_begin + k;
+        if (j < j_end) {
+          s += static_cast<double>(d[k] * A);
+          const float c2 = static_cast<float>(s * 1.4426950408889634);
+          const float w2 = log2f(d[k]) - c2;
+          w_s[j] = w2;
+          if (writer) {
+            sc.cum2[h * p.T + ch.start + j] = c2;
+            sc.w2[h * p.T + ch.start + j] = w2;
+          }
+          if (j == ch.len - 1) cum2_last = c2;
+        }
+      }
+    }
+    __syncthreads();
+    for (int j = tid; j < n_steps * kT; j += kBlock) w_s[j] = j < ch.len ? exp2_approx(cum2_last + w_s[j]) : 0.0f;
+  }
 
   float acc[8][4] = {};
   for (int js = 0; js < n_steps; ++js) {
@@ -749,175 +740,6 @@ __global__ void __launch_bounds__(kThreads * NT, 6 / NT)
   }
 }
 
-// ---- chunk state and state pass in one kernel: grid (n_seqs, n_heads, tiles_p * tiles_n), 128 threads ----------
-// Taken where Mamba2Launch::state_fused is set (MAMBACPP_SSD_STATE=fused). A block walks its sequence's chunks in
-// order, computing each chunk's own contribution as ssd_chunk_state_fast_kernel does (the same products in the same
-// order, for its 64 x 64 tile of the state) and carrying the state from chunk to chunk in registers as
-// ssd_state_pass_kernel does (the same f32 update): the same bits, without the f32 contributions' round trip through
-// memory (a write and a read of 4 bytes per state element and chunk, the two kernels' largest traffic). The copies of
-// x, B and w2 run kFusedStages - 1 steps ahead across chunk boundaries: nothing but the register update depends on the
-// previous chunk. The decays come from ssd_decays_fast_kernel, launched before.
-constexpr int kFusedStages = 4;
-constexpr int kFusedBPitch = kT + 8;
-constexpr int kFusedStage = kT * kXPitch + kT * kFusedBPitch;  // bf16 elements: x tile [j][p], B tile [j][n]
-constexpr int kFusedTable = 64;                                // chunks staged per pass over the table
-size_t fused_state_smem_bytes() {
-  return kFusedStages * (static_cast<size_t>(kFusedStage) * sizeof(__nv_bfloat16) + kT * sizeof(float));
-}
-
-// grid (n_chunks, n_heads), kDecayThreads threads: cum2 and w2 of every chunk of a multi-token sequence.
-__global__ void __launch_bounds__(kDecayThreads) ssd_decays_fast_kernel(Mamba2Launch p, const SsdChunk* chunks,
-                                                                       SsdScratch sc) {
-  __shared__ double run_totals[kDecayThreads / 32];
-  enter_dependent();
-  const SsdChunk ch = chunks[blockIdx.x];
-  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel
-  chunk_decays(p, ch, blockIdx.y, sc, true, nullptr, run_totals, nullptr);
-}
-
-__global__ void __launch_bounds__(kThreads, 3)
-    ssd_state_fused_fast_kernel(Mamba2Launch p, const SsdChunk* chunks, const SsdSeqChunks* seq_chunks,
-                                SsdScratch sc) {
-  extern __shared__ __align__(16) unsigned char smem_raw[];
-  __shared__ int32_t tab_off[kFusedTable], tab_len[kFusedTable];  // chunk start (from the sequence's) and length
-  __shared__ float tab_c2[kFusedTable];                           // cum2 of the chunk's last token
-  auto* stages = reinterpret_cast<__nv_bfloat16*>(smem_raw);
-  auto xs = [&](int b) { return stages + b * kFusedStage; };
-  auto bs = [&](int b) { return stages + b * kFusedStage + kT * kXPitch; };
-  float* w2_s = reinterpret_cast<float*>(stages + kFusedStages * kFusedStage);  // [kFusedStages][kT]
-  enter_dependent();
-  const int tid = threadIdx.x, warp = tid >> 5, lane = tid & 31, gr = lane >> 2, q = lane & 3;
-  const int64_t s = blockIdx.x, h = blockIdx.y;
-  const SsdSeqChunks mine = seq_chunks[s];
-  const SeqSpan seq = p.seqs[s];
-  if (mine.count == 0 || seq.len == 1) return;  // block-uniform; single tokens take the step kernel
-  const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads, HP = H * P, PN = P * N;
-  const int64_t GN = p.n_groups * N, g = h / (H / p.n_groups);
-  const int tiles_p = static_cast<int>((P + kT - 1) / kT);
-  const int64_t p0 = int64_t(blockIdx.z % tiles_p) * kT, n0 = int64_t(blockIdx.z / tiles_p) * kT;
-  const int rows_p = static_cast<int>(std::min<int64_t>(kT, P - p0));
-  const int cols_n = static_cast<int>(std::min<int64_t>(kT, N - n0));
-  const int64_t chunk0_start = chunks[mine.first].start;
-
-  // Columns past the head or the state width stay zero in every stage (the copies never write them).
-  if (rows_p < kT || cols_n < kT) {  // block-uniform
-    for (int e = tid; e < kFusedStages * kT * kT; e += kThreads) {
-      const int b = e / (kT * kT), r = e / kT % kT, c = e % kT;
-      if (c >= rows_p) xs(b)[r * kXPitch + c] = __float2bfloat16_rn(0.0f);
-      if (c >= cols_n) bs(b)[r * kFusedBPitch + c] = __float2bfloat16_rn(0.0f);
-    }
-  }
-
-  // This thread's state elements: rows 16 warp + gr (+ 8), columns 8 nt + 2 q (+ 1) of the tile, as the mma
-  // accumulators hold them.
-  float st[8][4];
-  const int64_t slot_base = (seq.slot * H + h) * PN;
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = 16 * warp + gr + (e >> 1) * 8, c = 8 * nt + 2 * q + (e & 1);
-      st[nt][e] = r < rows_p && c < cols_n ? load_state(p.state, p.state_bf16, slot_base + (p0 + r) * N + n0 + c)
-                                           : 0.0f;
-    }
-
-  for (int32_t k0 = 0; k0 < mine.count; k0 += kFusedTable) {
-    const int nb = min(kFusedTable, mine.count - k0);
-    __syncthreads();  // the previous pass over the table is done with it and with every stage
-    if (tid < nb) {
-      const SsdChunk ch = chunks[mine.first + k0 + tid];
-      tab_off[tid] = static_cast<int32_t>(ch.start - chunk0_start);
-      tab_len[tid] = ch.len;
-      tab_c2[tid] = sc.cum2[h * p.T + ch.start + ch.len - 1];
-    }
-    __syncthreads();
-
-    int ik = 0, ijs = 0;  // the next step to copy: chunk ik of this pass, 64-token step ijs
-    auto issue_next = [&](int b) {
-      if (ik < nb) {
-        const int j0 = ijs * kT, len = tab_len[ik];
-        const int rows_j = min(kT, len - j0);
-        const int64_t t0 = chunk0_start + tab_off[ik] + j0;
-        copy_tile(xs(b), kXPitch, sc.x16 + t0 * HP + h * P + p0, HP, rows_j, rows_p);
-        copy_tile(bs(b), kFusedBPitch, sc.B16 + t0 * GN + g * N + n0, GN, rows_j, cols_n);
-        copy_column<float>(w2_s + b * kT, sc.w2 + h * p.T + t0, 1, kT, rows_j);
-        if (++ijs * kT >= len) {
-          ++ik;
-          ijs = 0;
-        }
-      }
-      cp_async_commit();  // empty past the end: the group count stays one per step
-    };
-    for (int b = 0; b < kFusedStages - 1; ++b) issue_next(b);
-
-    int step = 0;  // steps consumed in this pass; stage step % kFusedStages
-    for (int k = 0; k < nb; ++k) {
-      const int len = tab_len[k], n_steps = (len + kT - 1) / kT;
-      const float c2_last = tab_c2[k];
-      float acc[8][4] = {};
-      for (int js = 0; js < n_steps; ++js, ++step) {
-        const int b = step % kFusedStages;
-        cp_async_wait<kFusedStages - 2>();
-        __syncthreads();  // step `step` is in; everyone is done with the stage the next copy overwrites
-        issue_next((step + kFusedStages - 1) % kFusedStages);
-        const float* w2_step = w2_s + b * kT;
-#pragma unroll
-        for (int kk = 0; kk < kT / 16; ++kk) {
-          uint32_t a[4];
-          {
-            const int m = lane >> 3, r = lane & 7;
-            const __nv_bfloat16* row = xs(b) + (16 * kk + 8 * (m >> 1) + r) * kXPitch + 16 * warp + 8 * (m & 1);
-            asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                         : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                         : "r"(smem_addr(row)));
-          }
-          // w_j as ssd_chunk_state_fast_kernel forms it (0 past the chunk, where the copied w2 is zero-filled).
-          float w[4];
-#pragma unroll
-          for (int u = 0; u < 4; ++u) {
-            const int j = 16 * kk + 2 * q + (u & 1) + 8 * (u >> 1);
-            w[u] = js * kT + j < len ? exp2_approx(c2_last + w2_step[j]) : 0.0f;
-          }
-#pragma unroll
-          for (int k2 = 0; k2 < 4; ++k2) {
-            const float lo = __uint_as_float(a[k2] << 16), hi = __uint_as_float(a[k2] & 0xffff0000u);
-            const int u = 2 * (k2 >> 1);
-            a[k2] = pack2<__nv_bfloat16>(lo * w[u], hi * w[u + 1]);
-          }
-#pragma unroll
-          for (int np = 0; np < 4; ++np) {
-            uint32_t b0[2], b1[2];
-            ldmatrix_b_trans(bs(b), kFusedBPitch, 16 * kk, 16 * np, lane, b0, b1);
-            mma_bf16(acc[2 * np], a, b0);
-            mma_bf16(acc[2 * np + 1], a, b1);
-          }
-        }
-      }
-      // The state entering chunk k (its bf16 copy, all the chunk output reads), then the state leaving it.
-      const float decay = exp2f(c2_last);
-      uint16_t* enter16 = sc.states16 + (int64_t(mine.first + k0 + k) * H + h) * PN + p0 * N + n0;
-#pragma unroll
-      for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-        for (int e = 0; e < 4; e += 2) {
-          const int r = 16 * warp + gr + (e >> 1) * 8, c = 8 * nt + 2 * q;  // cols_n is a multiple of 16
-          if (r < rows_p && c < cols_n)
-            *reinterpret_cast<uint32_t*>(enter16 + r * N + c) = pack2<__nv_bfloat16>(st[nt][e], st[nt][e + 1]);
-          st[nt][e] = decay * st[nt][e] + acc[nt][e];
-          st[nt][e + 1] = decay * st[nt][e + 1] + acc[nt][e + 1];
-        }
-    }
-    cp_async_wait<0>();  // nothing in flight into the stages the next pass refills
-  }
-#pragma unroll
-  for (int nt = 0; nt < 8; ++nt)
-#pragma unroll
-    for (int e = 0; e < 4; ++e) {
-      const int r = 16 * warp + gr + (e >> 1) * 8, c = 8 * nt + 2 * q + (e & 1);
-      if (r < rows_p && c < cols_n) store_state(p.state, p.state_bf16, slot_base + (p0 + r) * N + n0 + c, st[nt][e]);
-    }
-}
-
 unsigned cdiv(int64_t a, int64_t b) { return static_cast<unsigned>((a + b - 1) / b); }
 
 }  // namespace
@@ -946,18 +768,6 @@ void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, 
     case 3: launch(ssd_chunk_state_fast_kernel<3>, 2); break;
     default: launch(ssd_chunk_state_fast_kernel<4>, 3); break;
   }
-}
-
-void launch_ssd_state_fused_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
-                                 const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream) {
-  launch_dependent(ssd_decays_fast_kernel, dim3(static_cast<unsigned>(n_chunks), static_cast<unsigned>(p.n_heads)),
-                   dim3(kDecayThreads), stream, p, chunks, scratch);
-  static std::once_flag opt_in;
-  allow_dynamic_smem_once(opt_in, ssd_state_fused_fast_kernel, fused_state_smem_bytes());
-  launch_dependent_smem(ssd_state_fused_fast_kernel,
-                        dim3(static_cast<unsigned>(p.n_seqs), static_cast<unsigned>(p.n_heads),
-                             cdiv(p.head_dim, kT) * cdiv(p.d_state, kT)),
-                        dim3(kThreads), fused_state_smem_bytes(), stream, p, chunks, seq_chunks, scratch);
 }
 
 void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,

@@ -27,10 +27,6 @@ void launch_ssd_chunk_scores_fast(const Mamba2Launch& p, const SsdChunk* chunks,
                                   const SsdScratch& scratch, cudaStream_t stream);
 void launch_ssd_chunk_state_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                  const SsdScratch& scratch, cudaStream_t stream);
-// The chunk state and the state pass in one kernel (after a launch of the decays): the entering states' bf16
-// copy and the final state, the bits of launch_ssd_chunk_state_fast followed by the state pass.
-void launch_ssd_state_fused_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
-                                 const SsdSeqChunks* seq_chunks, const SsdScratch& scratch, cudaStream_t stream);
 void launch_ssd_chunk_output_fast(const Mamba2Launch& p, const SsdChunk* chunks, int64_t n_chunks,
                                   const SsdScratch& scratch, cudaStream_t stream);
 
