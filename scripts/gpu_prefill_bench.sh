@@ -22,16 +22,15 @@ PY
 }
 m27=(--shape mamba2-2.7b)
 case "$rows" in
-  main)
+  main | mamba2)
     run "2.7b 4k f32 fast" "${m27[@]}" -p 4096
     run "2.7b 16k f32 fast" "${m27[@]}" -p 16384
     run "2.7b b32x512 bf16 fast" "${m27[@]}" -b 32 -p 512 --state-dtype bf16
-    run "2.8b 4k f32 fast" --shape mamba-2.8b -p 4096 ;;
-  mamba2)
-    run "2.7b 4k f32 fast" "${m27[@]}" -p 4096
-    run "2.7b 16k f32 fast" "${m27[@]}" -p 16384
-    run "2.7b b32x512 bf16 fast" "${m27[@]}" -b 32 -p 512 --state-dtype bf16
-    run "mamba2-130m 4k fast" --shape mamba2-130m -p 4096 ;;
+    if [ "$rows" = main ]; then
+      run "2.8b 4k f32 fast" --shape mamba-2.8b -p 4096
+    else
+      run "mamba2-130m 4k fast" --shape mamba2-130m -p 4096
+    fi ;;
   pieces)
     for bt in 2048 4096 8192 16384; do run "2.7b 16k f32 fast bt$bt" "${m27[@]}" -p 16384 --batch-tokens $bt; done
     for bt in 2048 4096; do run "2.7b 4k f32 fast bt$bt" "${m27[@]}" -p 4096 --batch-tokens $bt; done ;;
