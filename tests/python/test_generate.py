@@ -3,6 +3,7 @@ sampling is reproducible, streaming pieces concatenate to the text, stop strings
 without changing them, and cancelling or interrupting leaves the engine usable."""
 
 import json
+import signal
 import threading
 import _thread
 import time
@@ -135,8 +136,11 @@ def test_ctrl_c_interrupts_generate_cleanly(model):
     # KeyboardInterrupt (as Ctrl-C raises it) arrives in the main thread during a long generate: it propagates,
     # the request is cancelled, and the next generate works. Python drops a KeyboardInterrupt whose handler runs
     # inside a finalizer ("Exception ignored in ..."; the garbage collector runs them at any allocation), so one
-    # interrupt can be lost (a CI run once saw generate go on): while generate has not returned, another follows
-    # every 5 s, as a user presses Ctrl-C again.
+    # interrupt can be lost: while generate has not returned, another follows every 5 s, as a user presses Ctrl-C
+    # again. interrupt_main() does nothing while SIGINT is ignored, as it is in a process that a non-interactive
+    # shell started in the background (a CI runner's `cmd &`): CI saw generate run all 2^20 tokens (~9 min) and
+    # return. So the test installs Python's handler, as an interactive run has it.
+    previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     returned = threading.Event()
 
     def interrupt():
@@ -154,6 +158,7 @@ def test_ctrl_c_interrupts_generate_cleanly(model):
     finally:
         returned.set()
         interrupter.join()
+        signal.signal(signal.SIGINT, previous_handler)
     assert time.monotonic() - start < 30
     engine = model._default_engine()
     assert engine.stats["running"] == 0 and engine.stats["queued"] == 0
