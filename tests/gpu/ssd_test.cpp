@@ -23,6 +23,8 @@
 #include <cstdio>
 #include <cstring>
 #include <limits>
+#include <memory>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -334,32 +336,51 @@ TEST(CudaMamba2Ssd, FastPromptsGiveYInBf16TheValuesOfF32) {
   EXPECT_EQ(differ, 0);
 }
 
-// mamba2_conv_ssd (the CUDA backend fuses conv1d into the fast SSD: conv1d writes the SSD's bf16 x, B, C) gives the
-// bits of conv1d_silu then mamba2_ssd, for y, the SSD state and the conv state. Multi-token batches take the fused
-// path (its conv output is left unwritten: still NaN, which also shows the path ran); a batch with a single-token
-// sequence keeps the two steps.
-TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheTwoOps) {
+// mamba2_conv_ssd's two paths give the same bits of y, the SSD state and the conv state: the fused one (conv1d
+// writes the SSD's bf16 x, B, C; its f32 conv output is left unwritten, still NaN, which also shows the path ran) and
+// the split one (MAMBACPP_CONV_SSD=split, and any batch with a single-token sequence: conv1d's f32 output, then the
+// SSD's rounding). Both take the fast SSD's silu (conv1d_silu alone takes the exact one, so its bf16 roundings may
+// differ). A bf16 input (fast prompts' in_proj output, mamba2_proj_dtype) in the fused run gives the bits of the same
+// values in f32 in the split run, with its rows starting at an even column and at an odd one.
+TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheSplitPath) {
   MAMBACPP_REQUIRE_GPU();
   struct Case {
     SsdCase cs;
     bool fused;
+    int bf16_in_offset = -1;  // >= 0: the fused run's input in bf16, its rows starting this many columns in
+    uint64_t seed = 61;
   };
-  SsdCase two_groups{4, 64, 128, 2, 128, {300, 2}, {0, 1}, 2, DType::BF16};
-  for (const Case& c : {Case{{4, 64, 128, 1, 256, {600, 257, 3}, {1, 0, 2}, 3}, true}, Case{two_groups, true},
-                        Case{{4, 64, 128, 1, 256, {300, 1, 40}, {2, 0, 1}, 3}, false}}) {
+  const SsdCase two_groups{4, 64, 128, 2, 128, {300, 2}, {0, 1}, 2, DType::BF16};
+  const SsdCase prompts{4, 64, 128, 1, 256, {600, 257, 3}, {1, 0, 2}, 3};
+  const SsdCase with_single{4, 64, 128, 1, 256, {300, 1, 40}, {2, 0, 1}, 3};
+  for (const Case& c : {Case{prompts, true}, Case{two_groups, true}, Case{with_single, false}, Case{prompts, true, 0},
+                        Case{prompts, true, 1}, Case{two_groups, true, 0}, Case{prompts, true, 0, 63},
+                        Case{{4, 64, 128, 1, 64, {4200, 70}, {0, 1}, 2}, true, 1, 64}}) {
     const SsdCase& cs = c.cs;
-    auto be = make_cuda_backend(DType::BF16, Precision::Fast);
-    DeviceArena arena(*be);
-    const SsdInputs in = make_inputs(cs, 61);
-    Rng rng(62);
+    const SsdInputs in = make_inputs(cs, c.seed);
+    Rng rng(c.seed + 1);
     const int64_t W = in.W, K = 4, HP = cs.H * cs.P, GN = cs.G * cs.N;
     const std::vector<float> conv_w = rng.vec(W * K, -0.6f, 0.6f), conv_b = rng.vec(W, -0.3f, 0.3f);
     const std::vector<float> conv_state0 = rng.vec(cs.n_slots * W * (K - 1), -1.5f, 1.5f);
-    BatchLayout batch = make_batch(cs.lens, cs.slots);
-    be->prepare_batch(batch);
+    const bool bf16_in = c.bf16_in_offset >= 0;
+    const std::vector<float> xbc = bf16_in ? rounded(in.xBC, DType::BF16) : in.xBC;
     std::vector<float> y[2], state[2], conv_state[2], conv_out[2];
     for (int fused = 0; fused < 2; ++fused) {
-      TensorView xin = arena.upload(in.xBC, DType::F32, {in.T, W});
+      std::unique_ptr<Backend> be;
+      {
+        const gputest::ScopedEnv setting("MAMBACPP_CONV_SSD", fused ? nullptr : "split");
+        be = make_cuda_backend(DType::BF16, Precision::Fast);
+      }
+      DeviceArena arena(*be);
+      BatchLayout batch = make_batch(cs.lens, cs.slots);
+      be->prepare_batch(batch);
+      TensorView xin = arena.upload(xbc, DType::F32, {in.T, W});
+      if (fused && bf16_in) {
+        const int64_t off = c.bf16_in_offset, width = W + 4;
+        std::vector<float> wide(static_cast<size_t>(in.T * width), 0.0f);
+        for (int64_t t = 0; t < in.T; ++t) std::copy_n(xbc.begin() + t * W, W, wide.begin() + t * width + off);
+        xin = arena.upload(wide, DType::BF16, {in.T, width}).cols(off, W);
+      }
       TensorView cw = arena.upload(conv_w, DType::F32, {W, 1, K}), cb = arena.upload(conv_b, DType::F32, {W});
       TensorView cstate = arena.upload(conv_state0, DType::F32, {cs.n_slots, W, K - 1});
       TensorView out = arena.poisoned({in.T, W});
@@ -367,12 +388,7 @@ TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheTwoOps) {
       a.x = out.cols(0, HP);
       a.B = out.cols(HP, GN);
       a.C = out.cols(HP + GN, GN);
-      if (fused) {
-        be->mamba2_conv_ssd(xin, cw, cb, cstate, out, a, batch);
-      } else {
-        be->conv1d_silu(xin, cw, cb, cstate, batch, out);
-        be->mamba2_ssd(a, batch);
-      }
+      be->mamba2_conv_ssd(xin, cw, cb, cstate, out, a, batch);
       y[fused] = arena.download(a.y);
       state[fused] = arena.download(a.state);
       conv_state[fused] = arena.download(cstate);
@@ -381,13 +397,18 @@ TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheTwoOps) {
     auto same_bits = [](const std::vector<float>& u, const std::vector<float>& v) {
       return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;
     };
-    EXPECT_TRUE(std::none_of(y[0].begin(), y[0].end(), [](float v) { return std::isnan(v); }));
-    EXPECT_TRUE(same_bits(y[0], y[1])) << "lens " << cs.lens.size();
-    EXPECT_TRUE(same_bits(state[0], state[1]));
-    EXPECT_TRUE(same_bits(conv_state[0], conv_state[1]));
+    const std::string where = "lens " + std::to_string(cs.lens.size()) + " from " + std::to_string(cs.lens[0]) +
+                              ", bf16 input at " + std::to_string(c.bf16_in_offset) + ", seed " +
+                              std::to_string(c.seed);
+    EXPECT_TRUE(std::none_of(y[0].begin(), y[0].end(), [](float v) { return std::isnan(v); })) << where;
+    EXPECT_TRUE(same_bits(y[0], y[1])) << where;
+    EXPECT_TRUE(same_bits(state[0], state[1])) << where;
+    EXPECT_TRUE(same_bits(conv_state[0], conv_state[1])) << where;
     const bool out_written =
         std::none_of(conv_out[1].begin(), conv_out[1].end(), [](float v) { return std::isnan(v); });
-    EXPECT_EQ(out_written, !c.fused) << "the fused path leaves the f32 conv output unwritten";
+    EXPECT_EQ(out_written, !c.fused) << "the fused path leaves the f32 conv output unwritten; " << where;
+    EXPECT_TRUE(std::none_of(conv_out[0].begin(), conv_out[0].end(), [](float v) { return std::isnan(v); }))
+        << "the split path writes the f32 conv output; " << where;
   }
 }
 

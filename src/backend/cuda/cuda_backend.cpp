@@ -80,6 +80,9 @@ class CudaBackend final : public Backend {
     // Fast precision holds Mamba-2's in_proj output [z | xBC | dt] at bf16 precision on prompt rows, written in bf16
     // where a batch is all prompts (mamba2_proj_dtype). MAMBACPP_PROJ_OUT=f32 keeps every row in f32, unrounded.
     if (const char* env = std::getenv("MAMBACPP_PROJ_OUT")) prompt_proj_bf16_ = std::string(env) != "f32";
+    // mamba2_conv_ssd fuses conv1d into the fast SSD where it can. MAMBACPP_CONV_SSD=split runs its other path (f32
+    // conv output, then the SSD's rounding): the same bits, which the tests compare.
+    if (const char* env = std::getenv("MAMBACPP_CONV_SSD")) conv_ssd_fused_ = std::string(env) != "split";
     // scripts/gpu_prefill_profile.sh: MAMBACPP_PROFILE_AFTER_SSD=N opens the profiler's window (ncu
     // --profile-from-start off) at the N-th multi-token SSD or Mamba-1 scan call, past the load and the first
     // layer's plan probes.
@@ -89,7 +92,8 @@ class CudaBackend final : public Backend {
                    (fast_ && decode_gemm_fused_ ? ", fused decode linears" : "") +
                    (fast_ && !ssd_output_by_chunk_ ? ", SSD output by tile" : "") +
                    (!mamba1_chunked_ ? ", sequential Mamba-1 scan" : "") +
-                   (fast_ && !prompt_proj_bf16_ ? ", f32 in_proj output" : "") + ")";
+                   (fast_ && !prompt_proj_bf16_ ? ", f32 in_proj output" : "") +
+                   (fast_ && !conv_ssd_fused_ ? ", conv1d and SSD split" : "") + ")";
   }
 
   ~CudaBackend() override {
@@ -595,8 +599,8 @@ class CudaBackend final : public Backend {
                                ssd.C.data == conv_out.ptr<float>() + HP + GN && c.C == HP + 2 * GN;
     // The fast SSD rounds x, B and C to bf16 whether conv1d writes them so or not: the same silu either way.
     c.fast_silu = p && ssd_fast_path(*p) && x_B_C_of_conv;
-    const bool fuse = p && p->fast && !p->has_single_seqs && ssd_fast_path(*p) && x_B_C_of_conv &&
-                      conv1d_bf16_outputs_supported(c);
+    const bool fuse = conv_ssd_fused_ && p && p->fast && !p->has_single_seqs && ssd_fast_path(*p) &&
+                      x_B_C_of_conv && conv1d_bf16_outputs_supported(c);
     if (!fuse) {
       launch_conv1d_silu(c, stream());
       if (p) run_mamba2(*p, batch, nullptr);
@@ -1249,6 +1253,7 @@ class CudaBackend final : public Backend {
   bool ssd_output_by_chunk_ = true;  // false: MAMBACPP_SSD_OUTPUT=tile
   bool mamba1_chunked_ = true;       // false: MAMBACPP_MAMBA1_SCAN=sequential
   bool prompt_proj_bf16_ = true;     // false: MAMBACPP_PROJ_OUT=f32
+  bool conv_ssd_fused_ = true;       // false: MAMBACPP_CONV_SSD=split
   int64_t profile_after_ssd_ = 0;  // > 0: multi-token SSD / Mamba-1 scan calls left before cudaProfilerStart
   std::string description_;
   cudaStream_t stream_ = nullptr;
