@@ -76,12 +76,22 @@ class Engine:
         max_tokens = _checks.integer(max_tokens, "max_tokens", 0, 2**31 - 1)
         if on_event is not None and not callable(on_event):
             raise InvalidArgumentError(f"on_event: expected a callable, found {type(on_event).__name__}")
-        with self._handlers_lock:  # held across submit: the request's first event finds its handler
-            rid = self._native.submit(ids, max_tokens, sampling, stop_ids, stops, bool(ignore_eos), logprobs,
-                                      "" if save_state is None else os.fspath(save_state), on_event is not None)
-            if on_event is not None:
-                self._handlers[rid] = on_event
-        return rid
+        # Nobody else holds the id until submit returns, so an exception after the engine took the request (Ctrl-C
+        # is raised as soon as a C call returns) cancels it here: the native submit puts the id in `submitted`
+        # before it returns, so that even one raised at its return finds it.
+        submitted, registered = [], False
+        try:
+            with self._handlers_lock:  # held across submit: the request's first event finds its handler
+                self._native.submit(ids, max_tokens, sampling, stop_ids, stops, bool(ignore_eos), logprobs,
+                                    "" if save_state is None else os.fspath(save_state), on_event is not None,
+                                    submitted)
+                if on_event is not None:
+                    self._handlers[submitted[0]] = on_event
+                    registered = True  # no signal is handled between these two lines
+            return submitted[0]
+        except BaseException:
+            self._forget(submitted, registered)
+            raise
 
     def cancel(self, request_id):
         """Cancels a queued or running request: its last event (reason "cancelled") comes at the next step.
@@ -187,6 +197,16 @@ class Engine:
                 if r is not None:
                     results[i] = r
 
+    def _forget(self, ids, registered):
+        """Cancels `ids` without stepping (submit runs on any thread) and drops their last events, at a later step.
+        `registered`: they had handlers, so a missing one has had its last event already."""
+        for i in ids:  # first: should a second Ctrl-C cut this short, the request has stopped
+            self._native.cancel(i)
+        with self._handlers_lock:
+            for i in ids:
+                if self._results.pop(i, None) is None and (i in self._handlers or not registered):
+                    self._handlers[i] = _ignore
+
     def _abandon(self, ids):
         """Cancels `ids` and steps until each has sent its last event, so that their slots are free again."""
         with self._handlers_lock:
@@ -204,14 +224,19 @@ class Engine:
             self.pop_result(i)
 
 
+def _ignore(event):
+    pass
+
+
 class TextStream:
     """The text of one request as it is generated (``Engine.stream``, ``Model.generate(stream=True)``)."""
 
     def __init__(self, engine, prompt, request):
         self._engine = engine
         self._events = collections.deque()
-        self.id = engine.submit(prompt, on_event=self._events.append, **request)
         self.result = None  # the GenerateResult, once finished
+        self._done = True   # until submit has returned: if it raises, it has cancelled the request itself
+        self.id = engine.submit(prompt, on_event=self._events.append, **request)
         self._done = False
 
     def __iter__(self):

@@ -124,11 +124,13 @@ void bind_engine(py::module_& m) {
            py::arg("model"), py::arg("tokenizer"), py::arg("max_seqs"), py::arg("max_queue"), py::arg("batch_tokens"),
            py::arg("max_prompt"), py::arg("max_new_tokens"), py::arg("state_cache_mb"),
            py::arg("state_checkpoint_interval"), py::arg("state_dtype"), py::arg("device_sampling"))
-      // stream: every event is queued (tokens and text); otherwise only the finished one.
+      // stream: every event is queued (tokens and text); otherwise only the finished one. The id is appended to
+      // `submitted` before this returns, so that Python holds it even when Ctrl-C is raised as the call returns
+      // (CPython checks for signals then): Engine.submit cancels it.
       .def("submit",
            [](PyEngine& e, std::vector<int32_t> prompt, int max_new_tokens, const SamplingParams& sampling,
               std::vector<int32_t> stop_tokens, std::vector<std::string> stop_strings, bool ignore_eos, int logprobs,
-              const std::string& save_state, bool stream) {
+              const std::string& save_state, bool stream, py::list submitted) {
              GenerateRequest r;
              r.prompt = std::move(prompt);
              r.max_new_tokens = max_new_tokens;
@@ -150,11 +152,17 @@ void bind_engine(py::module_& m) {
                if (ev.result) out.result = *ev.result;
                self->push(std::move(out));
              };
-             return input_errors([&] { return e.engine->submit(std::move(r)); });
+             const RequestId id = input_errors([&] { return e.engine->submit(std::move(r)); });
+             try {
+               submitted.append(id);
+             } catch (...) {  // (out of memory) nobody could cancel it otherwise
+               e.engine->cancel(id);
+               throw;
+             }
            },
            py::arg("prompt"), py::arg("max_new_tokens"), py::arg("sampling"), py::arg("stop_tokens"),
            py::arg("stop_strings"), py::arg("ignore_eos"), py::arg("logprobs"), py::arg("save_state"),
-           py::arg("stream"))
+           py::arg("stream"), py::arg("submitted"))
       .def("cancel", [](PyEngine& e, RequestId id) { return input_errors([&] { return e.engine->cancel(id); }); },
            py::arg("id"))
       .def("step", [](PyEngine& e) { return e.engine->step(); }, py::call_guard<py::gil_scoped_release>())

@@ -138,8 +138,8 @@ def test_ctrl_c_interrupts_generate_cleanly(model):
     # inside a finalizer ("Exception ignored in ..."; the garbage collector runs them at any allocation), so one
     # interrupt can be lost: while generate has not returned, another follows every 5 s, as a user presses Ctrl-C
     # again. interrupt_main() does nothing while SIGINT is ignored, as it is in a process that a non-interactive
-    # shell started in the background (a CI runner's `cmd &`): CI saw generate run all 2^20 tokens (~9 min) and
-    # return. So the test installs Python's handler, as an interactive run has it.
+    # shell started in the background (`.ci/run &`): such a run saw generate go through all 2^20 tokens (~9 min)
+    # and return. So the test installs Python's handler, as an interactive run has it.
     previous_handler = signal.signal(signal.SIGINT, signal.default_int_handler)
     returned = threading.Event()
 
@@ -223,3 +223,68 @@ def test_a_raising_handler_loses_no_other_event(model):
     r = engine.pop_result(other)  # finished in the same step, after the failing handler ran
     assert r is not None and len(r.tokens) == 3
     assert not engine.step()
+
+
+class InterruptedSubmit:
+    """An engine's native half whose submit raises KeyboardInterrupt as it returns, after the engine took the
+    request: Ctrl-C can land there (CPython checks for signals after a C call), before Python holds the id."""
+
+    def __init__(self, native):
+        self.native = native
+
+    def __getattr__(self, name):
+        return getattr(self.native, name)
+
+    def submit(self, *args, **kwargs):
+        self.native.submit(*args, **kwargs)
+        raise KeyboardInterrupt
+
+
+class InterruptedRelease:
+    """A lock whose next release is followed by KeyboardInterrupt (the end of submit's `with`)."""
+
+    def __init__(self, lock):
+        self.lock, self.armed = lock, True
+
+    def __enter__(self):
+        return self.lock.__enter__()
+
+    def __exit__(self, *exc):
+        self.lock.__exit__(*exc)
+        if self.armed:
+            self.armed = False
+            raise KeyboardInterrupt
+
+
+@pytest.mark.filterwarnings("error::pytest.PytestUnraisableExceptionWarning")  # e.g. from TextStream.__del__
+def test_ctrl_c_inside_submit_cancels_the_request(model):
+    # Nobody else holds the id of a request whose submit raised: submit must cancel it, or it runs on (up to
+    # max_tokens) in the engine, and in the model's default engine under every later generate.
+    engine = mambacpp.Engine(model, state_cache_mb=0)
+    default = model._default_engine()
+    events = []
+    request = dict(max_tokens=500, ignore_eos=True)
+    cases = [
+        (engine, "_native", lambda: engine.submit(PROMPT, **request)),
+        (engine, "_native", lambda: engine.submit(PROMPT, on_event=events.append, **request)),
+        (engine, "_native", lambda: engine.run([PROMPT, PROMPT], **request)),
+        (default, "_native", lambda: model.generate(PROMPT, stream=True, **request)),
+        (default, "_native", lambda: model.generate(PROMPT, **request)),
+        (engine, "_handlers_lock", lambda: engine.submit(PROMPT, **request)),
+        (engine, "_handlers_lock", lambda: engine.submit(PROMPT, on_event=events.append, **request)),
+    ]
+    for e, name, call in cases:
+        real = getattr(e, name)
+        setattr(e, name, (InterruptedSubmit if name == "_native" else InterruptedRelease)(real))
+        try:
+            with pytest.raises(KeyboardInterrupt):
+                call()
+        finally:
+            setattr(e, name, real)
+        for _ in range(3):
+            e.step()
+        assert e.stats["running"] == 0 and e.stats["queued"] == 0
+        assert not e._handlers and not e._results
+    assert not events  # a request whose submit raised calls no handler
+    assert engine.run([PROMPT], max_tokens=8, temperature=0)[0].text == \
+        model.generate(PROMPT, max_tokens=8, temperature=0) == model.generate(PROMPT, max_tokens=8, temperature=0)
