@@ -110,6 +110,30 @@ int main() {
     std::sort(ms.begin(), ms.end());
     printf("%-50s median %7.1f us (min %.1f)\n", v.name, ms[ms.size() / 2], ms[0]);
   }
+  // The window kernel at one and two channels per thread on q20's input, launched directly.
+  for (int round = 0; round < 2; ++round)
+  for (int vec : {1, 2}) {
+    Conv1dLaunch p;
+    p.x16 = b16in + 5120; p.x.stride = 10576;
+    p.w = DevWeight{w, DType::F32}; p.bias = DevWeight{bias, DType::F32};
+    p.state = state; p.T = T; p.C = C; p.K = K; p.seqs = seqs; p.token_seq = tseq; p.n_seqs = 1;
+    p.out16[0] = o16; p.out16[1] = o16 + T * HP; p.out16[2] = o16 + T * (HP + GN);
+    p.split[0] = HP; p.split[1] = HP + GN; p.fast_silu = true;
+    const dim3 grid(unsigned((C + vec * kWinThreads - 1) / (vec * kWinThreads)), unsigned((T + kWinTokens - 1) / kWinTokens));
+    std::vector<float> ms;
+    for (int r = 0; r < 22; ++r) {
+      cudaEventRecord(e0, st);
+      if (vec == 1) conv_out_window_kernel<true, true, 1><<<grid, kWinThreads, 0, st>>>(p);
+      else conv_out_window_kernel<true, true, 2><<<grid, kWinThreads, 0, st>>>(p);
+      cudaEventRecord(e1, st);
+      CK(cudaEventSynchronize(e1));
+      float m; cudaEventElapsedTime(&m, e0, e1);
+      if (r) ms.push_back(m * 1000);
+    }
+    std::sort(ms.begin(), ms.end());
+    printf("window kernel, %d channel(s) per thread (q20 input)      median %7.1f us (min %.1f) %s\n", vec,
+           ms[ms.size() / 2], ms[0], cudaGetErrorString(cudaGetLastError()));
+  }
   // The simpler kernels on q20's input (bf16, stride 10576, columns from 5120) and a padded stride.
   for (int round = 0; round < 2; ++round)
   for (int64_t stride : {10576, 10624}) {

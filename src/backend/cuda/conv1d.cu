@@ -52,30 +52,63 @@ __global__ void conv_out_kernel(Conv1dLaunch p) {
 
 constexpr int kWinMaxK = 4;
 constexpr int kWinTokens = 16;
+constexpr int kWinRows = kWinTokens + kWinMaxK - 1;  // the input rows a window block reads
+constexpr int kWinThreads = 128;  // 5,376 and 1,792 channels (2.7b, 130m) fill whole blocks at one or two per thread
 
-// Where channel c's outputs go: f32 `out`, or (B16: out16 set) its bf16 tensor.
-template <bool B16>
+// VEC adjacent channels of one row as one access: Half, bf16 bits; else f32.
+template <bool Half, int VEC>
+using Lanes = std::conditional_t<Half, std::conditional_t<VEC == 2, uint32_t, uint16_t>,
+                                 std::conditional_t<VEC == 2, float2, float>>;
+
+template <bool Half, int VEC>
+__device__ __forceinline__ void unpack_lanes(const Lanes<Half, VEC>& raw, float (&v)[VEC]) {
+  if constexpr (Half && VEC == 2) {
+    v[0] = __uint_as_float(raw << 16);  // the lower address: the first channel
+    v[1] = __uint_as_float(raw & 0xffff0000u);
+  } else if constexpr (Half) {
+    v[0] = __uint_as_float(uint32_t(raw) << 16);
+  } else if constexpr (VEC == 2) {
+    v[0] = raw.x;
+    v[1] = raw.y;
+  } else {
+    v[0] = raw;
+  }
+}
+
+template <bool Half, int VEC>
+__device__ __forceinline__ Lanes<Half, VEC> pack_lanes(const float (&v)[VEC]) {
+  if constexpr (Half && VEC == 2) {
+    const __nv_bfloat162 b = __floats2bfloat162_rn(v[0], v[1]);  // .x at the lower address
+    return *reinterpret_cast<const uint32_t*>(&b);
+  } else if constexpr (Half) {
+    return __bfloat16_as_ushort(__float2bfloat16_rn(v[0]));
+  } else if constexpr (VEC == 2) {
+    return make_float2(v[0], v[1]);
+  } else {
+    return v[0];
+  }
+}
+
+// Where channels [c, c + VEC) go: f32 `out`, or (B16: out16 set) the bf16 tensor of their part (conv_window_vec
+// keeps a channel pair inside one part).
+template <bool B16, int VEC>
 struct ConvSink {
-  float* f32 = nullptr;
-  uint16_t* b16 = nullptr;
-  int64_t stride = 0;
+  char* row0 = nullptr;  // channel c of row 0
+  int64_t row_bytes = 0;
   __device__ ConvSink(const Conv1dLaunch& p, int64_t c) {
     if constexpr (!B16) {
-      f32 = p.out.data + c;
-      stride = p.out.stride;
+      row0 = reinterpret_cast<char*>(p.out.data + c);
+      row_bytes = p.out.stride * 4;
     } else {
       const int part = c < p.split[0] ? 0 : c < p.split[1] ? 1 : 2;
       const int64_t begin = part == 0 ? 0 : p.split[part - 1];
       const int64_t end = part == 2 ? p.C : p.split[part];
-      b16 = p.out16[part] + (c - begin);
-      stride = end - begin;
+      row0 = reinterpret_cast<char*>(p.out16[part] + (c - begin));
+      row_bytes = (end - begin) * 2;
     }
   }
-  __device__ void store(int64_t t, float v) const {
-    if constexpr (B16)
-      b16[t * stride] = __bfloat16_as_ushort(__float2bfloat16_rn(v));
-    else
-      f32[t * stride] = v;
+  __device__ void store(int64_t t, const float (&v)[VEC]) const {
+    *reinterpret_cast<Lanes<B16, VEC>*>(row0 + t * row_bytes) = pack_lanes<B16, VEC>(v);
   }
 };
 
@@ -83,68 +116,105 @@ struct ConvSink {
 // silu_f's exact exp and IEEE division are ~13 more instructions per output in a kernel that ncu found issue-bound.
 __device__ __forceinline__ float silu_approx(float v) { return __fdividef(v, 1.0f + __expf(-v)); }
 
-// grid (ceil(C / kThreads), ceil(T / kWinTokens)). X16: the input in bf16 (Conv1dLaunch::x16).
-template <bool B16, bool X16>
-__global__ void __launch_bounds__(kThreads) conv_out_window_kernel(Conv1dLaunch p) {
-  enter_dependent();
-  const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
-  const int64_t t0 = int64_t(blockIdx.y) * kWinTokens;
-  if (c >= p.C) return;
+template <int VEC>
+__device__ __forceinline__ void conv_weights(const Conv1dLaunch& p, int64_t c, float (&w)[VEC][kWinMaxK],
+                                             float (&b)[VEC]) {
+  const int K = static_cast<int>(p.K);
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) {
+#pragma unroll
+    for (int k = 0; k < kWinMaxK; ++k) w[j][k] = k < K ? load_f(p.w.data, p.w.dtype, (c + j) * K + k) : 0.0f;
+    b[j] = p.bias.data ? load_f(p.bias.data, p.bias.dtype, c + j) : 0.0f;
+  }
+}
+
+// A block whose n tokens [t0, t0 + n) all lie in one sequence, past its first K-1 positions (every block of a long
+// prompt but the first): the inputs need no lookups and no state. Each input row is read once, into a sliding
+// window of registers.
+template <bool B16, bool X16, int VEC, bool Approx>
+__device__ __forceinline__ void conv_window_interior(const Conv1dLaunch& p, int64_t c, int64_t t0, int n) {
   const int K = static_cast<int>(p.K), S = K - 1;
-  float w[kWinMaxK];
+  float w[VEC][kWinMaxK], b[VEC];
+  conv_weights<VEC>(p, c, w, b);
+  const int64_t row_bytes = p.x.stride * (X16 ? 2 : 4);
+  const char* row = X16 ? reinterpret_cast<const char*>(p.x16 + (t0 - S) * p.x.stride + c)
+                        : reinterpret_cast<const char*>(p.x.data + (t0 - S) * p.x.stride + c);
+  float xw[kWinRows][VEC];  // xw[u] = x[t0 - S + u]
 #pragma unroll
-  for (int k = 0; k < kWinMaxK; ++k) w[k] = k < K ? load_f(p.w.data, p.w.dtype, c * K + k) : 0.0f;
-  const float b = p.bias.data ? load_f(p.bias.data, p.bias.dtype, c) : 0.0f;
-  const ConvSink<B16> sink(p, c);
-  // xw[u] = x[t0 - S + u]: the window of inputs the block's tokens read (rows outside [0, T) never used).
-  float xw[kWinTokens + kWinMaxK - 1];
+  for (int u = 0; u < kWinRows; ++u) {
+    if (u < n + S) {
+      unpack_lanes<X16, VEC>(*reinterpret_cast<const Lanes<X16, VEC>*>(row + u * row_bytes), xw[u]);
+    } else {
 #pragma unroll
-  for (int u = 0; u < kWinTokens + kWinMaxK - 1; ++u) {
-    const int64_t t = t0 - S + u;
-    xw[u] = u < kWinTokens + S && t >= 0 && t < p.T ? conv_x<X16>(p, t, c) : 0.0f;
+      for (int j = 0; j < VEC; ++j) xw[u][j] = 0.0f;
+    }
   }
-  // The block's tokens all inside one sequence and past its first S positions (every block of a long prompt but
-  // the first): no per-token lookups, which were a chain of two dependent loads per token.
-  const int64_t t_last = min(t0 + kWinTokens, p.T) - 1;
-  const int32_t s_first = p.token_seq[t0], s_last = p.token_seq[t_last];
-  if (s_first >= 0 && s_first == s_last && t0 - p.seqs[s_first].start >= S) {  // block-uniform
-    auto outputs = [&](auto approx) {
-#pragma unroll
-      for (int v = 0; v < kWinTokens; ++v) {
-        if (t0 + v > t_last) break;
-        float acc = b;
-#pragma unroll
-        for (int k = 0; k < kWinMaxK; ++k)
-          if (k < K) acc += w[k] * xw[v + k];
-        sink.store(t0 + v, decltype(approx)::value ? silu_approx(acc) : silu_f(acc));
-      }
-    };
-    if (p.fast_silu && p.seqs[s_first].len > 1)
-      outputs(std::true_type{});
-    else
-      outputs(std::false_type{});
-    return;
-  }
+  const ConvSink<B16, VEC> sink(p, c);
 #pragma unroll
   for (int v = 0; v < kWinTokens; ++v) {
+    if (v >= n) break;
+    float out[VEC];
+#pragma unroll
+    for (int j = 0; j < VEC; ++j) {
+      float acc = b[j];
+#pragma unroll
+      for (int k = 0; k < kWinMaxK; ++k)
+        if (k < K) acc += w[j][k] * xw[v + k][j];
+      out[j] = Approx ? silu_approx(acc) : silu_f(acc);
+    }
+    sink.store(t0 + v, out);
+  }
+}
+
+// Any other block (sequence starts inside it or within K-1 rows before it, padding rows): each token looks up its
+// sequence and reads the slot's state for positions before the sequence start. The same arithmetic, in the same
+// order, as the interior blocks.
+template <bool B16, bool X16>
+__device__ void conv_window_edge(const Conv1dLaunch& p, int64_t c, int64_t t0, int n) {
+  const int K = static_cast<int>(p.K), S = K - 1;
+  float w[1][kWinMaxK], b[1];
+  conv_weights<1>(p, c, w, b);
+  const ConvSink<B16, 1> sink(p, c);
+  for (int v = 0; v < n; ++v) {
     const int64_t t = t0 + v;
-    if (t >= p.T) break;
     const int32_t s = p.token_seq[t];
     if (s < 0) continue;
     const SeqSpan seq = p.seqs[s];
     const int64_t rel = t - seq.start;  // position inside the sequence
-    float acc = b;
+    float acc = b[0];
 #pragma unroll
     for (int k = 0; k < kWinMaxK; ++k) {
       if (k < K) {
         const int64_t pos = rel - S + k;  // input row t - S + k, or the state before the sequence starts
-        const float val = pos >= 0 ? xw[v + k]
+        const float val = pos >= 0 ? conv_x<X16>(p, t - S + k, c)
                                    : load_state(p.state, p.state_bf16, (seq.slot * p.C + c) * S + S + pos);
-        acc += w[k] * val;
+        acc += w[0][k] * val;
       }
     }
-    sink.store(t, p.fast_silu && seq.len > 1 ? silu_approx(acc) : silu_f(acc));
+    const float out[1] = {p.fast_silu && seq.len > 1 ? silu_approx(acc) : silu_f(acc)};
+    sink.store(t, out);
   }
+}
+
+// grid (ceil(C / (VEC * kWinThreads)), ceil(T / kWinTokens)): VEC channels (conv_window_vec) by kWinTokens tokens
+// per thread. X16: the input in bf16 (Conv1dLaunch::x16).
+template <bool B16, bool X16, int VEC>
+__global__ void __launch_bounds__(kWinThreads) conv_out_window_kernel(Conv1dLaunch p) {
+  enter_dependent();
+  const int64_t c = (blockIdx.x * int64_t(kWinThreads) + threadIdx.x) * VEC;
+  if (c >= p.C) return;
+  const int64_t t0 = int64_t(blockIdx.y) * kWinTokens;
+  const int n = static_cast<int>(min(int64_t(kWinTokens), p.T - t0));
+  const int32_t s_first = p.token_seq[t0], s_last = p.token_seq[t0 + n - 1];
+  if (s_first >= 0 && s_first == s_last && t0 - p.seqs[s_first].start >= p.K - 1) {  // block-uniform
+    if (p.fast_silu && p.seqs[s_first].len > 1)
+      conv_window_interior<B16, X16, VEC, true>(p, c, t0, n);
+    else
+      conv_window_interior<B16, X16, VEC, false>(p, c, t0, n);
+    return;
+  }
+#pragma unroll
+  for (int j = 0; j < VEC; ++j) conv_window_edge<B16, X16>(p, c + j, t0, n);
 }
 
 // Decode (every sequence one token, K <= kWinMaxK): a thread per (sequence, channel) reads the K-1 state entries
@@ -198,6 +268,24 @@ unsigned blocks_for(int64_t n) {
   return static_cast<unsigned>(b < 1 ? 1 : (b > (1 << 20) ? (1 << 20) : b));
 }
 
+// Two channels per thread (one 4- or 8-byte access per row instead of two) where every row keeps channel pairs
+// aligned: an even channel count, even row strides, aligned bases and, for the bf16 outputs, even split points.
+int conv_window_vec(const Conv1dLaunch& p) {
+  auto aligned = [](const void* ptr, int64_t stride, int elem_bytes) {
+    return reinterpret_cast<uintptr_t>(ptr) % (2 * elem_bytes) == 0 && stride % 2 == 0;
+  };
+  if (p.C % 2 != 0) return 1;
+  if (!(p.x16 ? aligned(p.x16, p.x.stride, 2) : aligned(p.x.data, p.x.stride, 4))) return 1;
+  if (p.out16[0]) {
+    if (p.split[0] % 2 != 0 || p.split[1] % 2 != 0) return 1;
+    for (const uint16_t* o : p.out16)
+      if (!aligned(o, 0, 2)) return 1;
+  } else if (!aligned(p.out.data, p.out.stride, 4)) {
+    return 1;
+  }
+  return 2;
+}
+
 }  // namespace
 
 bool conv1d_bf16_outputs_supported(const Conv1dLaunch& p) {
@@ -216,11 +304,18 @@ void launch_conv1d_silu(const Conv1dLaunch& p, cudaStream_t stream) {
     return;
   }
   if (p.K <= kWinMaxK && (p.T + kWinTokens - 1) / kWinTokens <= 65535) {
-    launch_dependent(p.out16[0] ? (p.x16 ? conv_out_window_kernel<true, true> : conv_out_window_kernel<true, false>)
-                                : (p.x16 ? conv_out_window_kernel<false, true> : conv_out_window_kernel<false, false>),
-                     dim3(static_cast<unsigned>((p.C + kThreads - 1) / kThreads),
+    const bool b16 = p.out16[0] != nullptr, x16 = p.x16 != nullptr;
+    const int vec = conv_window_vec(p);
+    void (*kernel)(Conv1dLaunch) =
+        vec == 2 ? (b16 ? (x16 ? conv_out_window_kernel<true, true, 2> : conv_out_window_kernel<true, false, 2>)
+                        : (x16 ? conv_out_window_kernel<false, true, 2> : conv_out_window_kernel<false, false, 2>))
+                 : (b16 ? (x16 ? conv_out_window_kernel<true, true, 1> : conv_out_window_kernel<true, false, 1>)
+                        : (x16 ? conv_out_window_kernel<false, true, 1> : conv_out_window_kernel<false, false, 1>));
+    const int64_t per_block = int64_t(vec) * kWinThreads;
+    launch_dependent(kernel,
+                     dim3(static_cast<unsigned>((p.C + per_block - 1) / per_block),
                           static_cast<unsigned>((p.T + kWinTokens - 1) / kWinTokens)),
-                     dim3(kThreads), stream, p);
+                     dim3(kWinThreads), stream, p);
   } else {
     launch_dependent(conv_out_kernel, dim3(blocks_for(p.T * p.C)), dim3(kThreads), stream, p);
   }
