@@ -601,9 +601,11 @@ size_t fast_state_smem_bytes(int64_t N, int64_t chunk_size) {
   return 2 * stage + static_cast<size_t>((chunk_size + kT - 1) / kT * kT) * sizeof(float);
 }
 
-// Registers held to ~80 per thread, so that 24 warps fit a multiprocessor (they would take ~98, leaving 16).
+// Registers held to 64 per thread (no spills), so that 32 warps fit a multiprocessor at d_state 128 (four blocks of
+// 256; they would take ~98): 99.8 against 103.6 us per 8,192-token mamba2-2.7b layer-piece with 24 warps at 80
+// registers. The block is latency-bound by its number of warps: four copy stages (two blocks of 107 KB) took 136.
 template <int NT>
-__global__ void __launch_bounds__(kThreads * NT, 6 / NT)
+__global__ void __launch_bounds__(kThreads * NT, 8 / NT)
     ssd_chunk_state_fast_kernel(Mamba2Launch p, const SsdChunk* chunks, SsdScratch sc) {
   constexpr int kBlock = kThreads * NT;
   constexpr int kBPitch = NT * kT + 8;
