@@ -4,10 +4,12 @@
 // Two launches: (1) the outputs, fully parallel over the packed batch, reading the old state; (2) one thread per
 // (sequence, channel) writing the new state (the last K-1 inputs of old state ++ sequence). Splitting them keeps (1)
 // free of any read-after-write hazard on the state.
-// (1) for K <= kWinMaxK (every released model has K = 4): a thread per (channel, kWinTokens consecutive tokens)
-// keeps the inputs in a sliding window of registers, so each input is read once (not K times) and no 64-bit
-// division is needed per element (146 us -> see docs/benchmarks.md, mamba2-2.7b, 2048 x 5376). Larger K: one
-// thread per (token, channel).
+// (1) for K <= kWinMaxK (every released model has K = 4): a thread per (one or two channels, kWinTokens consecutive
+// tokens) keeps the inputs in a sliding window of registers, so each input is read once (not K times) and no 64-bit
+// division is needed per element. The kernel waits on memory latency, so its speed is the bytes it keeps in flight
+// per multiprocessor: few registers (blocks inside one sequence take a path with no lookups and no state) and
+// two channels per load where the rows allow (docs/benchmarks.md, q22 and q23). Larger K: one thread per (token,
+// channel).
 #include <type_traits>
 
 #include "backend/cuda/cuda_check.h"
