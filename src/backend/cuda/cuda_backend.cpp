@@ -1167,7 +1167,7 @@ class CudaBackend final : public Backend {
         const int64_t len = std::min(chunk_size, sp.len - off);
         need(score_tiles <= INT32_MAX, "mamba2_ssd: too many chunks for one call");
         chunks.push_back({sp.start + off, static_cast<int32_t>(len), static_cast<int32_t>(s),
-                          static_cast<int32_t>(score_tiles)});
+                          static_cast<int32_t>(score_tiles), sp.len == 1 ? 1 : 0});
         if (sp.len > 1) score_tiles += ssd_score_tiles(len);  // single tokens take the step kernel
       }
       per_seq[s].count = static_cast<int32_t>(chunks.size()) - per_seq[s].first;

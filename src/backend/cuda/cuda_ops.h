@@ -151,6 +151,9 @@ struct SsdChunk {
   // Fast precision: the chunk's first tile in SsdScratch::scores (its ssd_score_tiles(len) tiles follow; one set per
   // group).
   int32_t score_tile = 0;
+  // 1: the chunk's sequence is a single token, which takes the step kernel (the chunk kernels skip it without a
+  // dependent load of the sequence table).
+  int32_t single_token = 0;
 };
 // The fast chunk kernels' tile (mamba2_ssd_fast.cu): 64 rows i, sources j, columns p.
 inline constexpr int kSsdFastTile = 64;

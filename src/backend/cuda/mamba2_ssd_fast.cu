@@ -66,29 +66,31 @@ __device__ __forceinline__ void ldmatrix_b_trans(const __nv_bfloat16* tile, int 
                : "r"(smem_addr(row)));
 }
 
-// A fragment of rows [r0, r0 + 16), columns [k0, k0 + 16) of a row-major bf16 tile; B fragment of columns n
-// [n0, n0 + 8), k [k0, k0 + 16) of a tile stored [n][k] (layouts: mma_bf16x3.cuh; pitch N + 8 keeps them
-// conflict-free).
-__device__ __forceinline__ void load_a16(const __nv_bfloat16* t, int pitch, int r0, int k0, int lane,
-                                         uint32_t (&a)[4]) {
-  const int g = lane >> 2, q = lane & 3;
-  const int o0 = (r0 + g) * pitch + k0 + 2 * q, o1 = o0 + 8 * pitch;
-  a[0] = ld32(t + o0);
-  a[1] = ld32(t + o1);
-  a[2] = ld32(t + o0 + 8);
-  a[3] = ld32(t + o1 + 8);
+// The A fragment of rows [r0, r0 + 16), columns [k0, k0 + 16) of a row-major bf16 tile, and the B fragments of the
+// neighbouring 8-column tiles n0.. and n0 + 8.. over k [k0, k0 + 16) of a tile stored [n][k], each by one matrix load
+// (four 8 x 8 matrices: lanes 8 m .. 8 m + 7 give matrix m's row addresses). Four 4-byte loads per fragment took
+// four times the instructions; the same elements land in the same registers (layouts: mma_bf16x3.cuh; pitch N + 8
+// keeps the eight rows of a matrix on distinct banks).
+__device__ __forceinline__ void ldmatrix_a(const __nv_bfloat16* t, int pitch, int r0, int k0, int lane,
+                                           uint32_t (&a)[4]) {
+  const __nv_bfloat16* row = t + (r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * pitch + k0 + 8 * (lane >> 4);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
+               : "r"(smem_addr(row)));
 }
-__device__ __forceinline__ void load_b16(const __nv_bfloat16* t, int pitch, int n0, int k0, int lane,
-                                         uint32_t (&b)[2]) {
-  const int g = lane >> 2, q = lane & 3;
-  const int o = (n0 + g) * pitch + k0 + 2 * q;
-  b[0] = ld32(t + o);
-  b[1] = ld32(t + o + 8);
+__device__ __forceinline__ void ldmatrix_b_pair(const __nv_bfloat16* t, int pitch, int n0, int k0, int lane,
+                                                uint32_t (&b0)[2], uint32_t (&b1)[2]) {
+  const __nv_bfloat16* row = t + (n0 + (lane & 7) + 8 * (lane >> 4)) * pitch + k0 + 8 * ((lane >> 3) & 1);
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
+               : "r"(smem_addr(row)));
 }
 
 // kT rows x (width bf16) tile from global rows (stride in elements) into shared (pitch in elements) by a block of
-// Threads threads; rows >= valid zero-filled. width a multiple of 8 (16-byte pieces). A thread's (row, piece)
-// advances by a fixed step with one carry: no run-time division per piece.
+// Threads threads; rows >= valid zero-filled. width a multiple of 8 (16-byte pieces). Where the threads cover whole
+// rows (Threads a multiple of width / 8: every shape here), a thread copies one piece of every dr-th row through two
+// pointers that step by fixed amounts, ~6 instructions per copy (a per-piece row and column with a carry, and the
+// 64-bit product of row and stride, took ~30); else its (row, piece) advances by a fixed step with one carry.
 template <int Threads = kThreads>
 __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int pitch, const uint16_t* src, int64_t stride,
                                           int valid_rows, int width, int thread = -1) {
@@ -96,6 +98,18 @@ __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int pitch, const u
   const int per_row = width / 8;
   const int dr = Threads / per_row, dc = Threads % per_row;
   int r = thread / per_row, c = thread % per_row;
+  if (dc == 0) {
+    const uint16_t* s = src + r * stride + 8 * c;
+    __nv_bfloat16* d = dst + r * pitch + 8 * c;
+    const int64_t s_step = dr * stride;
+    const int d_step = dr * pitch;
+    if (valid_rows >= kT) {
+      for (; r < kT; r += dr, s += s_step, d += d_step) cp_async16(d, s, true);
+    } else {
+      for (; r < kT; r += dr, s += s_step, d += d_step) cp_async16(d, r < valid_rows ? s : src, r < valid_rows);
+    }
+    return;
+  }
   while (r < kT) {
     const bool ok = r < valid_rows;
     cp_async16(dst + r * pitch + 8 * c, ok ? src + r * stride + 8 * c : src, ok);
@@ -126,12 +140,13 @@ __device__ __forceinline__ void copy_column(E* dst, const E* src, int64_t stride
 template <int NT>
 __device__ __forceinline__ void scores(float (&s)[8][4], const __nv_bfloat16* cs, const __nv_bfloat16* kt, int pitch,
                                        int N, int warp, int lane) {
+  static_assert(NT % 2 == 0, "B fragments load in pairs of column tiles");
 #pragma unroll 2
   for (int k0 = 0; k0 < N; k0 += 16) {
     uint32_t a[4], bf[NT][2];
-    load_a16(cs, pitch, 16 * warp, k0, lane, a);
+    ldmatrix_a(cs, pitch, 16 * warp, k0, lane, a);
 #pragma unroll
-    for (int nt = 0; nt < NT; ++nt) load_b16(kt, pitch, 8 * nt, k0, lane, bf[nt]);
+    for (int nt = 0; nt < NT; nt += 2) ldmatrix_b_pair(kt, pitch, 8 * nt, k0, lane, bf[nt], bf[nt + 1]);
 #pragma unroll
     for (int nt = 0; nt < NT; ++nt) mma_bf16(s[nt], a, bf[nt]);
   }
@@ -190,7 +205,7 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_scores_fast_kernel(Mamba2L
   const int it = static_cast<int>(blockIdx.z) / tiles, jt = static_cast<int>(blockIdx.z) % tiles;
   const int i0 = it * kT, j0 = jt * kT;
   if (jt > it || i0 >= ch.len) return;  // block-uniform
-  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (no score tiles)
+  if (ch.single_token) return;  // single-token sequences take the step kernel (no score tiles)
   const int N = static_cast<int>(p.d_state);
   const int64_t GN = G * N;
   const int pitch = N + 8;
@@ -233,11 +248,14 @@ __device__ __forceinline__ void carried_in(float (&acc)[8][4], const __nv_bfloat
 // The scores s of source tile j0.. for the rows of output tile i0.., masked (j <= i, both inside the chunk: rows_i,
 // rows_j) and scaled by exp(S_i - S_j) dt_j = exp2(cum2_i + w2_j), one add and one ex2 per score (the f64
 // difference, its conversion and expf were most of the kernel's instructions), packed as the bf16 A fragments of the
-// product with X (the scores' accumulator layout is the A fragments' layout). s is free afterwards. A full tile below
-// the diagonal (most of them) needs no mask: its own copy of the loop, without the integer work.
+// product with X (the scores' accumulator layout is the A fragments' layout). s is free afterwards. Full tiles below
+// the diagonal (most of them) need no mask, and the diagonal one of full tiles only c <= r: each its own copy of the
+// loop, without the general mask's integer work.
+enum class ScoreMask { kNone, kDiagonal, kGeneral };
 __device__ __forceinline__ void scale_scores(float (&s)[8][4], uint32_t (&a)[4][4], const float* w2_j, int q, int r0,
                                              int r1, float cum0, float cum1, int i0, int j0, int rows_i, int rows_j) {
-  auto scale = [&](auto masked) {
+  auto scale = [&](auto mask) {
+    constexpr ScoreMask kMask = decltype(mask)::value;
 #pragma unroll
     for (int nt = 0; nt < 8; ++nt) {
       const float2 w2c = *reinterpret_cast<const float2*>(w2_j + 8 * nt + 2 * q);
@@ -246,17 +264,21 @@ __device__ __forceinline__ void scale_scores(float (&s)[8][4], uint32_t (&a)[4][
         const int r = e < 2 ? r0 : r1, c = 8 * nt + 2 * q + (e & 1);
         const float cr = e < 2 ? cum0 : cum1;
         const float v = s[nt][e] * exp2_approx(cr + ((e & 1) ? w2c.y : w2c.x));
-        if constexpr (decltype(masked)::value)
+        if constexpr (kMask == ScoreMask::kGeneral)
           s[nt][e] = j0 + c <= i0 + r && r < rows_i && c < rows_j ? v : 0.0f;
+        else if constexpr (kMask == ScoreMask::kDiagonal)
+          s[nt][e] = c <= r ? v : 0.0f;
         else
           s[nt][e] = v;
       }
     }
   };
-  if (j0 != i0 && rows_i == kT && rows_j == kT)
-    scale(std::false_type{});
+  if (rows_i < kT || rows_j < kT)
+    scale(std::integral_constant<ScoreMask, ScoreMask::kGeneral>{});
+  else if (j0 == i0)
+    scale(std::integral_constant<ScoreMask, ScoreMask::kDiagonal>{});
   else
-    scale(std::true_type{});
+    scale(std::integral_constant<ScoreMask, ScoreMask::kNone>{});
 #pragma unroll
   for (int kk = 0; kk < 4; ++kk) {
     a[kk][0] = pack2<__nv_bfloat16>(s[2 * kk][0], s[2 * kk][1]);
@@ -297,6 +319,23 @@ __device__ __forceinline__ void store_y(const Mamba2Launch& p, float (&acc)[8][4
   const float Dh = load_f(p.D.data, p.D.dtype, h);
   const bool pairs = (p.y.stride & 1) == 0 && (reinterpret_cast<uintptr_t>(p.y.data) & 7) == 0 &&
                      (reinterpret_cast<uintptr_t>(p.y16) & 3) == 0;
+  if (p.y16 && pairs && rows_i == kT && cols_p == kT) {  // a prompt's full tile: no bounds, two row pointers
+    const uint16_t* x0 = x_rows + r0 * x_pitch + 2 * q;
+    const uint16_t* x1 = x_rows + r1 * x_pitch + 2 * q;
+    uint16_t* y0 = p.y16 + y_off + r0 * p.y.stride + 2 * q;
+    uint16_t* y1 = p.y16 + y_off + r1 * p.y.stride + 2 * q;
+#pragma unroll
+    for (int nt = 0; nt < 8; ++nt) {
+#pragma unroll
+      for (int e = 0; e < 4; e += 2) {
+        const uint32_t v = *reinterpret_cast<const uint32_t*>((e < 2 ? x0 : x1) + 8 * nt);
+        const float a0 = acc[nt][e] + Dh * __uint_as_float(v << 16);
+        const float a1 = acc[nt][e + 1] + Dh * __uint_as_float(v & 0xffff0000u);
+        *reinterpret_cast<uint32_t*>((e < 2 ? y0 : y1) + 8 * nt) = pack2<__nv_bfloat16>(a0, a1);
+      }
+    }
+    return;
+  }
 #pragma unroll
   for (int nt = 0; nt < 8; ++nt) {
 #pragma unroll
@@ -372,7 +411,7 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
   const int it = static_cast<int>(blockIdx.z / tiles_p);
   const int i0 = it * kT;
   if (i0 >= ch.len) return;  // block-uniform
-  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
+  if (ch.single_token) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
   const int64_t P = p.head_dim, H = p.n_heads, HP = H * P;
   const int N = static_cast<int>(p.d_state);
   const int64_t G = p.n_groups, GN = G * N;
@@ -493,7 +532,7 @@ __global__ void __launch_bounds__(kByChunkThreads, 2)
   const int warp = wtid >> 5, lane = tid & 31, gr = lane >> 2, q = lane & 3;  // warp within the warpgroup
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
-  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
+  if (ch.single_token) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
   const int64_t P = p.head_dim, H = p.n_heads, HP = H * P;
   const int N = static_cast<int>(p.d_state);
   const int64_t G = p.n_groups, GN = G * N;
@@ -622,7 +661,7 @@ __global__ void __launch_bounds__(kThreads * NT, 8 / NT)
   const int pw = warp & 3, nw = warp >> 2;  // this warp's 16 rows p and 64 columns n of the block's tile
   const int64_t chunk = blockIdx.x, h = blockIdx.y;
   const SsdChunk ch = chunks[chunk];
-  if (p.seqs[ch.seq].len == 1) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
+  if (ch.single_token) return;  // single-token sequences take the step kernel (launch_mamba2_chunked)
   const int64_t P = p.head_dim, N = p.d_state, H = p.n_heads, HP = H * P;
   const int64_t GN = p.n_groups * N, g = h / (H / p.n_groups);
   const int64_t p0 = int64_t(blockIdx.z) * kT;
