@@ -34,7 +34,9 @@ if [ "${NOTESTS:-0}" != 1 ]; then
 fi
 wait $base_build || { echo "base build failed"; tail -40 "$LOG/build_base.log"; exit 1; }
 echo "builds and tests $((SECONDS - t0)) s"
-IFS=';' read -r -a rows <<< "${ROWS:---shape mamba2-2.7b -p 16384;--shape mamba2-2.7b -p 4096;--shape mamba2-2.7b -b 32 -p 512 --state-dtype bf16;--shape mamba2-130m -p 4096}"
+default_rows="--shape mamba2-2.7b -p 16384;--shape mamba2-2.7b -p 4096"
+default_rows+=";--shape mamba2-2.7b -b 32 -p 512 --state-dtype bf16;--shape mamba2-130m -p 4096"
+IFS=';' read -r -a rows <<< "${ROWS:-$default_rows}"
 row() {  # binary, bench args...
   timeout 120 "$1" bench --device cuda -g 1 -r 3 --json "${@:2}" 2>&1 | grep '^{' | tail -1 |
     python3 -c "import json, sys; j = json.load(sys.stdin); print(f\"{j['prefill_tokens_per_s']:10.0f} tokens/s\")"
