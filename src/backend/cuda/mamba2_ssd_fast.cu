@@ -55,42 +55,49 @@ __device__ __forceinline__ void cp_async_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// Four 8 x 8 bf16 matrices from shared memory (lanes 8 m .. 8 m + 7 give matrix m's row addresses; matrix m lands
+// in d[m]), as stored or transposed.
+__device__ __forceinline__ void ldmatrix_x4(const __nv_bfloat16* row, uint32_t& d0, uint32_t& d1, uint32_t& d2,
+                                            uint32_t& d3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3)
+               : "r"(smem_addr(row)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(const __nv_bfloat16* row, uint32_t& d0, uint32_t& d1,
+                                                  uint32_t& d2, uint32_t& d3) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(d0), "=r"(d1), "=r"(d2), "=r"(d3)
+               : "r"(smem_addr(row)));
+}
+
 // B fragments of two neighbouring 8-column tiles from a row-major [k][n] bf16 tile (rows k0..k0+15, columns
 // n0..n0+15): the transposing matrix load gives each lane (k 2q, 2q+1; n g) as the "col" operand wants.
 __device__ __forceinline__ void ldmatrix_b_trans(const __nv_bfloat16* tile, int pitch, int k0, int n0, int lane,
                                                  uint32_t (&b0)[2], uint32_t (&b1)[2]) {
   const int m = lane >> 3, r = lane & 7;
-  const __nv_bfloat16* row = tile + (k0 + r + 8 * (m & 1)) * pitch + n0 + 8 * (m >> 1);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
-               : "r"(smem_addr(row)));
+  ldmatrix_x4_trans(tile + (k0 + r + 8 * (m & 1)) * pitch + n0 + 8 * (m >> 1), b0[0], b0[1], b1[0], b1[1]);
 }
 
 // The A fragment of rows [r0, r0 + 16), columns [k0, k0 + 16) of a row-major bf16 tile, and the B fragments of the
-// neighbouring 8-column tiles n0.. and n0 + 8.. over k [k0, k0 + 16) of a tile stored [n][k], each by one matrix load
-// (four 8 x 8 matrices: lanes 8 m .. 8 m + 7 give matrix m's row addresses). Four 4-byte loads per fragment took
-// four times the instructions; the same elements land in the same registers (layouts: mma_bf16x3.cuh; pitch N + 8
-// keeps the eight rows of a matrix on distinct banks).
+// neighbouring 8-column tiles n0.. and n0 + 8.. over k [k0, k0 + 16) of a tile stored [n][k], each by one matrix
+// load. Four 4-byte loads per fragment took four times the instructions; the same elements land in the same
+// registers (layouts: mma_bf16x3.cuh; pitch N + 8 keeps the eight rows of a matrix on distinct banks).
 __device__ __forceinline__ void ldmatrix_a(const __nv_bfloat16* t, int pitch, int r0, int k0, int lane,
                                            uint32_t (&a)[4]) {
-  const __nv_bfloat16* row = t + (r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * pitch + k0 + 8 * (lane >> 4);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-               : "r"(smem_addr(row)));
+  ldmatrix_x4(t + (r0 + (lane & 7) + 8 * ((lane >> 3) & 1)) * pitch + k0 + 8 * (lane >> 4), a[0], a[1], a[2], a[3]);
 }
 __device__ __forceinline__ void ldmatrix_b_pair(const __nv_bfloat16* t, int pitch, int n0, int k0, int lane,
                                                 uint32_t (&b0)[2], uint32_t (&b1)[2]) {
-  const __nv_bfloat16* row = t + (n0 + (lane & 7) + 8 * (lane >> 4)) * pitch + k0 + 8 * ((lane >> 3) & 1);
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(b0[0]), "=r"(b0[1]), "=r"(b1[0]), "=r"(b1[1])
-               : "r"(smem_addr(row)));
+  ldmatrix_x4(t + (n0 + (lane & 7) + 8 * (lane >> 4)) * pitch + k0 + 8 * ((lane >> 3) & 1), b0[0], b0[1], b1[0],
+              b1[1]);
 }
 
 // kT rows x (width bf16) tile from global rows (stride in elements) into shared (pitch in elements) by a block of
 // Threads threads; rows >= valid zero-filled. width a multiple of 8 (16-byte pieces). Where the threads cover whole
-// rows (Threads a multiple of width / 8: every shape here), a thread copies one piece of every dr-th row through two
-// pointers that step by fixed amounts, ~6 instructions per copy (a per-piece row and column with a carry, and the
-// 64-bit product of row and stride, took ~30); else its (row, piece) advances by a fixed step with one carry.
+// rows (Threads a multiple of width / 8: d_state and head_dim powers of two, as in the models we run), a thread
+// copies one piece of every dr-th row through two pointers that step by fixed amounts, ~6 instructions per copy (a
+// per-piece row and column with a carry, and the 64-bit product of row and stride, took ~30); else its (row, piece)
+// advances by a fixed step with one carry.
 template <int Threads = kThreads>
 __device__ __forceinline__ void copy_tile(__nv_bfloat16* dst, int pitch, const uint16_t* src, int64_t stride,
                                           int valid_rows, int width, int thread = -1) {
@@ -744,10 +751,8 @@ __global__ void __launch_bounds__(kThreads * NT, 8 / NT)
       uint32_t a[4];
       {
         const int m = lane >> 3, r = lane & 7;
-        const __nv_bfloat16* row = xs(b) + (16 * kk + 8 * (m >> 1) + r) * kXPitch + 16 * pw + 8 * (m & 1);
-        asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-                     : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3])
-                     : "r"(smem_addr(row)));
+        ldmatrix_x4_trans(xs(b) + (16 * kk + 8 * (m >> 1) + r) * kXPitch + 16 * pw + 8 * (m & 1), a[0], a[1], a[2],
+                          a[3]);
       }
       // a0, a1 hold columns j = 16 kk + 2q, +1; a2, a3 the same + 8.
       const float2 w01 = *reinterpret_cast<const float2*>(w_step + 16 * kk + 2 * q);
