@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# A/B of two source trees in one GPU run: this tree ("new") and this tree with PATCH reversed ("base"; the device's
-# copy of the checkout has no .git, so make the patch first, e.g. `git diff BASE_REF -- src > .dev/ab.patch` in an
-# ignored folder that the run carries). Both are built side by side, then the GPU tests on the new tree, then the
+# A/B of two source trees in one GPU run: this tree ("new") and this tree with PATCH reversed ("base"; a copy of the
+# source tree on the GPU machine may have no .git, so make the patch beforehand and ship it with the tree, e.g.
+# `git diff BASE_REF -- src > ab.patch`). Both are built side by side, then the GPU tests on the new tree, then the
 # prefill rows alternately (base, new, base, new: clocks drift under sustained load, docs/benchmarks.md q16), then
 # the new tree's layer profile at 8,192 tokens. Logs under $OUT. ~4-5 minutes on the GPU machine.
 # Usage: gpu_prefill_ab_tree.sh PATCH [BUILD_DIR]   env: ROUNDS (2), NOTESTS=1 skips the tests, NOPROFILE=1 the
