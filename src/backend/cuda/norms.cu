@@ -114,6 +114,8 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(const In* x, in
 // over kVecPer, rounded up to a warp. The scalar kernels above read every element twice and compute silu twice
 // (ncu, mamba2-2.7b at 2048 tokens: gated norm 74 us, rmsnorm 26 us, against ~31 / ~11 us of memory traffic).
 // Taken when rows and weights allow float4 accesses (norm_vec_ok); the same sums, in another order.
+// Registers held to 32 (two blocks of 1,024 threads): the prefill rows' blocks of a few hundred threads then fit six
+// to a multiprocessor (four at 46 registers), so that more rows' loads are in flight while others compute silu or sum.
 constexpr int kVecPer = 4;
 constexpr int kVecMaxThreads = 1024;
 
@@ -129,11 +131,24 @@ __device__ __forceinline__ float4 in_f32x4(const In* x, int i) {
   }
 }
 
+// Weights c .. c + 3 as f32 by one access (c a multiple of 4; the launchers check the base's alignment): four scalar
+// loads, each behind a switch on the dtype, were a fifth of the gated norm's instructions. The same values.
+__device__ __forceinline__ float4 weight_f32x4(DevWeight w, int64_t c) {
+  if (w.dtype == DType::F32) return *reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + c);
+  const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(w.data) + c);
+  if (w.dtype == DType::BF16)
+    return make_float4(__uint_as_float(u.x << 16), __uint_as_float(u.x & 0xffff0000u), __uint_as_float(u.y << 16),
+                       __uint_as_float(u.y & 0xffff0000u));
+  const float2 lo = __half22float2(*reinterpret_cast<const __half2*>(&u.x));
+  const float2 hi = __half22float2(*reinterpret_cast<const __half2*>(&u.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 // Out: float (the norm's f32 rows), or bf16 / half (the fast GEMMs' rounded inputs, launch_rmsnorm_round).
 // In: float, or uint16_t for x in bf16 (Mamba-2's y from the fast SSD): the same sums of the same f32 values.
 // Z, the gate's type, likewise (z in bf16: the fast prompts' in_proj output).
 template <bool Gated, class Out, class In = float, class Z = float>
-__global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(const In* x, int64_t x_stride, const Z* z,
+__global__ void __launch_bounds__(kVecMaxThreads, 2) rmsnorm_vec_kernel(const In* x, int64_t x_stride, const Z* z,
                                                                    int64_t z_stride, DevWeight w, int64_t group_size,
                                                                    float eps, Out* out, int64_t out_stride,
                                                                    int64_t n_groups) {
@@ -172,11 +187,9 @@ __global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(const In* x
   for (int k = 0; k < kVecPer; ++k) {
     const int i = threadIdx.x + k * blockDim.x;
     if (i < n4) {
-      const int64_t c = c0 + 4 * int64_t(i);
-      const float4 r = make_float4(v[k].x * scale * load_f(w.data, w.dtype, c),
-                                   v[k].y * scale * load_f(w.data, w.dtype, c + 1),
-                                   v[k].z * scale * load_f(w.data, w.dtype, c + 2),
-                                   v[k].w * scale * load_f(w.data, w.dtype, c + 3));
+      const float4 wv = weight_f32x4(w, c0 + 4 * int64_t(i));
+      const float4 r = make_float4(v[k].x * scale * wv.x, v[k].y * scale * wv.y, v[k].z * scale * wv.z,
+                                   v[k].w * scale * wv.w);
       if constexpr (std::is_same_v<Out, float>) {
         reinterpret_cast<float4*>(o)[i] = r;
       } else {  // four 16-bit values: 8 bytes (rows and groups are multiples of 4 elements)
@@ -187,6 +200,11 @@ __global__ void __launch_bounds__(kVecMaxThreads) rmsnorm_vec_kernel(const In* x
 }
 
 bool rows_vec_ok(const float* p, int64_t stride) { return reinterpret_cast<uintptr_t>(p) % 16 == 0 && stride % 4 == 0; }
+
+// Four weights per access (weight_f32x4): 16 bytes of f32, 8 of a 16-bit type.
+bool weight_vec_ok(DevWeight w) {
+  return reinterpret_cast<uintptr_t>(w.data) % (w.dtype == DType::F32 ? 16 : 8) == 0;
+}
 
 // Threads per block for the vector kernels, or 0 when they do not apply.
 int norm_vec_threads(int64_t rows, int64_t group_size) {
@@ -202,7 +220,9 @@ int row_blocks(int64_t rows) { return static_cast<int>(rows > (1 << 20) ? (1 << 
 
 void launch_rmsnorm(ConstF32Rows x, DevWeight w, float eps, F32Rows out, int64_t T, int64_t D, cudaStream_t stream) {
   if (T <= 0 || D <= 0) return;
-  const int vt = rows_vec_ok(x.data, x.stride) && rows_vec_ok(out.data, out.stride) ? norm_vec_threads(T, D) : 0;
+  const int vt = rows_vec_ok(x.data, x.stride) && rows_vec_ok(out.data, out.stride) && weight_vec_ok(w)
+                     ? norm_vec_threads(T, D)
+                     : 0;
   if (vt > 0) {
     launch_dependent(rmsnorm_vec_kernel<false, float>, dim3(static_cast<unsigned>(T)), dim3(vt), stream, x.data,
                      x.stride, static_cast<const float*>(nullptr), int64_t{0}, w, D, eps, out.data, out.stride,
@@ -217,7 +237,7 @@ void launch_gated_rmsnorm(ConstF32Rows y, ConstF32Rows z, DevWeight w, int64_t g
   if (T <= 0 || D <= 0) return;
   const int64_t n_groups = D / group_size;
   const int vt = rows_vec_ok(y.data, y.stride) && rows_vec_ok(z.data, z.stride) &&
-                         rows_vec_ok(out.data, out.stride)
+                         rows_vec_ok(out.data, out.stride) && weight_vec_ok(w)
                      ? norm_vec_threads(T * n_groups, group_size)
                      : 0;
   if (vt > 0) {
@@ -243,7 +263,7 @@ void rmsnorm_round(const In* x, int64_t x_stride, const Z* gate, int64_t gate_st
   const int64_t n_groups = D / group_size;
   const bool aligned = vec_rows(x, x_stride) && (!gate || vec_rows(gate, gate_stride)) &&
                        reinterpret_cast<uintptr_t>(out) % 8 == 0;
-  const int vt = w.data && aligned ? norm_vec_threads(T * n_groups, group_size) : 0;
+  const int vt = w.data && aligned && weight_vec_ok(w) ? norm_vec_threads(T * n_groups, group_size) : 0;
   if (vt > 0) {
     launch_dependent(gate ? rmsnorm_vec_kernel<true, H, In, Z> : rmsnorm_vec_kernel<false, H, In, Z>,
                      dim3(static_cast<unsigned>(T * n_groups)), dim3(vt), stream, x, x_stride, gate, gate_stride, w,
