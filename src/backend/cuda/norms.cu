@@ -113,9 +113,10 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(const In* x, in
 // in registers between the sum of squares and the scaling, silu(z) computed once; blockDim = the vectors of a row
 // over kVecPer, rounded up to a warp. The scalar kernels above read every element twice and compute silu twice
 // (ncu, mamba2-2.7b at 2048 tokens: gated norm 74 us, rmsnorm 26 us, against ~31 / ~11 us of memory traffic).
-// Taken when rows and weights allow float4 accesses (norm_vec_ok); the same sums, in another order.
-// Registers held to 32 (two blocks of 1,024 threads): the prefill rows' blocks of a few hundred threads then fit six
-// to a multiprocessor (four at 46 registers), so that more rows' loads are in flight while others compute silu or sum.
+// Taken when rows and weights allow vector accesses (rows_vec_ok / vec_rows, weight_vec_ok); the same sums, in
+// another order. Registers held to 32 (two blocks of 1,024 threads): the prefill rows' blocks of a few hundred
+// threads then fit six to a multiprocessor (four at 46 registers), so that more rows' loads are in flight while
+// others compute silu or sum (mamba2-2.7b's gated norm: 114 -> 95 us per 8,192 tokens, docs/benchmarks.md q25).
 constexpr int kVecPer = 4;
 constexpr int kVecMaxThreads = 1024;
 
@@ -131,8 +132,8 @@ __device__ __forceinline__ float4 in_f32x4(const In* x, int i) {
   }
 }
 
-// Weights c .. c + 3 as f32 by one access (c a multiple of 4; the launchers check the base's alignment): four scalar
-// loads, each behind a switch on the dtype, were a fifth of the gated norm's instructions. The same values.
+// Weights c .. c + 3 as f32 by one access (c a multiple of 4; the launchers check the base's alignment, weight_vec_ok)
+// in place of four scalar loads, each behind a switch on the dtype. The same values.
 __device__ __forceinline__ float4 weight_f32x4(DevWeight w, int64_t c) {
   if (w.dtype == DType::F32) return *reinterpret_cast<const float4*>(static_cast<const float*>(w.data) + c);
   const uint2 u = *reinterpret_cast<const uint2*>(static_cast<const uint16_t*>(w.data) + c);
