@@ -68,18 +68,17 @@ def main():
     print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, mamba_ssm from {args.src}/mamba", flush=True)
     rows = [("2.7b 4k", "mamba2-2.7b", 1, 4096), ("2.7b 16k", "mamba2-2.7b", 1, 16384)]
     if args.rows == "all":
-        rows += [("mamba2-130m 4k", "mamba2-130m", 1, 4096), ("2.7b b32x512", "mamba2-2.7b", 32, 512)]
-    models = {}
+        rows += [("2.7b b32x512", "mamba2-2.7b", 32, 512), ("mamba2-130m 4k", "mamba2-130m", 1, 4096)]
+    model, model_shape = None, None  # one model on the GPU at a time
     for name, shape, batch, prompt in rows:
-        if shape not in models:
-            models.clear()
+        if shape != model_shape:
+            model = None
             torch.cuda.empty_cache()
             d_model, n_layer = SHAPES[shape]
             cfg = MambaConfig(d_model=d_model, n_layer=n_layer, vocab_size=50277, ssm_cfg={"layer": "Mamba2"},
                               rms_norm=True, residual_in_fp32=True, fused_add_norm=True)
             torch.manual_seed(0)
-            models[shape] = MambaLMHeadModel(cfg, device="cuda", dtype=torch.bfloat16).eval()
-        model = models[shape]
+            model, model_shape = MambaLMHeadModel(cfg, device="cuda", dtype=torch.bfloat16).eval(), shape
         ids = torch.randint(0, 50277, (batch, prompt), device="cuda")
         start, stop = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         times = []
