@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "util/splitmix.h"
+#include "core/splitmix.h"
 
 namespace mambacpp {
 

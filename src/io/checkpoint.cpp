@@ -14,8 +14,8 @@
 #include "io/json_relaxed.h"
 #include "io/torch_checkpoint.h"
 #include "mambacpp/error.h"
-#include "util/file_bytes.h"
-#include "util/json_limits.h"
+#include "core/file_bytes.h"
+#include "core/json_limits.h"
 
 namespace fs = std::filesystem;
 

@@ -11,7 +11,7 @@
 #include "io/config_reader.h"
 #include "io/json_relaxed.h"
 #include "mambacpp/error.h"
-#include "util/json_limits.h"
+#include "core/json_limits.h"
 
 namespace mambacpp {
 namespace {

@@ -9,7 +9,7 @@
 #include "io/config_formats.h"
 #include "io/config_reader.h"
 #include "mambacpp/error.h"
-#include "util/json_limits.h"
+#include "core/json_limits.h"
 
 namespace mambacpp {
 namespace {

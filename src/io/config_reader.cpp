@@ -4,7 +4,7 @@
 #include <cmath>
 
 #include "mambacpp/error.h"
-#include "util/json_limits.h"
+#include "core/json_limits.h"
 
 namespace mambacpp {
 

@@ -11,8 +11,8 @@
 #include <vector>
 
 #include "mambacpp/error.h"
-#include "util/file_bytes.h"
-#include "util/json_limits.h"
+#include "core/file_bytes.h"
+#include "core/json_limits.h"
 
 namespace mambacpp {
 namespace {

@@ -9,7 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mambacpp/error.h"
-#include "util/json_limits.h"
+#include "core/json_limits.h"
 
 namespace mambacpp {
 namespace {

@@ -15,7 +15,7 @@
 #include "model/layers.h"
 #include "model/mixers.h"
 #include "model/model_impl.h"
-#include "util/system_memory.h"
+#include "core/system_memory.h"
 
 namespace mambacpp {
 

@@ -8,7 +8,7 @@
 #include "backend/cpu/thread_pool.h"
 #include "mambacpp/error.h"
 #include "model/model_impl.h"
-#include "util/splitmix.h"
+#include "core/splitmix.h"
 
 namespace mambacpp {
 

@@ -6,8 +6,8 @@
 #include <sstream>
 
 #include "mambacpp/error.h"
-#include "util/file_bytes.h"
-#include "util/json_limits.h"
+#include "core/file_bytes.h"
+#include "core/json_limits.h"
 #include "mambacpp/tokenizer.h"
 #include "tokenizer/bpe_tokenizer.h"
 #include "tokenizer/utf8.h"

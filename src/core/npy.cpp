@@ -10,7 +10,7 @@
 
 #include "mambacpp/dtype.h"
 #include "mambacpp/error.h"
-#include "util/file_bytes.h"
+#include "core/file_bytes.h"
 
 namespace mambacpp {
 namespace {
