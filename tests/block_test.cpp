@@ -24,7 +24,7 @@ class Block : public ::testing::TestWithParam<Arch> {
   }
   // Embedding rows of `ids` for each of B rows: [B, L, D].
   std::vector<float> embed(const std::vector<std::vector<int32_t>>& ids) const {
-    const TensorView& table = model_->weights().embeddings;
+    const TensorView& table = model_->weights().embeddings.data;
     const int64_t D = config_.d_model;
     std::vector<float> x;
     for (const auto& row : ids)

@@ -148,7 +148,7 @@ TEST_P(ModelInvariance, EmbeddingsInputEqualsTokenIds) {
   // ids' logits; a batch may mix both kinds of input.
   const int64_t L = 19, D = config_.d_model;
   auto ids = test::random_tokens(L, config_.vocab_size, 5);
-  const TensorView& table = model_->weights().embeddings;  // CPU: the checkpoint's f32 rows
+  const TensorView& table = model_->weights().embeddings.data;  // CPU: the checkpoint's f32 rows
   std::vector<float> rows(static_cast<size_t>(L * D));
   for (int64_t t = 0; t < L; ++t) convert_to_f32(table.ptr<char>() + static_cast<size_t>(ids[t] * D) * dtype_size(table.dtype), table.dtype, &rows[t * D], D);
   auto st = model_->create_state(2);

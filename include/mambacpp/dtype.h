@@ -7,7 +7,8 @@
 
 namespace mambacpp {
 
-enum class DType : uint8_t { F32, F16, BF16, F64, I32, I64 };
+// U8: raw bytes (a block-format weight's storage, core/weight.h).
+enum class DType : uint8_t { F32, F16, BF16, F64, I32, I64, U8 };
 
 size_t dtype_size(DType t);
 const char* dtype_name(DType t);   // "f32", "f16", "bf16", ...

@@ -8,7 +8,9 @@
 // Conventions for every op:
 // - Activations are f32, laid out as packed tokens: dim 0 is the token index t in [0, T) of a BatchLayout, with
 //   each sequence's tokens contiguous and in order. Views may have a row stride (column slices of a wider buffer).
-// - Weights come in their stored dtype (f32, f16 or bf16) and are converted on the fly inside the kernels.
+// - Matrix weights (linear, embedding) are typed Weights (core/weight.h): dense f32/f16/bf16, or a block or FP8 format
+//   where the backend runs it (supports_weight_format); other weights (norms, conv kernels, A, D) are f32/f16/bf16
+//   views. Either way they stay in their stored format and are converted on the fly inside the kernels.
 // - State tensors have dim 0 = slot; each sequence reads its initial state from its slot and writes its final
 //   state back there. State dtype is f32 (or bf16 where a backend supports it).
 // - All pointers in views live on the backend's device, except where a comment says "host".
@@ -19,6 +21,7 @@
 #include <string>
 #include <vector>
 
+#include "core/weight.h"
 #include "mambacpp/precision.h"
 #include "mambacpp/tensor.h"
 #include "mambacpp/top_k.h"
@@ -80,6 +83,25 @@ struct Mamba2ScanArgs {
   TensorView z;        // [T, n_heads * head_dim] (strided slice of in_proj output), or empty
 };
 
+// The shapes of a Mamba-2 block that Backend::plan_mamba2 decides by.
+struct Mamba2Shape {
+  int64_t head_dim = 0, d_state = 0, chunk_size = 0, conv_kernel = 0;
+  bool in_proj_bias = false;
+};
+
+// How one forward piece runs the Mamba-2 blocks of a shape (Backend::plan_mamba2): the dtypes the model allocates the
+// intermediates in, and how the projection rounds. The default is f32 throughout, no rounding.
+struct Mamba2Plan {
+  // in_proj's output [z | xBC | dt], read by conv1d (mamba2_conv_ssd), the SSD's dt and the gated norm's gate:
+  // bf16 where the backend holds those rows at bf16 precision anyway (halves the bytes they move).
+  DType proj_dtype = DType::F32;
+  // With an f32 proj: in_proj's fused_linear rounds the rows of long prompts to bf16 (FusedLinearArgs::
+  // round_prompt_rows), so that they hold what a bf16 proj would.
+  bool round_proj_prompt_rows = false;
+  // The SSD's output y when the gated norm is its only reader: bf16 where the backend rounds y to bf16 anyway.
+  DType y_dtype = DType::F32;
+};
+
 // One sequence's cached keys and values for Backend::attention. The cache grows by fixed-size pages of
 // `page_tokens` rows (so memory follows the tokens held, not a maximum context); each page holds K rows
 // [page_tokens, kv_dim] followed by V rows [page_tokens, kv_dim], kv_dim = n_kv_heads * head_dim, elements of
@@ -124,17 +146,17 @@ struct AttentionArgs {
 // dot product).
 struct FusedLinearArgs {
   TensorView x;           // [B, in] f32
-  TensorView w;           // [out, in]
+  Weight w;               // [out, in]
   TensorView bias;        // [out] or empty
   TensorView norm_w;      // [in] f32, or empty: no norm
-  TensorView gate;        // [B, in] f32 (bf16 with a bf16 x: mamba2_proj_dtype), or empty: no gate
+  TensorView gate;        // [B, in] f32 (bf16 with a bf16 x: Mamba2Plan::proj_dtype), or empty: no gate
   int64_t norm_group = 0;
   float eps = 0.0f;
-  TensorView y;           // [B, out] f32 (bf16 where mamba2_proj_dtype says so: no bias, accumulate or conv)
+  TensorView y;           // [B, out] f32 (bf16 where Mamba2Plan::proj_dtype says so: no bias, accumulate or conv)
   bool accumulate = false;
-  // Mamba-2's in_proj without a bias: y's readers take what mamba2_proj_dtype allows, so a backend that writes y in
-  // bf16 for batches of prompts rounds the prompt rows of an f32 y alike (a prompt's bits whatever the batch holds).
-  bool bf16_prompt_rows = false;
+  // Rows of long prompts rounded to bf16 after the product (Mamba2Plan::round_proj_prompt_rows: the values a bf16 y
+  // would hold, so a prompt's bits do not depend on what else its batch holds).
+  bool round_prompt_rows = false;
   int64_t conv_begin = 0;
   TensorView conv_w;      // [conv_channels, 1, K] or empty: no conv epilogue
   TensorView conv_bias;   // [conv_channels] or empty
@@ -162,12 +184,18 @@ class Backend {
   // converting to its weight dtype, and owns the copy for its lifetime.
   virtual TensorView adopt_weight(const TensorView& host) = 0;
 
+  // The same for a matrix weight of any format this backend runs (supports_weight_format): a dense one goes through
+  // adopt_weight; a packed one is copied byte for byte.
+  virtual Weight adopt_matrix(const Weight& host);
+  // Whether linear, fused_linear and embed run weights of format f (dense f32/f16/bf16 on every backend).
+  virtual bool supports_weight_format(WeightFormat f) const { return is_dense(f); }
+
   // Makes `layout.seqs` readable by kernels (a device backend uploads it into layout.device_seqs).
   virtual void prepare_batch(BatchLayout& layout) = 0;
 
   // ---- Ops ----------------------------------------------------------------------------------------------------
   // out[t, :] = table[ids[t], :]. ids: [T] i32 on the device (validated by the caller).
-  virtual void embed(const TensorView& table, const TensorView& ids, TensorView out) = 0;
+  virtual void embed(const Weight& table, const TensorView& ids, TensorView out) = 0;
   // out = src converted to f32 (src f32/f16/bf16, same shape).
   virtual void to_f32(const TensorView& src, TensorView out) = 0;
   // out[t, :] = x[t, :] * rsqrt(mean(x[t, :]^2) + eps) * w. x: [T, D], w: [D].
@@ -175,7 +203,7 @@ class Backend {
   // acc[t, :] += x[t, :].
   virtual void add_inplace(TensorView acc, const TensorView& x) = 0;
   // y[t, o] = sum_i x[t, i] * w[o, i] (+ bias[o]). x: [T, in], w: [out, in], bias: [out] or empty, y: [T, out].
-  virtual void linear(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView y) = 0;
+  virtual void linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y) = 0;
   // Causal depthwise conv1d + SiLU per sequence, starting from its slot's conv state (the last K-1 inputs before the
   // sequence; zeros for a fresh slot) and leaving the last K-1 inputs there (also when len < K-1).
   // x: [T, C] (strided), w: [C, 1, K] (stored layout), bias: [C] or empty, state: [n_slots, C, K-1], out: [T, C].
@@ -193,20 +221,8 @@ class Backend {
     conv1d_silu(xbc, conv_w, conv_bias, conv_state, batch, conv_out);
     mamba2_ssd(ssd, batch);
   }
-  // The dtype a caller may give mamba2_ssd's y in, for this batch and these SSD shapes, when fused_linear's gated
-  // norm is its only reader: F32, or BF16 where the backend rounds y to bf16 anyway (the CUDA backend's fast
-  // precision on prompts), which halves the bytes of y written and read.
-  virtual DType mamba2_y_dtype(int64_t /*head_dim*/, int64_t /*d_state*/, int64_t /*chunk_size*/,
-                               const BatchLayout& /*batch*/) const {
-    return DType::F32;
-  }
-  // The dtype a caller may give Mamba-2's in_proj output [z | xBC | dt] (fused_linear's y, without a bias) in, for
-  // this batch, when conv1d (the mamba2_conv_ssd path), the SSD's dt and the gated norm's gate read it: F32, or BF16
-  // where the backend holds those rows at bf16 precision anyway (FusedLinearArgs::bf16_prompt_rows).
-  virtual DType mamba2_proj_dtype(int64_t /*head_dim*/, int64_t /*d_state*/, int64_t /*chunk_size*/,
-                                  int64_t /*conv_kernel*/, const BatchLayout& /*batch*/) const {
-    return DType::F32;
-  }
+  // The plan of the Mamba-2 blocks of `shape` for this piece, made once per piece before any block runs.
+  virtual Mamba2Plan plan_mamba2(const Mamba2Shape& /*shape*/, const BatchLayout& /*batch*/) const { return {}; }
   // Mamba-2 gated RMSNorm (norm_before_gate = false): g = y * silu(z); out = rmsnorm of g over each group of
   // `group_size` channels, times w. y, z (strided), out: [T, d_inner]; w: [d_inner].
   virtual void gated_rmsnorm(const TensorView& y, const TensorView& z, const TensorView& w, int64_t group_size,

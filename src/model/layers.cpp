@@ -2,7 +2,6 @@
 
 #include <cmath>
 
-#include "mambacpp/error.h"
 #include "model/mixers.h"
 
 namespace mambacpp {
@@ -83,53 +82,63 @@ void add_scaled(Backend& be, const ModelConfig& c, TensorView residual, TensorVi
   be.add_inplace(residual, out);
 }
 
-}  // namespace
-
-void run_mlp_sublayer(const Model::Impl& m, int64_t layer, int64_t T, TensorView residual) {
+// residual += mixer(rmsnorm(residual)) of a Mamba layer. The fused recipes add the mixer's output unscaled in their
+// epilogue, so a family that scales it (Granite) takes the plain ops.
+void mamba_sublayer(const Model::Impl& m, const LayerWeights& w, const LayerCache& cache, const PieceContext& ctx,
+                    TensorView residual) {
   const ModelConfig& c = m.config;
   Backend& be = *m.backend;
   Workspace& ws = m.workspace;
-  const LayerWeights& w = m.weights.layers[static_cast<size_t>(layer)];
+  const BatchLayout& batch = ctx.batch;
+  const bool fuse = m.options.fused_decode && c.residual_multiplier == 1.0;
+  if (fuse && ctx.pass == Pass::Decode && mamba_block_decode_fused(be, c, w, cache, batch, ws, residual)) return;
+  if (fuse && mamba_block_fused_projections(be, c, w, cache, batch, ctx.mamba2, ws, residual)) return;
+  const int64_t T = batch.total_tokens;
   TensorView normed = Workspace::f32(ws.normed, be.device(), T, c.d_model);
   TensorView out = Workspace::f32(ws.mixer_out, be.device(), T, c.d_model);
-  be.rmsnorm(residual, w.mlp_norm, static_cast<float>(c.norm_eps), normed);
-  mlp(m, w, T, normed, out);
+  be.rmsnorm(residual, w.norm, static_cast<float>(c.norm_eps), normed);
+  if (w.kind == LayerKind::Mamba1)
+    mamba1_mixer(be, c, w, cache, batch, ws, normed, out);
+  else
+    mamba2_mixer(be, c, w, cache, batch, ws, normed, out);
   add_scaled(be, c, residual, out);
 }
 
-void run_hybrid_layer(const Model::Impl& m, int64_t layer, StateCache& state, const BatchLayout& batch,
-                      TensorView residual, bool device_kv) {
+// residual += f(norm(residual)) for an attention or MLP sublayer with pre-norm weight `norm`.
+void plain_sublayer(const Model::Impl& m, int64_t layer, StateCache& state, const PieceContext& ctx,
+                    const TensorView& norm, LayerKind kind, TensorView residual) {
   const ModelConfig& c = m.config;
   Backend& be = *m.backend;
-  const Device dev = be.device();
   Workspace& ws = m.workspace;
-  const int64_t T = batch.total_tokens;
-  const size_t li = static_cast<size_t>(layer);
-  const LayerWeights& w = m.weights.layers[li];
-  const float eps = static_cast<float>(c.norm_eps);
-  if (w.kind == LayerKind::Mamba2 && m.options.fused_decode && c.residual_multiplier == 1.0 &&
-      mamba_block_fused_projections(be, c, w, state.layers()[li], batch, ws, residual)) {
-    if (c.mlp_after_mixer) run_mlp_sublayer(m, layer, T, residual);
-    return;
-  }
-  TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
-  TensorView out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
-  be.rmsnorm(residual, w.norm, eps, normed);
+  const int64_t T = ctx.batch.total_tokens;
+  const LayerWeights& w = m.weights.layers[static_cast<size_t>(layer)];
+  TensorView normed = Workspace::f32(ws.normed, be.device(), T, c.d_model);
+  TensorView out = Workspace::f32(ws.mixer_out, be.device(), T, c.d_model);
+  be.rmsnorm(residual, norm, static_cast<float>(c.norm_eps), normed);
+  if (kind == LayerKind::Attention)
+    attention_mixer(m, w, state_impl(state), static_cast<size_t>(layer), ctx.batch, normed, out,
+                    /*device_kv=*/ctx.pass == Pass::Decode);
+  else
+    mlp(m, w, T, normed, out);
+  add_scaled(be, c, residual, out);
+}
+
+}  // namespace
+
+void run_layer(const Model::Impl& m, int64_t layer, StateCache& state, const PieceContext& ctx, TensorView residual) {
+  const ModelConfig& c = m.config;
+  const LayerWeights& w = m.weights.layers[static_cast<size_t>(layer)];
   switch (w.kind) {
+    case LayerKind::Mamba1:
     case LayerKind::Mamba2:
-      mamba2_mixer(be, c, w, state.layers()[li], batch, ws, normed, out);
+      mamba_sublayer(m, w, state.layers()[static_cast<size_t>(layer)], ctx, residual);
       break;
     case LayerKind::Attention:
-      attention_mixer(m, w, state_impl(state), li, batch, normed, out, device_kv);
-      break;
     case LayerKind::MLP:
-      mlp(m, w, T, normed, out);
+      plain_sublayer(m, layer, state, ctx, w.norm, w.kind, residual);
       break;
-    case LayerKind::Mamba1:
-      fail("layer ", layer, ": Mamba-1 layers are not part of any hybrid family");
   }
-  add_scaled(be, c, residual, out);
-  if (c.mlp_after_mixer) run_mlp_sublayer(m, layer, T, residual);
+  if (c.mlp_after_mixer) plain_sublayer(m, layer, state, ctx, w.mlp_norm, LayerKind::MLP, residual);
 }
 
 }  // namespace mambacpp

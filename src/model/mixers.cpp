@@ -106,7 +106,8 @@ void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, cons
 }
 
 bool mamba_block_fused_projections(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
-                                   const BatchLayout& batch, Workspace& ws, TensorView residual) {
+                                   const BatchLayout& batch, const Mamba2Plan& plan, Workspace& ws,
+                                   TensorView residual) {
   const Device dev = be.device();
   const int64_t T = batch.total_tokens, di = c.d_inner;
   const bool mamba2 = c.arch == Arch::Mamba2;
@@ -117,17 +118,12 @@ bool mamba_block_fused_projections(Backend& be, const ModelConfig& c, const Laye
   in.bias = w.in_proj_bias;
   in.norm_w = w.norm;
   in.eps = eps;
-  // Mamba-2's [z | xBC | dt] has conv1d, the SSD and the gated norm as its readers here: the backend may take it
-  // narrower (without a bias, which the bf16 output plans do not add).
-  in.bf16_prompt_rows = mamba2 && w.in_proj_bias.empty();
-  const DType proj_dtype = in.bf16_prompt_rows
-                               ? be.mamba2_proj_dtype(c.head_dim, c.d_state, c.chunk_size, c.d_conv, batch)
-                               : DType::F32;
-  in.y = Workspace::of(ws.proj, proj_dtype, dev, T, mamba2 ? c.in_proj_size() : 2 * di);
+  // Mamba-2's [z | xBC | dt] has conv1d, the SSD and the gated norm as its readers here, and y the gated norm alone:
+  // the piece's plan says which dtypes they take.
+  in.round_prompt_rows = mamba2 && plan.round_proj_prompt_rows;
+  in.y = Workspace::of(ws.proj, mamba2 ? plan.proj_dtype : DType::F32, dev, T, mamba2 ? c.in_proj_size() : 2 * di);
   FusedLinearArgs out;  // Mamba-2: the gated norm first; then out_proj, added onto the residual
-  // y, the SSD's output, has the gated norm as its only reader here: the backend may take it narrower.
-  out.x = Workspace::of(ws.y, mamba2 ? be.mamba2_y_dtype(c.head_dim, c.d_state, c.chunk_size, batch) : DType::F32,
-                        dev, T, di);
+  out.x = Workspace::of(ws.y, mamba2 ? plan.y_dtype : DType::F32, dev, T, di);
   out.w = w.out_proj;
   out.bias = w.out_proj_bias;
   if (mamba2) {
@@ -150,8 +146,9 @@ bool mamba_block_fused_projections(Backend& be, const ModelConfig& c, const Laye
 
 bool mamba_block_decode_fused(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                               const BatchLayout& batch, Workspace& ws, TensorView residual) {
-  // FalconMamba normalises dt, B and C inside the mixer, between pieces these calls fuse: plain ops.
-  if (c.mixer_rms_eps > 0) return false;
+  // FalconMamba normalises dt, B and C inside the mixer, between pieces these calls fuse: plain ops. The scan folds
+  // dt_proj in as a dense matrix.
+  if (c.mixer_rms_eps > 0 || (c.arch == Arch::Mamba1 && !w.dt_proj.dense())) return false;
   const Device dev = be.device();
   const int64_t B = batch.total_tokens, di = c.d_inner, conv_ch = c.conv_channels();
   const bool mamba2 = c.arch == Arch::Mamba2;
@@ -206,7 +203,7 @@ bool mamba_block_decode_fused(Backend& be, const ModelConfig& c, const LayerWeig
     Mamba1ScanArgs s;
     s.x = conv_out;
     s.dt = xp.y.cols(0, r);
-    s.dt_proj = w.dt_proj;
+    s.dt_proj = w.dt_proj.data;
     s.A_log = w.A_log;
     s.B = xp.y.cols(r, n);
     s.C = xp.y.cols(r + n, n);

@@ -21,8 +21,10 @@ void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, cons
 // in_proj and the residual add into out_proj (Mamba-2: the gated norm too) through Backend::fused_linear; the ops
 // between them as in the mixers above. Returns false, having run nothing, when the backend does not take both
 // projections; the caller then runs the plain ops. Same values as the plain ops to f32 rounding.
+// `plan`: the piece's Backend::plan_mamba2 (Mamba-2 blocks; ignored for Mamba-1).
 bool mamba_block_fused_projections(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
-                                   const BatchLayout& batch, Workspace& ws, TensorView residual);
+                                   const BatchLayout& batch, const Mamba2Plan& plan, Workspace& ws,
+                                   TensorView residual);
 
 // A whole Mamba block of a decode step (sequence i in row i, one token each) on the backend's fused ops:
 // residual += mixer(rmsnorm(residual)). Mamba-2 in three calls: in_proj with the block norm before it and the conv1d +

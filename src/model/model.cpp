@@ -12,9 +12,9 @@
 
 #include "mambacpp/error.h"
 #include "model/decode_step.h"
-#include "model/layers.h"
-#include "model/mixers.h"
+#include "model/layer_stack.h"
 #include "model/model_impl.h"
+#include "model/pieces.h"
 #include "core/system_memory.h"
 
 namespace mambacpp {
@@ -69,8 +69,8 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
       if (done == total) std::fprintf(stderr, "\r\033[K");
     };
   impl->weights = bind_weights(
-      impl->config, [&ck](const std::string& name) { return ck.find(name); }, ck.names(), *impl->backend, dir,
-      progress);
+      impl->config, lookup_views([&ck](const std::string& name) { return ck.find(name); }, dir), ck.names(),
+      *impl->backend, dir, progress);
   impl->backend->synchronize();
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
@@ -83,20 +83,23 @@ std::string Model::device_description() const { return impl_->backend->descripti
 int64_t Model::weight_bytes() const {
   const ModelWeights& w = impl_->weights;
   int64_t sum = static_cast<int64_t>(w.norm_f.nbytes() + w.lm_head.nbytes());
-  for (const LayerWeights& l : w.layers)
-    for (const TensorView* t : {&l.norm, &l.in_proj, &l.in_proj_bias, &l.conv, &l.conv_bias, &l.A_log, &l.D, &l.dt_bias,
-                                &l.out_proj, &l.out_proj_bias, &l.x_proj, &l.dt_proj, &l.gated_norm, &l.q_proj, &l.k_proj,
-                                &l.v_proj, &l.o_proj, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.mlp_norm, &l.mlp_up,
-                                &l.mlp_gate, &l.mlp_down, &l.mlp_up_bias, &l.mlp_down_bias})
+  for (const LayerWeights& l : w.layers) {
+    for (const TensorView* t : {&l.norm, &l.in_proj_bias, &l.conv, &l.conv_bias, &l.A_log, &l.D, &l.dt_bias,
+                                &l.out_proj_bias, &l.gated_norm, &l.q_bias, &l.k_bias, &l.v_bias, &l.o_bias, &l.mlp_norm,
+                                &l.mlp_up_bias, &l.mlp_down_bias})
       if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
+    for (const Weight* t : {&l.in_proj, &l.out_proj, &l.x_proj, &l.dt_proj, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj,
+                            &l.mlp_up, &l.mlp_gate, &l.mlp_down})
+      if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
+  }
   return sum;
 }
 
 DType Model::weight_dtype() const {
   for (const LayerWeights& l : impl_->weights.layers)  // the first projection (a hybrid's layer 0 may be attention)
-    for (const TensorView* t : {&l.in_proj, &l.q_proj, &l.mlp_up})
-      if (!t->empty()) return t->dtype;
-  return impl_->weights.lm_head.dtype;
+    for (const Weight* t : {&l.in_proj, &l.q_proj, &l.mlp_up})
+      if (!t->empty()) return t->data.dtype;
+  return impl_->weights.lm_head.data.dtype;
 }
 
 double Model::measure_copy_bandwidth() const {
@@ -254,47 +257,6 @@ void validate_sequences(const ModelConfig& c, int64_t ctx_limit, const StateCach
 
 int64_t Model::context_limit() const { return mambacpp::context_limit(impl_->config, impl_->options); }
 
-void run_block(const Model::Impl& m, int64_t layer, const LayerCache& cache, const BatchLayout& batch,
-               TensorView residual) {
-  const ModelConfig& c = m.config;
-  Backend& be = *m.backend;
-  const Device dev = be.device();
-  Workspace& ws = m.workspace;
-  const int64_t T = batch.total_tokens;
-  const LayerWeights& w = m.weights.layers[static_cast<size_t>(layer)];
-  if (m.options.fused_decode && mamba_block_fused_projections(be, c, w, cache, batch, ws, residual)) return;
-  TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
-  TensorView mixer_out = Workspace::f32(ws.mixer_out, dev, T, c.d_model);
-  be.rmsnorm(residual, w.norm, static_cast<float>(c.norm_eps), normed);
-  if (c.arch == Arch::Mamba1)
-    mamba1_mixer(be, c, w, cache, batch, ws, normed, mixer_out);
-  else
-    mamba2_mixer(be, c, w, cache, batch, ws, normed, mixer_out);
-  be.add_inplace(residual, mixer_out);
-}
-
-void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batch, bool embed_ids) {
-  const ModelConfig& c = m.config;
-  Backend& be = *m.backend;
-  const Device dev = be.device();
-  Workspace& ws = m.workspace;
-  const int64_t T = batch.total_tokens;
-  TensorView residual = Workspace::f32(ws.residual, dev, T, c.d_model);
-  if (embed_ids) be.embed(m.weights.embeddings, TensorView(ws.ids.data(), DType::I32, {T}, dev), residual);
-  if (c.hybrid()) {
-    StateCache::Impl& st = state_impl(state);
-    if (c.embedding_multiplier != 1.0) be.scale(residual, static_cast<float>(c.embedding_multiplier));
-    if (st.has_kv())  // pages for this piece's rows, before any layer appends them
-      for (const SeqSpan& s : batch.seqs) st.fit_kv(s.slot, st.positions[static_cast<size_t>(s.slot)] + s.len);
-    for (int64_t l = 0; l < c.n_layer; ++l) run_hybrid_layer(m, l, state, batch, residual);
-    if (st.has_kv())
-      for (const SeqSpan& s : batch.seqs) st.positions[static_cast<size_t>(s.slot)] += s.len;
-  } else {
-    for (int64_t l = 0; l < c.n_layer; ++l) run_block(m, l, state.layers()[static_cast<size_t>(l)], batch, residual);
-  }
-  be.rmsnorm(residual, m.weights.norm_f, static_cast<float>(c.norm_eps), Workspace::f32(ws.normed, dev, T, c.d_model));
-}
-
 void select_outputs(Backend& be, TensorView logits, const std::vector<TopKRequest>& reqs,
                     std::vector<TopKCandidates>& cands, std::vector<RowLogprobs>& logprobs) {
   const int64_t V = logits.dim(1);
@@ -377,29 +339,15 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
     return result;
   }
 
-  size_t seq_i = 0;
-  int64_t pos = 0;           // next position within seqs[seq_i]
-  int64_t global_row = 0;    // rows of `total` done so far
+  int64_t global_row = 0;  // rows of `total` done so far
   std::vector<int32_t> ids;
-  while (seq_i < seqs.size()) {
-    // Pack the next piece.
-    BatchLayout batch;
-    std::vector<std::pair<size_t, int64_t>> origin;  // per span: sequence index, first position
-    int64_t used = 0;
-    while (seq_i < seqs.size() && used < cap) {
-      const int64_t take = std::min(seqs[seq_i].length() - pos, cap - used);
-      batch.seqs.push_back({used, take, seqs[seq_i].slot});
-      origin.emplace_back(seq_i, pos);
-      used += take;
-      pos += take;
-      if (pos == seqs[seq_i].length()) {
-        ++seq_i;
-        pos = 0;
-      }
-    }
-    batch.total_tokens = used;
+  PieceIterator pieces(seqs, cap);
+  Piece piece;
+  while (pieces.next(piece)) {
+    BatchLayout& batch = piece.batch;
+    const auto& origin = piece.origin;
     be.prepare_batch(batch);
-    const int64_t T = used;
+    const int64_t T = batch.total_tokens;
 
     // Input rows -> residual stream.
     TensorView residual = Workspace::f32(ws.residual, dev, T, c.d_model);
@@ -420,16 +368,21 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
       }
     }
     be.copy_from_host(ws.ids.data(), ids.data(), static_cast<size_t>(T) * 4);
-    if (!all_tokens) {
-      TensorView id_view(ws.ids.data(), DType::I32, {T}, dev);
+    TensorView id_view(ws.ids.data(), DType::I32, {T}, dev);
+    if (all_tokens) {
+      be.embed(impl_->weights.embeddings, id_view, residual);
+    } else {
       for (size_t k = 0; k < batch.seqs.size(); ++k) {
         const SeqSpan& sp = batch.seqs[k];
         if (seqs[origin[k].first].embeddings.empty())
           be.embed(impl_->weights.embeddings, id_view.rows(sp.start, sp.len), residual.rows(sp.start, sp.len));
       }
     }
-    run_blocks(*impl_, state, batch, all_tokens);
+    reserve_kv(state, batch, Pass::Prefill);
+    run_layers(*impl_, state, batch, Pass::Prefill, residual);
+    advance_kv(state, batch);
     TensorView normed = Workspace::f32(ws.normed, dev, T, c.d_model);
+    be.rmsnorm(residual, impl_->weights.norm_f, static_cast<float>(c.norm_eps), normed);
 
     // Outputs of this piece.
     if (output == Output::Hidden) {
@@ -438,8 +391,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
       for (int64_t r = 0; r < T; r += logit_block) {
         const int64_t n = std::min(logit_block, T - r);
         TensorView logits = Workspace::f32(ws.logits, dev, n, c.vocab_size);
-        be.linear(normed.rows(r, n), impl_->weights.lm_head, {}, logits);
-        if (c.logits_scaling != 1.0) be.scale(logits, static_cast<float>(1.0 / c.logits_scaling));
+        lm_head(*impl_, normed.rows(r, n), logits);
         be.copy_to_host(result.values.data() + (global_row + r) * c.vocab_size, logits.data,
                         static_cast<size_t>(n * c.vocab_size) * 4);
       }
@@ -448,7 +400,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
       std::vector<size_t> out_index;
       for (size_t k = 0; k < batch.seqs.size(); ++k) {
         const SeqSpan& sp = batch.seqs[k];
-        if (origin[k].second + sp.len == seqs[origin[k].first].length()) {
+        if (piece.ends_sequence(k, seqs)) {
           rows.push_back(sp.start + sp.len - 1);
           out_index.push_back(origin[k].first);
         }
@@ -458,8 +410,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
         TensorView last = Workspace::f32(ws.mixer_out, dev, n, c.d_model);
         be.gather_rows(normed, rows.data() + r, n, last);
         TensorView logits = Workspace::f32(ws.logits, dev, n, c.vocab_size);
-        be.linear(last, impl_->weights.lm_head, {}, logits);
-        if (c.logits_scaling != 1.0) be.scale(logits, static_cast<float>(1.0 / c.logits_scaling));
+        lm_head(*impl_, last, logits);
         if (top_k) {
           std::vector<TopKRequest> reqs;
           for (int64_t i = 0; i < n; ++i) reqs.push_back((*top_k)[out_index[r + static_cast<size_t>(i)]]);

@@ -10,17 +10,11 @@
 #include "backend/backend.h"
 #include "io/checkpoint.h"
 #include "mambacpp/model.h"
+#include "model/decode_graphs.h"
 #include "model/weights.h"
 #include "model/workspace.h"
 
 namespace mambacpp {
-
-struct DecodeGraph {
-  bool warmed = false;  // the first step of a key runs eagerly (lazy allocations happen outside any capture)
-  std::unique_ptr<Backend::Graph> graph;
-  uint64_t workspace_generation = 0;
-  const void* device_seqs = nullptr;
-};
 
 struct Model::Impl {
   std::string dir;
@@ -34,8 +28,7 @@ struct Model::Impl {
 
   mutable std::mutex forward_mutex;  // one forward at a time per model: the workspace is shared
   mutable Workspace workspace;
-  // Decode steps replayed as graphs, by the pointers and slots they were captured with (see decode_step.cpp).
-  mutable std::map<std::vector<const void*>, DecodeGraph> decode_graphs;
+  mutable DecodeGraphs decode_graphs;  // decode steps replayed as graphs (decode_step.cpp)
   mutable std::once_flag hash_once;
   mutable uint64_t hash = 0;
 };
@@ -85,14 +78,6 @@ StateCache::Impl& state_impl(StateCache& s);
 // The backend LoadOptions::device asks for (auto: the GPU when one is usable). Checks the options' sizes and fills in
 // the defaults that depend on the device (max_batch_tokens 0).
 std::unique_ptr<Backend> make_backend(LoadOptions& options);
-
-// Embedding -> blocks -> norm_f for one prepared piece whose token ids (if any) are in ws.ids; leaves the final
-// hidden states in ws.normed. Embeddings inputs must already be in ws.residual.
-void run_blocks(const Model::Impl& m, StateCache& state, const BatchLayout& batch, bool embed_ids);
-
-// One block on the packed batch: residual += mixer(rmsnorm(residual)), with the plain ops.
-void run_block(const Model::Impl& m, int64_t layer, const LayerCache& cache, const BatchLayout& batch,
-               TensorView residual);
 
 // The outputs forward_top_k asks of a block of last-position logits [n, V]: each row's logprobs (where asked for;
 // first, as select_top_k applies the penalty in place) and top-k candidates, into cands[i] / logprobs[i].

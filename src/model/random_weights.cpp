@@ -120,10 +120,12 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
   }
   impl->weights = bind_weights(
       impl->config,
-      [&views](const std::string& name) -> const TensorView* {
-        auto it = views.find(name);
-        return it == views.end() ? nullptr : &it->second;
-      },
+      lookup_views(
+          [&views](const std::string& name) -> const TensorView* {
+            auto it = views.find(name);
+            return it == views.end() ? nullptr : &it->second;
+          },
+          impl->dir),
       names, *impl->backend, impl->dir);
   // A device backend holds its own copies now; the host blobs are only needed when the CPU reads them in place.
   if (impl->backend->device() != Device::CPU) impl->random_blobs.clear();

@@ -1,6 +1,7 @@
 #include "model/weights.h"
 
 #include <algorithm>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -18,28 +19,28 @@ class Binder {
   Binder(const TensorLookup& lookup, const std::string& source, WeightShapes* record)
       : lookup_(lookup), source_(source), record_(record) {}
 
-  // The tensor `name` with exactly `shape`; absent -> error unless optional.
+  // The dense tensor `name` (norms, conv kernels, A, D, biases) with exactly `shape`; absent -> error unless optional.
   TensorView bind(const std::string& name, std::initializer_list<int64_t> shape, bool optional = false) {
-    return bind_any({name}, shape, optional);
+    const Weight w = find({name}, shape, optional);
+    if (w.empty()) return {};
+    if (!w.dense())
+      fail(source_, ": tensor '", name, "' is stored as ", w.describe(),
+           "; only projection and embedding matrices may be quantized");
+    return backend_->adopt_weight(w.data);
   }
 
-  TensorView bind_any(std::initializer_list<std::string> names, std::initializer_list<int64_t> shape,
-                      bool optional = false) {
-    if (record_) {
-      record_->emplace_back(*names.begin(), std::vector<int64_t>(shape));
-      return {};
-    }
-    for (const std::string& name : names) {
-      const TensorView* t = lookup_(name);
-      if (!t) continue;
-      used_.insert(name);
-      check_shape(name, *t, shape);
-      if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
-        fail(source_, ": tensor '", name, "' has dtype ", dtype_name(t->dtype), "; expected f32, f16 or bf16");
-      return backend_->adopt_weight(*t);
-    }
-    if (optional) return {};
-    fail(source_, ": missing tensor '", *names.begin(), "' with shape ", shape_str(shape));
+  // A projection or embedding matrix `name` of logical shape `shape`, in any format the backend runs.
+  Weight matrix(const std::string& name, std::initializer_list<int64_t> shape, bool optional = false) {
+    return matrix_any({name}, shape, optional);
+  }
+  Weight matrix_any(std::initializer_list<std::string> names, std::initializer_list<int64_t> shape,
+                    bool optional = false) {
+    const Weight w = find(names, shape, optional);
+    if (w.empty()) return {};
+    if (!backend_->supports_weight_format(w.format))
+      fail(source_, ": tensor '", *names.begin(), "' is stored as ", w.describe(), ", a format the ",
+           backend_->description(), " backend has no kernels for");
+    return backend_->adopt_matrix(w);
   }
 
   void mark_used(const std::string& name) { used_.insert(name); }
@@ -55,12 +56,29 @@ class Binder {
     return os.str();
   }
 
-  void check_shape(const std::string& name, const TensorView& t, std::initializer_list<int64_t> shape) const {
-    bool ok = t.ndim == static_cast<int>(shape.size());
+  // The first of `names` the checkpoint has, checked against `shape`; empty when none is there (and recording).
+  Weight find(std::initializer_list<std::string> names, std::initializer_list<int64_t> shape, bool optional) {
+    if (record_) {
+      record_->emplace_back(*names.begin(), std::vector<int64_t>(shape));
+      return {};
+    }
+    for (const std::string& name : names) {
+      std::optional<Weight> w = lookup_(name);
+      if (!w) continue;
+      used_.insert(name);
+      check_shape(name, *w, shape);
+      return *w;
+    }
+    if (optional) return {};
+    fail(source_, ": missing tensor '", *names.begin(), "' with shape ", shape_str(shape));
+  }
+
+  void check_shape(const std::string& name, const Weight& w, std::initializer_list<int64_t> shape) const {
+    bool ok = w.ndim == static_cast<int>(shape.size());
     int i = 0;
-    for (int64_t d : shape) ok = ok && t.dim(i++) == d;
+    for (int64_t d : shape) ok = ok && w.dim(i++) == d;
     if (!ok)
-      fail(source_, ": tensor '", name, "' has shape ", t.shape_string(), "; expected ", shape_str(shape),
+      fail(source_, ": tensor '", name, "' has shape ", w.shape_string(), "; expected ", shape_str(shape),
            " for this config");
   }
 
@@ -77,9 +95,9 @@ void check_all_used(const Binder& b, const ModelConfig& c, const std::vector<std
 
 // The Mamba-2 mixer of a hybrid layer under `m` (".../mixer." or ".../mamba.").
 void bind_mamba2(Binder& b, const ModelConfig& c, const std::string& m, LayerWeights& l) {
-  l.in_proj = b.bind(m + "in_proj.weight", {c.in_proj_size(), c.d_model});
+  l.in_proj = b.matrix(m + "in_proj.weight", {c.in_proj_size(), c.d_model});
   l.conv = b.bind(m + "conv1d.weight", {c.conv_channels(), 1, c.d_conv});
-  l.out_proj = b.bind(m + "out_proj.weight", {c.d_model, c.d_inner});
+  l.out_proj = b.matrix(m + "out_proj.weight", {c.d_model, c.d_inner});
   if (c.use_bias) {
     l.in_proj_bias = b.bind(m + "in_proj.bias", {c.in_proj_size()});
     l.out_proj_bias = b.bind(m + "out_proj.bias", {c.d_model});
@@ -93,10 +111,10 @@ void bind_mamba2(Binder& b, const ModelConfig& c, const std::string& m, LayerWei
 
 void bind_attention(Binder& b, const ModelConfig& c, const std::string& a, LayerWeights& l) {
   const int64_t q = c.q_dim(), kv = c.kv_dim();
-  l.q_proj = b.bind(a + "q_proj.weight", {q, c.d_model});
-  l.k_proj = b.bind(a + "k_proj.weight", {kv, c.d_model});
-  l.v_proj = b.bind(a + "v_proj.weight", {kv, c.d_model});
-  l.o_proj = b.bind(a + "o_proj.weight", {c.d_model, q});
+  l.q_proj = b.matrix(a + "q_proj.weight", {q, c.d_model});
+  l.k_proj = b.matrix(a + "k_proj.weight", {kv, c.d_model});
+  l.v_proj = b.matrix(a + "v_proj.weight", {kv, c.d_model});
+  l.o_proj = b.matrix(a + "o_proj.weight", {c.d_model, q});
   if (c.attn_bias) {
     l.q_bias = b.bind(a + "q_proj.bias", {q});
     l.k_bias = b.bind(a + "k_proj.bias", {kv});
@@ -114,10 +132,10 @@ void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& loo
                                : "model.";
   const int64_t m = c.mlp_size;
   if (nemotron) {
-    w.embeddings = b.bind(root + "embeddings.weight", {c.vocab_size, c.d_model});
+    w.embeddings = b.matrix(root + "embeddings.weight", {c.vocab_size, c.d_model});
     w.norm_f = b.bind(root + "norm_f.weight", {c.d_model});
   } else {
-    w.embeddings = b.bind("model.embed_tokens.weight", {c.vocab_size, c.d_model});
+    w.embeddings = b.matrix("model.embed_tokens.weight", {c.vocab_size, c.d_model});
     w.norm_f = b.bind(c.family == Family::Bamba ? "model.final_layernorm.weight" : "model.norm.weight", {c.d_model});
   }
   for (int64_t i = 0; i < c.n_layer; ++i) {
@@ -130,8 +148,8 @@ void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& loo
       if (l.kind == LayerKind::Mamba2) bind_mamba2(b, c, mx, l);
       else if (l.kind == LayerKind::Attention) bind_attention(b, c, mx, l);
       else {  // relu2 MLP layer
-        l.mlp_up = b.bind(mx + "up_proj.weight", {m, c.d_model});
-        l.mlp_down = b.bind(mx + "down_proj.weight", {c.d_model, m});
+        l.mlp_up = b.matrix(mx + "up_proj.weight", {m, c.d_model});
+        l.mlp_down = b.matrix(mx + "down_proj.weight", {c.d_model, m});
         if (c.mlp_bias) {
           l.mlp_up_bias = b.bind(mx + "up_proj.bias", {m});
           l.mlp_down_bias = b.bind(mx + "down_proj.bias", {c.d_model});
@@ -143,13 +161,13 @@ void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& loo
       else bind_attention(b, c, p + "self_attn.", l);
       if (c.family == Family::GraniteHybrid) {
         l.mlp_norm = b.bind(p + "post_attention_layernorm.weight", {c.d_model});
-        l.mlp_up = b.bind(p + "shared_mlp.input_linear.weight", {2 * m, c.d_model});
-        l.mlp_down = b.bind(p + "shared_mlp.output_linear.weight", {c.d_model, m});
+        l.mlp_up = b.matrix(p + "shared_mlp.input_linear.weight", {2 * m, c.d_model});
+        l.mlp_down = b.matrix(p + "shared_mlp.output_linear.weight", {c.d_model, m});
       } else {
         l.mlp_norm = b.bind(p + "pre_ff_layernorm.weight", {c.d_model});
-        l.mlp_gate = b.bind(p + "feed_forward.gate_proj.weight", {m, c.d_model});
-        l.mlp_up = b.bind(p + "feed_forward.up_proj.weight", {m, c.d_model});
-        l.mlp_down = b.bind(p + "feed_forward.down_proj.weight", {c.d_model, m});
+        l.mlp_gate = b.matrix(p + "feed_forward.gate_proj.weight", {m, c.d_model});
+        l.mlp_up = b.matrix(p + "feed_forward.up_proj.weight", {m, c.d_model});
+        l.mlp_down = b.matrix(p + "feed_forward.down_proj.weight", {c.d_model, m});
       }
     }
     w.layers.push_back(l);
@@ -162,12 +180,12 @@ void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& loo
 WeightShapes hybrid_weight_shapes(const ModelConfig& c) {
   if (!c.hybrid()) fail("hybrid_weight_shapes: ", arch_name(c.arch), " is not a hybrid model");
   WeightShapes shapes;
-  const TensorLookup none = [](const std::string&) -> const TensorView* { return nullptr; };
+  const TensorLookup none = [](const std::string&) -> std::optional<Weight> { return std::nullopt; };
   const std::string source = "(shapes)";
   Binder b(none, source, &shapes);
   ModelWeights w;
   bind_hybrid_layers(b, c, none, w, {});
-  if (!c.tie_embeddings) b.bind("lm_head.weight", {c.vocab_size, c.d_model});
+  if (!c.tie_embeddings) b.matrix("lm_head.weight", {c.vocab_size, c.d_model});
   return shapes;
 }
 
@@ -182,18 +200,18 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, cons
       w.lm_head = w.embeddings;
       b.mark_used("lm_head.weight");
     } else {
-      w.lm_head = b.bind("lm_head.weight", {c.vocab_size, c.d_model});
+      w.lm_head = b.matrix("lm_head.weight", {c.vocab_size, c.d_model});
     }
     check_all_used(b, c, all_names, source);
     return w;
   }
-  w.embeddings = b.bind_any({"backbone.embeddings.weight", "backbone.embedding.weight"}, {c.vocab_size, c.d_model});
+  w.embeddings = b.matrix_any({"backbone.embeddings.weight", "backbone.embedding.weight"}, {c.vocab_size, c.d_model});
   w.norm_f = b.bind("backbone.norm_f.weight", {c.d_model});
   if (c.tie_embeddings) {
     w.lm_head = w.embeddings;
     b.mark_used("lm_head.weight");  // some checkpoints store the tied copy as well; it is ignored, as transformers does
   } else {
-    w.lm_head = b.bind("lm_head.weight", {c.vocab_size, c.d_model});
+    w.lm_head = b.matrix("lm_head.weight", {c.vocab_size, c.d_model});
   }
   const bool m1 = c.arch == Arch::Mamba1;
   TensorView mixer_norm;
@@ -206,18 +224,19 @@ ModelWeights bind_weights(const ModelConfig& c, const TensorLookup& lookup, cons
     const std::string p = "backbone.layers." + std::to_string(i) + ".";
     const std::string m = p + "mixer.";
     LayerWeights l;
+    l.kind = c.layer_kind(i);
     l.norm = b.bind(p + "norm.weight", {c.d_model});
-    l.in_proj = b.bind(m + "in_proj.weight", {c.in_proj_size(), c.d_model});
+    l.in_proj = b.matrix(m + "in_proj.weight", {c.in_proj_size(), c.d_model});
     l.conv = b.bind(m + "conv1d.weight", {c.conv_channels(), 1, c.d_conv});
-    l.out_proj = b.bind(m + "out_proj.weight", {c.d_model, c.d_inner});
+    l.out_proj = b.matrix(m + "out_proj.weight", {c.d_model, c.d_inner});
     if (c.use_bias) {
       l.in_proj_bias = b.bind(m + "in_proj.bias", {c.in_proj_size()});
       l.out_proj_bias = b.bind(m + "out_proj.bias", {c.d_model});
     }
     if (c.use_conv_bias) l.conv_bias = b.bind(m + "conv1d.bias", {c.conv_channels()});
     if (m1) {
-      l.x_proj = b.bind(m + "x_proj.weight", {c.dt_rank + 2 * c.d_state, c.d_inner});
-      l.dt_proj = b.bind(m + "dt_proj.weight", {c.d_inner, c.dt_rank});
+      l.x_proj = b.matrix(m + "x_proj.weight", {c.dt_rank + 2 * c.d_state, c.d_inner});
+      l.dt_proj = b.matrix(m + "dt_proj.weight", {c.d_inner, c.dt_rank});
       l.dt_bias = b.bind(m + "dt_proj.bias", {c.d_inner});
       l.A_log = b.bind(m + "A_log", {c.d_inner, c.d_state});
       l.D = b.bind(m + "D", {c.d_inner});
@@ -253,5 +272,15 @@ void check_all_used(const Binder& b, const ModelConfig& c, const std::vector<std
 }
 
 }  // namespace
+
+TensorLookup lookup_views(std::function<const TensorView*(const std::string&)> find, const std::string& source) {
+  return [find = std::move(find), source](const std::string& name) -> std::optional<Weight> {
+    const TensorView* t = find(name);
+    if (!t) return std::nullopt;
+    if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
+      fail(source, ": tensor '", name, "' has dtype ", dtype_name(t->dtype), "; expected f32, f16 or bf16");
+    return Weight(*t);
+  };
+}
 
 }  // namespace mambacpp

@@ -391,7 +391,7 @@ TEST(GpuBatchInvariance, FastPrefillBatchedEqualsAloneBitForBit) {
 }
 
 // A prompt on the prefill plan (kPrefillMinRows tokens and more) in fast precision, whose in_proj output [z | xBC |
-// dt] is bf16 (Backend::mamba2_proj_dtype; MAMBACPP_PROJ_OUT=f32 keeps it f32 and unrounded), against exact
+// dt] is bf16 (Mamba2Plan::proj_dtype; MAMBACPP_PROJ_OUT=f32 keeps it f32 and unrounded), against exact
 // precision: z, xBC and dt each rounded to bf16 (2^-9 relative), as every GEMM input already is in fast precision:
 // the decode test's bound, 3e-2 of the logits' range. And the setting is what it says: the two fast runs differ.
 TEST(GpuBatchInvariance, FastLongPromptStaysCloseToExact) {

@@ -304,7 +304,7 @@ TEST(CudaMamba2Ssd, FastPrecisionRoundsItsOperands) {
 }
 
 // Fast precision stores a prompt's y rounded to bf16 (the error model in mamba2_ssd_fast.cu), in bf16 where the
-// caller takes mamba2_y_dtype's choice (prompts only) and in f32 otherwise: the same values either way, so the gated
+// caller takes the plan's y dtype (Backend::plan_mamba2) (prompts only) and in f32 otherwise: the same values either way, so the gated
 // norm after it gives a prompt the same bits in any batch.
 TEST(CudaMamba2Ssd, FastPromptsGiveYInBf16TheValuesOfF32) {
   MAMBACPP_REQUIRE_GPU();
@@ -313,10 +313,10 @@ TEST(CudaMamba2Ssd, FastPromptsGiveYInBf16TheValuesOfF32) {
   DeviceArena arena(*be);
   const SsdInputs in = make_inputs(cs, 61);
   BatchLayout prompts = make_batch(cs.lens, cs.slots), with_one = make_batch({300, 1}, {1, 0});
-  EXPECT_EQ(be->mamba2_y_dtype(cs.P, cs.N, cs.chunk, prompts), DType::BF16);
-  EXPECT_EQ(be->mamba2_y_dtype(cs.P, cs.N, cs.chunk, with_one), DType::F32);  // the step kernel's rows are f32
-  EXPECT_EQ(make_cuda_backend(DType::BF16, Precision::Exact)->mamba2_y_dtype(cs.P, cs.N, cs.chunk, prompts),
-            DType::F32);
+  const Mamba2Shape shape{cs.P, cs.N, cs.chunk, 4, false};
+  EXPECT_EQ(be->plan_mamba2(shape, prompts).y_dtype, DType::BF16);
+  EXPECT_EQ(be->plan_mamba2(shape, with_one).y_dtype, DType::F32);  // the step kernel's rows are f32
+  EXPECT_EQ(make_cuda_backend(DType::BF16, Precision::Exact)->plan_mamba2(shape, prompts).y_dtype, DType::F32);
   std::vector<float> y[2];
   for (int i = 0; i < 2; ++i) {
     Mamba2ScanArgs a = device_args(cs, in, arena);  // the same initial state both times
@@ -340,7 +340,7 @@ TEST(CudaMamba2Ssd, FastPromptsGiveYInBf16TheValuesOfF32) {
 // writes the SSD's bf16 x, B, C; its f32 conv output is left unwritten, still NaN, which also shows the path ran) and
 // the split one (MAMBACPP_CONV_SSD=split, and any batch with a single-token sequence: conv1d's f32 output, then the
 // SSD's rounding). Both take the fast SSD's silu (conv1d_silu alone takes the exact one, so its bf16 roundings may
-// differ). A bf16 input (fast prompts' in_proj output, mamba2_proj_dtype) in the fused run gives the bits of the same
+// differ). A bf16 input (fast prompts' in_proj output, Mamba2Plan::proj_dtype) in the fused run gives the bits of the same
 // values in f32 in the split run, with its rows starting at an even column and at an odd one.
 TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheSplitPath) {
   MAMBACPP_REQUIRE_GPU();

@@ -171,7 +171,8 @@ void CpuBackend::fill_zero(void* dst, size_t bytes) {
 
 // ---- Row ops ----------------------------------------------------------------------------------------------------
 
-void CpuBackend::embed(const TensorView& table, const TensorView& ids, TensorView out) {
+void CpuBackend::embed(const Weight& table_weight, const TensorView& ids, TensorView out) {
+  const TensorView& table = table_weight.dense_view("embed");
   if (table.ndim != 2) fail("embed: table must be 2-D, found ", table.shape_string());
   const int64_t V = table.dim(0), D = table.dim(1);
   WeightRef tab = weight("embed", "table", table, V * D);
@@ -212,7 +213,8 @@ void CpuBackend::add_inplace(TensorView acc, const TensorView& x) {
   cpu::add_inplace_f32(rows<float>(acc), crows<float>(x), T, D, threads_);
 }
 
-void CpuBackend::linear(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView y) {
+void CpuBackend::linear(const TensorView& x, const Weight& weight_in, const TensorView& bias, TensorView y) {
+  const TensorView& w = weight_in.dense_view("linear");
   if (x.ndim != 2 || w.ndim != 2) fail("linear: x and w must be 2-D, found ", x.shape_string(), " and ", w.shape_string());
   const int64_t T = x.dim(0), in = x.dim(1), outf = w.dim(0);
   if (w.dim(1) != in) fail("linear: w must be [out, ", in, "], found ", w.shape_string());

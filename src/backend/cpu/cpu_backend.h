@@ -36,11 +36,11 @@ class CpuBackend final : public Backend {
   TensorView adopt_weight(const TensorView& host) override;
   void prepare_batch(BatchLayout&) override {}
 
-  void embed(const TensorView& table, const TensorView& ids, TensorView out) override;
+  void embed(const Weight& table, const TensorView& ids, TensorView out) override;
   void to_f32(const TensorView& src, TensorView out) override;
   void rmsnorm(const TensorView& x, const TensorView& w, float eps, TensorView out) override;
   void add_inplace(TensorView acc, const TensorView& x) override;
-  void linear(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView y) override;
+  void linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y) override;
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                    const BatchLayout& batch, TensorView out) override;
   void mamba1_scan(const Mamba1ScanArgs& args, const BatchLayout& batch) override;

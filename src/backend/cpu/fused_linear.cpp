@@ -78,15 +78,15 @@ void conv_step(const float* x, const float* w, const float* bias, void* st, DTyp
 
 bool CpuBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const {
   const int64_t B = batch.total_tokens;
-  if (B < 1 || static_cast<int64_t>(batch.seqs.size()) != B) return false;
+  if (!a.w.dense() || B < 1 || static_cast<int64_t>(batch.seqs.size()) != B) return false;
   for (int64_t i = 0; i < B; ++i) {
     const SeqSpan& s = batch.seqs[static_cast<size_t>(i)];
     if (s.start != i || s.len != 1) return false;
   }
-  if (a.x.ndim != 2 || a.w.ndim != 2 || !a.gate.empty()) return false;  // no gated prologue here
-  const int64_t in = a.x.dim(1), out = a.w.dim(0);
-  if (!f32_rows(a.x, B, in) || !f32_rows(a.y, B, out) || a.w.dim(1) != in || !a.w.contiguous() ||
-      !float_storage(a.w.dtype) || a.w.device != Device::CPU)
+  if (a.x.ndim != 2 || a.w.data.ndim != 2 || !a.gate.empty()) return false;  // no gated prologue here
+  const int64_t in = a.x.dim(1), out = a.w.data.dim(0);
+  if (!f32_rows(a.x, B, in) || !f32_rows(a.y, B, out) || a.w.data.dim(1) != in || !a.w.data.contiguous() ||
+      !float_storage(a.w.data.dtype) || a.w.data.device != Device::CPU)
     return false;
   if (!a.bias.empty() && !float_vector(a.bias, out)) return false;
   if (!a.norm_w.empty() && (!float_vector(a.norm_w, in) || a.norm_group < 0 ||
@@ -108,10 +108,10 @@ bool CpuBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayo
 
 void CpuBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) {
   if (!supports_fused_linear(a, batch))
-    fail("fused_linear: arguments the CPU backend does not take (x ", a.x.shape_string(), ", w ", a.w.shape_string(),
-         " ", dtype_name(a.w.dtype), ", y ", a.y.shape_string(), ", ", batch.total_tokens,
+    fail("fused_linear: arguments the CPU backend does not take (x ", a.x.shape_string(), ", w ", a.w.data.shape_string(),
+         " ", dtype_name(a.w.data.dtype), ", y ", a.y.shape_string(), ", ", batch.total_tokens,
          " rows); ask supports_fused_linear first");
-  const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.dim(0);
+  const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.data.dim(0);
   Rows<const float> x{a.x.ptr<const float>(), a.x.stride0()};
   thread_local std::vector<float> xn, ys, wbuf, bbuf;
   if (!a.norm_w.empty()) {
@@ -123,7 +123,7 @@ void CpuBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch
   }
   Rows<float> y{a.y.ptr<float>(), a.y.stride0()};
   if (a.conv_w.empty() && !a.accumulate) {
-    cpu::linear_f32(x, wref(a.w), wref(a.bias), y, B, in, out, threads_);
+    cpu::linear_f32(x, wref(a.w.data), wref(a.bias), y, B, in, out, threads_);
     return;
   }
   // The epilogue runs in the GEMV's tasks, on the columns each has just written: the conv step and the residual add
@@ -155,7 +155,7 @@ void CpuBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch
                 a.conv_state.dtype, hi - lo, K, a.conv_out.ptr<float>() + i * a.conv_out.stride0() + ch);
     }
   };
-  cpu::linear_f32(x, wref(a.w), wref(a.bias), {ys.data(), out}, B, in, out, threads_, epilogue);
+  cpu::linear_f32(x, wref(a.w.data), wref(a.bias), {ys.data(), out}, B, in, out, threads_, epilogue);
 }
 
 }  // namespace mambacpp

@@ -78,7 +78,7 @@ class CudaBackend final : public Backend {
     // 3.3x at mamba-2.8b 4k). MAMBACPP_MAMBA1_SCAN=sequential keeps every sequence on the sequential kernel.
     if (const char* env = std::getenv("MAMBACPP_MAMBA1_SCAN")) mamba1_chunked_ = std::string(env) != "sequential";
     // Fast precision holds Mamba-2's in_proj output [z | xBC | dt] at bf16 precision on prompt rows, written in bf16
-    // where a batch is all prompts (mamba2_proj_dtype). MAMBACPP_PROJ_OUT=f32 keeps every row in f32, unrounded.
+    // where a batch is all prompts (Mamba2Plan::proj_dtype). MAMBACPP_PROJ_OUT=f32 keeps every row in f32, unrounded.
     if (const char* env = std::getenv("MAMBACPP_PROJ_OUT")) prompt_proj_bf16_ = std::string(env) != "f32";
     // mamba2_conv_ssd fuses conv1d into the fast SSD where it can. MAMBACPP_CONV_SSD=split runs its other path (f32
     // conv output, then the SSD's rounding): the same bits, which the tests compare.
@@ -259,7 +259,8 @@ class CudaBackend final : public Backend {
   }
 
   // ---- Ops --------------------------------------------------------------------------------------------------------
-  void embed(const TensorView& table, const TensorView& ids, TensorView out) override {
+  void embed(const Weight& table_weight, const TensorView& ids, TensorView out) override {
+    const TensorView& table = table_weight.dense_view("embed");
     check_f32_2d(out, "embed: out");
     need(table.ndim == 2 && is_float_dtype(table.dtype), "embed: table must be a 2-D float tensor, found ",
          table.shape_string(), " ", dtype_name(table.dtype));
@@ -305,7 +306,8 @@ class CudaBackend final : public Backend {
   // work, still far cheaper than an f32 GEMM. What remains between bf16-weight logits and the fp32 CPU path is the
   // rounding of the weights themselves (2^-9 relative each), which stays within ~1e-2 of the logits' range.
   // f16 caveat: |x| > 65504 would overflow hi; projection inputs are normalised or gated activations, far below it.
-  void linear(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView y) override {
+  void linear(const TensorView& x, const Weight& weight_in, const TensorView& bias, TensorView y) override {
+    const TensorView& w = weight_in.dense_view("linear");
     check_f32_2d(x, "linear: x");
     check_f32_2d(y, "linear: y");
     need(w.ndim == 2 && is_float_dtype(w.dtype) && w.contiguous(), "linear: w must be a contiguous 2-D float "
@@ -375,7 +377,7 @@ class CudaBackend final : public Backend {
   }
   Conv1dLaunch conv_launch(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                            const BatchLayout& batch, TensorView out) {
-    const bool x16 = x.dtype == DType::BF16;  // mamba2_proj_dtype's choice
+    const bool x16 = x.dtype == DType::BF16;  // Mamba2Plan::proj_dtype
     if (x16)
       need(x.ndim == 2 && x.device == Device::CUDA, "conv1d: x must be a 2-D CUDA tensor, found ", x.shape_string());
     else
@@ -486,9 +488,9 @@ class CudaBackend final : public Backend {
     need(P >= 0 && N >= 0 && a.chunk_size > 0, "mamba2_ssd: bad head_dim ", P, " / d_state ", N, " / chunk_size ",
          a.chunk_size);
     for (const TensorView* v : {&a.x, &a.B, &a.C}) check_f32_2d(*v, "mamba2_ssd: activation");
-    const bool dt_bf16 = a.dt.dtype == DType::BF16;  // mamba2_proj_dtype's choice
+    const bool dt_bf16 = a.dt.dtype == DType::BF16;  // Mamba2Plan::proj_dtype
     if (!dt_bf16) check_f32_2d(a.dt, "mamba2_ssd: dt");
-    const bool y_bf16 = a.y.dtype == DType::BF16;  // mamba2_y_dtype's choice
+    const bool y_bf16 = a.y.dtype == DType::BF16;  // Mamba2Plan::y_dtype
     if (!y_bf16) check_f32_2d(a.y, "mamba2_ssd: y");
     const int64_t T = a.x.dim(0);
     need(a.x.dim(1) == H * P && a.y.dim(0) == T && a.y.dim(1) == H * P, "mamba2_ssd: x/y must be [", T, ", ",
@@ -545,41 +547,38 @@ class CudaBackend final : public Backend {
     if (y_bf16)
       need(a.y.ndim == 2 && a.y.device == Device::CUDA && a.z.empty() && p.fast && !p.has_single_seqs &&
                ssd_fast_path(p),
-           "mamba2_ssd: y in bf16 is for fast precision's prompts (mamba2_y_dtype), found ", a.y.shape_string(),
+           "mamba2_ssd: y in bf16 is for fast precision's prompts (Mamba2Plan::y_dtype), found ", a.y.shape_string(),
            a.z.empty() ? "" : " with a gate", p.has_single_seqs ? " in a batch with one-token sequences" : "");
     if (dt_bf16)
       need(a.dt.ndim == 2 && a.dt.device == Device::CUDA && p.fast && !p.has_single_seqs && ssd_fast_path(p),
-           "mamba2_ssd: dt in bf16 is for fast precision's prompts (mamba2_proj_dtype), found ", a.dt.shape_string(),
+           "mamba2_ssd: dt in bf16 is for fast precision's prompts (Mamba2Plan::proj_dtype), found ", a.dt.shape_string(),
            p.has_single_seqs ? " in a batch with one-token sequences" : "");
     return p;
   }
 
-  // bf16 where the fast chunked kernels write every row of y (no one-token sequences: those take the step kernel),
-  // which round it to bf16 in either dtype.
-  DType mamba2_y_dtype(int64_t head_dim, int64_t d_state, int64_t chunk_size, const BatchLayout& batch) const override {
+  // y: bf16 where the fast chunked kernels write every row of it (no one-token sequences: those take the step
+  // kernel), which round it to bf16 in either dtype. proj: bf16 where, besides, the batch is all prompts on the
+  // prefill GEMM plan (LtMatmul::kPrefillMinRows tokens and more) and conv1d runs on the window kernel; fast precision
+  // rounds prompt rows of an f32 proj alike (docs/benchmarks.md, decisions).
+  Mamba2Plan plan_mamba2(const Mamba2Shape& shape, const BatchLayout& batch) const override {
+    Mamba2Plan plan;
     Mamba2Launch p;
     p.fast = fast_ && weight_dtype_ != DType::F32;
-    p.head_dim = head_dim;
-    p.d_state = d_state;
-    p.chunk_size = chunk_size;
+    p.head_dim = shape.head_dim;
+    p.d_state = shape.d_state;
+    p.chunk_size = shape.chunk_size;
     const bool prompts_only = !batch.seqs.empty() && std::none_of(batch.seqs.begin(), batch.seqs.end(),
                                                                    [](const SeqSpan& s) { return s.len == 1; });
-    return prompts_only && ssd_fast_path(p) ? DType::BF16 : DType::F32;
-  }
-
-  // bf16 where the batch is all prompts on the prefill GEMM plan (LtMatmul::kPrefillMinRows tokens and more), whose
-  // fast SSD writes y in bf16 (mamba2_y_dtype) and whose conv1d runs on the window kernel: in_proj writes [z | xBC |
-  // dt] in bf16 (the values fast precision rounds prompt rows to in any batch, FusedLinearArgs::bf16_prompt_rows),
-  // halving the bytes conv1d and the gated norm read (docs/benchmarks.md, q20).
-  DType mamba2_proj_dtype(int64_t head_dim, int64_t d_state, int64_t chunk_size, int64_t conv_kernel,
-                          const BatchLayout& batch) const override {
-    if (!prompt_proj_bf16_ || mamba2_y_dtype(head_dim, d_state, chunk_size, batch) != DType::BF16) return DType::F32;
-    const bool prompts = std::all_of(batch.seqs.begin(), batch.seqs.end(),
-                                     [](const SeqSpan& s) { return s.len >= LtMatmul::kPrefillMinRows; });
+    if (prompts_only && ssd_fast_path(p)) plan.y_dtype = DType::BF16;
+    if (shape.in_proj_bias || !prompt_proj_bf16_) return plan;  // the bf16 output plans add no bias
+    plan.round_proj_prompt_rows = true;
+    const bool long_prompts = std::all_of(batch.seqs.begin(), batch.seqs.end(),
+                                          [](const SeqSpan& s) { return s.len >= LtMatmul::kPrefillMinRows; });
     Conv1dLaunch c;
-    c.K = conv_kernel;
+    c.K = shape.conv_kernel;
     c.T = batch.total_tokens;
-    return prompts && conv1d_bf16_outputs_supported(c) ? DType::BF16 : DType::F32;
+    if (plan.y_dtype == DType::BF16 && long_prompts && conv1d_bf16_outputs_supported(c)) plan.proj_dtype = DType::BF16;
+    return plan;
   }
 
   void mamba2_ssd(const Mamba2ScanArgs& a, const BatchLayout& batch) override {
@@ -680,6 +679,7 @@ class CudaBackend final : public Backend {
   // Without a conv epilogue the fast path is row by row and takes prefill pieces too (the prefill recipe's norms and
   // residual add folded into the GEMMs).
   bool supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const override {
+    if (!a.w.dense()) return false;
     if (fast_fused(a, batch)) return fast_rows(a, batch) && fast_fused_supported(a, batch.total_tokens);
     return decode_rows(batch, kFusedMaxRows) && fused_gemv_launch(a, batch.total_tokens).has_value();
   }
@@ -689,7 +689,7 @@ class CudaBackend final : public Backend {
   // Whether fused_linear takes the fast kernels: fast precision, 16-bit weights, and (unless batch invariance is
   // required) more rows than the fused GEMVs take.
   bool fast_fused(const FusedLinearArgs& a, const BatchLayout& batch) const {
-    if (!fast_ || a.w.dtype == DType::F32) return false;
+    if (!fast_ || a.w.data.dtype == DType::F32) return false;
     return batch_invariant_ || !decode_rows(batch, kFusedMaxRows) || !fused_gemv_launch(a, batch.total_tokens);
   }
 
@@ -714,9 +714,9 @@ class CudaBackend final : public Backend {
   // kernel (fused_gemv_fast.cu) for every decode batch size, where it takes the shapes (the same answer at every
   // batch size).
   void fused_linear_fast(const FusedLinearArgs& a, const BatchLayout& batch) {
-    const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.dim(0);
+    const int64_t B = batch.total_tokens, in = a.x.dim(1), out = a.w.data.dim(0);
     need(in <= INT_MAX && out <= INT_MAX && a.y.stride0() <= INT_MAX, "fused_linear: dimensions beyond cuBLAS's ",
-         "32-bit limits: x ", a.x.shape_string(), ", w ", a.w.shape_string());
+         "32-bit limits: x ", a.x.shape_string(), ", w ", a.w.data.shape_string());
     // The opted-in GEMVs take decode batches only: a prompt's rows take the GEMM alone or batched alike.
     if (decode_gemm_fused_ && decode_rows(batch, kFastMaxRows) && a.x.dtype == DType::F32) {
       if (std::optional<FusedGemvLaunch> p = fast_gemv_launch(a, B)) {
@@ -733,41 +733,41 @@ class CudaBackend final : public Backend {
     const int64_t group = a.norm_group > 0 ? a.norm_group : in;
     if (a.x.dtype == DType::BF16 && a.gate.dtype == DType::BF16 && !a.gate.empty())
       launch_rmsnorm_round_bf16_xz(a.x.ptr<uint16_t>(), a.x.stride0(), a.gate.ptr<uint16_t>(), a.gate.stride0(), norm_w,
-                                   group, a.eps, a.w.dtype, x16, B, in, stream());
+                                   group, a.eps, a.w.data.dtype, x16, B, in, stream());
     else if (a.x.dtype == DType::BF16)
-      launch_rmsnorm_round_bf16_x(a.x.ptr<uint16_t>(), a.x.stride0(), gate, norm_w, group, a.eps, a.w.dtype, x16, B,
+      launch_rmsnorm_round_bf16_x(a.x.ptr<uint16_t>(), a.x.stride0(), gate, norm_w, group, a.eps, a.w.data.dtype, x16, B,
                                   in, stream());
     else
-      launch_rmsnorm_round(crows(a.x), gate, norm_w, group, a.eps, a.w.dtype, x16, B, in, stream());
+      launch_rmsnorm_round(crows(a.x), gate, norm_w, group, a.eps, a.w.data.dtype, x16, B, in, stream());
     if (!a.bias.empty()) launch_broadcast_bias(weight(a.bias), rows(a.y), B, out, stream());
     cublas();  // the shared workspace exists
-    const cudaDataType_t ab = a.w.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    const cudaDataType_t ab = a.w.data.dtype == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
     const float beta = a.accumulate || !a.bias.empty() ? 1.0f : 0.0f;
     // Rows of long prompts on the prefill plan, those of short and one-token sequences on the decode plan (gemm_lt.h):
     // each row gets the bits it gets alone, whatever the forward mixes. Runs of rows of one kind, one GEMM each.
-    // A bf16 y (mamba2_proj_dtype): prompt rows only, the prefill plan with a bf16 output (gemm_lt.h); an f32 y with
-    // bf16_prompt_rows: the prompt rows rounded after it, the same bits.
+    // A bf16 y (Mamba2Plan::proj_dtype): prompt rows only, the prefill plan with a bf16 output (gemm_lt.h); an f32 y with
+    // round_prompt_rows: the prompt rows rounded after it, the same bits.
     const bool y16 = a.y.dtype == DType::BF16;
-    const bool round_prompts = a.bf16_prompt_rows && prompt_proj_bf16_;
+    const bool round_prompts = a.round_prompt_rows;
     for (const RowRun& r : row_runs(batch)) {
       const void* x_rows = static_cast<const char*>(x16) + static_cast<size_t>(r.start * in) * 2;
       const int rows_n = static_cast<int>(r.len);
       if (y16) {
         need(r.prompt && round_prompts && beta == 0.0f && a.y.stride0() == out,
              "fused_linear: a bf16 y is for Mamba-2's in_proj on prompts of ", LtMatmul::kPrefillMinRows,
-             " tokens and more (mamba2_proj_dtype), found ", a.y.shape_string(), r.prompt ? "" : " with short rows");
+             " tokens and more (Mamba2Plan::proj_dtype), found ", a.y.shape_string(), r.prompt ? "" : " with short rows");
         uint16_t* y_rows = a.y.ptr<uint16_t>() + r.start * out;
-        if (lt_.run_prefill_bf16(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x_rows, y_rows,
+        if (lt_.run_prefill_bf16(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows, y_rows,
                                  static_cast<int>(out), rows_n, static_cast<int>(in), out))
           continue;
         float* f = static_cast<float*>(grow(proj32_, static_cast<size_t>(r.len * out) * 4));
-        lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x_rows, f, static_cast<int>(out),
+        lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows, f, static_cast<int>(out),
                 rows_n, static_cast<int>(in), out, 0.0f, LtMatmul::Pin::Prefill);
         launch_convert(f, DType::F32, y_rows, DType::BF16, r.len * out, stream());
         continue;
       }
       float* y_rows = a.y.ptr<float>() + r.start * a.y.stride0();
-      lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data, x_rows, y_rows, static_cast<int>(out),
+      lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows, y_rows, static_cast<int>(out),
               rows_n, static_cast<int>(in), a.y.stride0(), beta,
               r.prompt ? LtMatmul::Pin::Prefill : LtMatmul::Pin::Decode);
       if (r.prompt && round_prompts) launch_round_bf16(F32Rows{y_rows, a.y.stride0()}, r.len, out, stream());

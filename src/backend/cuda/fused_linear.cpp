@@ -29,21 +29,21 @@ namespace {
 // The launch parameters for up to max_rows rows; nullopt for what no fused kernel takes.
 std::optional<FusedGemvLaunch> build_launch(const FusedLinearArgs& a, int64_t B, int64_t max_rows) {
   const char* op = "fused_linear";
-  need(a.x.ndim == 2 && a.w.ndim == 2 && a.y.ndim == 2, op, ": x, w and y must be 2-D, found ", a.x.shape_string(),
-       ", ", a.w.shape_string(), ", ", a.y.shape_string());
-  const int64_t in = a.x.dim(1), out = a.w.dim(0);
-  need(a.w.dim(1) == in && a.y.dim(1) == out, op, ": x ", a.x.shape_string(), ", w ", a.w.shape_string(), ", y ",
+  need(a.x.ndim == 2 && a.w.data.ndim == 2 && a.y.ndim == 2, op, ": x, w and y must be 2-D, found ", a.x.shape_string(),
+       ", ", a.w.data.shape_string(), ", ", a.y.shape_string());
+  const int64_t in = a.x.dim(1), out = a.w.data.dim(0);
+  need(a.w.data.dim(1) == in && a.y.dim(1) == out, op, ": x ", a.x.shape_string(), ", w ", a.w.data.shape_string(), ", y ",
        a.y.shape_string(), " do not chain");
   need(a.bias.empty() || a.bias.numel() == out, op, ": bias has ", a.bias.numel(), " elements, expected ", out);
   need(a.norm_w.empty() || a.norm_w.numel() == in, op, ": norm_w has ", a.norm_w.numel(), " elements, expected ", in);
-  if (B < 1 || B > max_rows || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.contiguous()) return std::nullopt;
+  if (B < 1 || B > max_rows || !f32_rows(a.x, B) || !f32_rows(a.y, B) || !a.w.data.contiguous()) return std::nullopt;
   if (!a.gate.empty()) return std::nullopt;  // the fused GEMVs have no gated prologue
-  if (!is_float_dtype(a.w.dtype) || (!a.bias.empty() && !is_float_dtype(a.bias.dtype))) return std::nullopt;
+  if (!is_float_dtype(a.w.data.dtype) || (!a.bias.empty() && !is_float_dtype(a.bias.dtype))) return std::nullopt;
   if (!a.norm_w.empty() && !f32_vector(a.norm_w)) return std::nullopt;
 
   FusedGemvLaunch p;
   p.x = crows(a.x);
-  p.w = weight(a.w);
+  p.w = weight(a.w.data);
   p.bias = weight(a.bias);
   p.T = B;
   p.in = in;
@@ -102,23 +102,23 @@ std::optional<FusedGemvLaunch> fast_gemv_launch(const FusedLinearArgs& a, int64_
 
 bool fast_fused_supported(const FusedLinearArgs& a, int64_t B) {
   const char* op = "fused_linear";
-  need(a.x.ndim == 2 && a.w.ndim == 2 && a.y.ndim == 2, op, ": x, w and y must be 2-D, found ", a.x.shape_string(),
-       ", ", a.w.shape_string(), ", ", a.y.shape_string());
-  const int64_t in = a.x.dim(1), out = a.w.dim(0);
-  need(a.w.dim(1) == in && a.y.dim(1) == out, op, ": x ", a.x.shape_string(), ", w ", a.w.shape_string(), ", y ",
+  need(a.x.ndim == 2 && a.w.data.ndim == 2 && a.y.ndim == 2, op, ": x, w and y must be 2-D, found ", a.x.shape_string(),
+       ", ", a.w.data.shape_string(), ", ", a.y.shape_string());
+  const int64_t in = a.x.dim(1), out = a.w.data.dim(0);
+  need(a.w.data.dim(1) == in && a.y.dim(1) == out, op, ": x ", a.x.shape_string(), ", w ", a.w.data.shape_string(), ", y ",
        a.y.shape_string(), " do not chain");
   // Rows past a decode batch's kFastMaxRows: prefill pieces, which take no conv epilogue (checked by the caller).
-  // x in bf16: Mamba-2's y from the fast SSD (Backend::mamba2_y_dtype), into the gated norm of out_proj.
+  // x in bf16: Mamba-2's y from the fast SSD (Mamba2Plan::y_dtype), into the gated norm of out_proj.
   const bool x_ok = f32_rows(a.x, B) || (a.x.dtype == DType::BF16 && a.x.ndim == 2 && a.x.dim(0) >= B &&
                                          a.conv_w.empty() && !a.norm_w.empty());
-  // y in bf16: Mamba-2's in_proj on prompts (Backend::mamba2_proj_dtype), its gate likewise into out_proj's norm.
+  // y in bf16: Mamba-2's in_proj on prompts (Mamba2Plan::proj_dtype), its gate likewise into out_proj's norm.
   const bool y_ok = f32_rows(a.y, B) || (a.y.dtype == DType::BF16 && a.y.ndim == 2 && a.y.dim(0) >= B &&
                                          a.y.contiguous() && a.bias.empty() && !a.accumulate && a.conv_w.empty());
   const bool gate_ok = f32_rows(a.gate, B) || (a.gate.dtype == DType::BF16 && a.x.dtype == DType::BF16 &&
                                                a.gate.ndim == 2 && a.gate.dim(0) >= B);
-  if (B < 1 || in < 1 || out < 1 || !x_ok || !y_ok || !a.w.contiguous()) return false;
+  if (B < 1 || in < 1 || out < 1 || !x_ok || !y_ok || !a.w.data.contiguous()) return false;
   if (!a.gate.empty() && (!gate_ok || a.gate.dim(1) != in)) return false;
-  if (a.w.dtype != DType::BF16 && a.w.dtype != DType::F16) return false;
+  if (a.w.data.dtype != DType::BF16 && a.w.data.dtype != DType::F16) return false;
   if (!a.bias.empty() && (a.accumulate || a.bias.numel() != out || !is_float_dtype(a.bias.dtype))) return false;
   if (!a.norm_w.empty()) {
     const int64_t g = a.norm_group > 0 ? a.norm_group : in;
