@@ -1,8 +1,8 @@
 // Can a prefill GEMM write bf16 with the bits of its f32 output rounded to nearest even? y^T [out, T] = W [out, in] .
 // X^T with bf16 operands and f32 accumulation, as gemm_lt.h runs it: each of cuBLASLt's heuristic candidates with a
 // bf16 output is compared, over every element, with each f32-output candidate's result rounded, and timed (10 runs).
-// Build and run on the GPU machine (docs/benchmarks.md, q19):
-//   nvcc -std=c++17 -arch=sm_90 -O2 scripts/gemm_bf16_output_probe.cu -lcublasLt -o /tmp/probe
+// Build and run on the GPU machine (docs/perf-log/benchmarks-2026-12.md, q19):
+//   nvcc -std=c++17 -arch=sm_90 -O2 dev/gemm_bf16_output_probe.cu -lcublasLt -o /tmp/probe
 //   /tmp/probe [OUT IN T]   (default: mamba2-2.7b's in_proj, 10576 2560 4096)
 #include <cublasLt.h>
 #include <cuda_bf16.h>

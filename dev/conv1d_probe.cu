@@ -1,10 +1,10 @@
-// Where conv1d's window kernel loses time with a bf16 input (docs/benchmarks.md, q22): the kernel of conv1d.cu on
-// mamba2-2.7b's xBC (8,192 tokens, 5,376 channels, K = 4, bf16 outputs as the fused SSD takes them), its input in f32
+// Where conv1d's window kernel loses time with a bf16 input (docs/perf-log/benchmarks-2026-12.md, q22): the kernel
+// of conv1d.cu on mamba2-2.7b's xBC (8,192 tokens, 5,376 channels, K = 4, bf16 outputs as the fused SSD takes them), its input in f32
 // or bf16 at in_proj's row stride, padded strides or contiguous rows; then simpler kernels of the same arithmetic
 // (one sequence, no per-token lookups) with VEC channels and TOK tokens per thread. Inputs and weights are zeros
 // (no kernel here branches on values). Events, median of 21 launches.
 // Build and run on the GPU machine, from the repository root:
-//   nvcc -std=c++20 -O3 -arch=sm_90 -I src -I include -I build-gpu scripts/conv1d_probe.cu -o /tmp/conv1d_probe
+//   nvcc -std=c++20 -O3 -arch=sm_90 -I src -I include -I build-gpu dev/conv1d_probe.cu -o /tmp/conv1d_probe
 //   /tmp/conv1d_probe
 #include "../src/backend/cuda/conv1d.cu"
 // The library's error path, which this file does not link.

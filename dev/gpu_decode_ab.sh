@@ -6,6 +6,7 @@
 # table twice instead of the A/B subset; NEW_ROWS, AB_ROWS (cuBLASLt) and NOINV_ROWS (--no-batch-invariant) pick
 # the rows, empty for none; NCU_BATCHES the ncu batch sizes, default "1 32"; TESTS the gtest filter)
 set -u -o pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)  # dev/; the product's drivers are in ../scripts
 SRC=${1:-.} B=${2:-build-gpu}
 LOG=${OUT:-/tmp/gpu_decode_ab}; mkdir -p "$LOG"
 t0=$SECONDS
@@ -27,7 +28,7 @@ echo "tests $((SECONDS - t0)) s"
 grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|\[invariance\].*B 256|\[fast fused\]|\[fast\]|tests passed|tests failed" \
   "$LOG"/tests*.log | head -60
 cli=$B/mambacpp
-bench() { bash scripts/gpu_decode_bench.sh "$cli" "$@"; }
+bench() { bash "$here/../scripts/gpu_decode_bench.sh" "$cli" "$@"; }
 if [ "${FULL:-0}" = 1 ]; then
   MAMBACPP_DECODE_GEMM=fused TWICE=1 bench "$LOG/new" > /tmp/new.log 2>&1
 else

@@ -2,11 +2,12 @@
 # A/B of two source trees in one GPU run: this tree ("new") and this tree with PATCH reversed ("base"; a copy of the
 # source tree on the GPU machine may have no .git, so make the patch beforehand and ship it with the tree, e.g.
 # `git diff BASE_REF -- src > ab.patch`). Both are built side by side, then the GPU tests on the new tree, then the
-# prefill rows alternately (base, new, base, new: clocks drift under sustained load, docs/benchmarks.md q16), then
-# the new tree's layer profile at 8,192 tokens. Logs under $OUT. ~4-5 minutes on the GPU machine.
+# prefill rows alternately (base, new, base, new: clocks drift under sustained load,
+# docs/perf-log/benchmarks-2026-12.md q16), then the new tree's layer profile at 8,192 tokens. Logs under $OUT. ~4-5 minutes on the GPU machine.
 # Usage: gpu_prefill_ab_tree.sh PATCH [BUILD_DIR]   env: ROUNDS (2), NOTESTS=1 skips the tests, NOPROFILE=1 the
 # profile, ROWS (bench arguments of each row, separated by ';')
 set -u -o pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)  # dev/; the product's drivers are in ../scripts
 patch_file=$(realpath "$1") B=${2:-build-gpu}
 LOG=${OUT:-/tmp/gpu_prefill_ab_tree}; mkdir -p "$LOG"
 base=/tmp/ab_base
@@ -52,6 +53,6 @@ for ((round = 1; round <= ${ROUNDS:-2}; ++round)); do
 done
 echo "bench $((SECONDS - t0)) s"
 if [ "${NOPROFILE:-0}" != 1 ]; then
-  TIMEOUT=120 bash scripts/gpu_prefill_profile.sh "$B/mambacpp" mamba2-2.7b 8192 "$LOG" | tail -14
+  TIMEOUT=120 bash "$here/gpu_prefill_profile.sh" "$B/mambacpp" mamba2-2.7b 8192 "$LOG" | tail -14
 fi
 echo "total $((SECONDS - t0)) s"

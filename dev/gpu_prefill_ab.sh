@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # One GPU run for a prefill setting (an environment variable the CUDA backend reads, e.g.
 # MAMBACPP_SSD_OUTPUT=tile): build, the GPU tests without and with it, the prefill rows A/B on the same binary in
-# the same run (default, setting, default, setting: clocks drift under sustained load, docs/benchmarks.md q16), and
-# the layer profile of each at 8,192 tokens (PROFILE_SHAPE, default mamba2-2.7b). Logs under $OUT.
+# the same run (default, setting, default, setting: clocks drift under sustained load,
+# docs/perf-log/benchmarks-2026-12.md q16), and the layer profile of each at 8,192 tokens (PROFILE_SHAPE, default mamba2-2.7b). Logs under $OUT.
 # Usage: gpu_prefill_ab.sh SRC_DIR [BUILD_DIR]   env: AB (the setting, NAME=VALUE; required), ROWS (gpu_prefill_bench.sh
 # rows, default main), ROUNDS (2), NOBUILD=1 skips the build, NOTESTS=1 the tests, NOPROFILE=1 the profiles. With
 # everything on it takes ~8 minutes: split it over two runs (NOPROFILE=1, then NOBUILD=1 NOTESTS=1 ROUNDS=0) where a
 # run's time limit is near.
 set -u -o pipefail
+here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)  # dev/; the product's drivers are in ../scripts
 SRC=${1:-.} B=${2:-build-gpu}
 : "${AB:?AB=NAME=VALUE: the setting to measure}"
 LOG=${OUT:-/tmp/gpu_prefill_ab}; mkdir -p "$LOG"
@@ -27,14 +28,14 @@ if [ "${NOTESTS:-0}" != 1 ]; then
   echo "tests $((SECONDS - t0)) s"
 fi
 for ((round = 1; round <= ${ROUNDS:-2}; ++round)); do
-  echo "== round $round: default"; bash scripts/gpu_prefill_bench.sh "$B/mambacpp" "${ROWS:-main}"
-  echo "== round $round: $AB"; env "$AB" bash scripts/gpu_prefill_bench.sh "$B/mambacpp" "${ROWS:-main}"
+  echo "== round $round: default"; bash "$here/../scripts/gpu_prefill_bench.sh" "$B/mambacpp" "${ROWS:-main}"
+  echo "== round $round: $AB"; env "$AB" bash "$here/../scripts/gpu_prefill_bench.sh" "$B/mambacpp" "${ROWS:-main}"
 done
 echo "bench $((SECONDS - t0)) s"
 if [ "${NOPROFILE:-0}" != 1 ]; then
   mkdir -p "$LOG/default" "$LOG/ab"
   shape=${PROFILE_SHAPE:-mamba2-2.7b}
-  TIMEOUT=100 bash scripts/gpu_prefill_profile.sh "$B/mambacpp" "$shape" 8192 "$LOG/default" | tail -16
-  env "$AB" TIMEOUT=100 bash scripts/gpu_prefill_profile.sh "$B/mambacpp" "$shape" 8192 "$LOG/ab" | tail -16
+  TIMEOUT=100 bash "$here/gpu_prefill_profile.sh" "$B/mambacpp" "$shape" 8192 "$LOG/default" | tail -16
+  env "$AB" TIMEOUT=100 bash "$here/gpu_prefill_profile.sh" "$B/mambacpp" "$shape" 8192 "$LOG/ab" | tail -16
 fi
 echo "total $((SECONDS - t0)) s"
