@@ -33,9 +33,8 @@ DeviceChoice parse_device_choice(const std::string& s);  // "auto" | "cpu" | "cu
 constexpr int kMaxThreads = 1024;
 
 // Default prefill piece sizes (LoadOptions::max_batch_tokens = 0). On the GPU each piece has a fixed cost (the chunk
-// table, ~13 launches per layer, a state pass) that 8192 tokens amortise: a 16k prompt on mamba2-2.7b ran 7%
-// faster than in pieces of 2048 and no slower than in one piece (docs/benchmarks.md, "Piece size"), for a workspace of
-// ~170 KB per token there (1.4 GB). On the CPU a piece's fixed cost is small against its GEMMs; 2048 bounds memory.
+// table, ~13 launches per layer, a state pass) that 8192 tokens amortise, measured against smaller and larger pieces
+// (docs/benchmarks.md, "Piece size"), for a workspace of ~170 KB per token at mamba2-2.7b (1.4 GB). On the CPU a piece's fixed cost is small against its GEMMs; 2048 bounds memory.
 constexpr int64_t kGpuPieceTokens = 8192;
 constexpr int64_t kCpuPieceTokens = 2048;
 

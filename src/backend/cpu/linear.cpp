@@ -56,8 +56,8 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
     const int64_t block_bytes = kRowsPerBlock * in * static_cast<int64_t>(wsize);
     const int64_t grain = std::max<int64_t>(1, (kMinShareBytes + block_bytes - 1) / block_bytes);
     // kSharesPerThread contiguous shares per thread, taken in turn by whichever thread is free: with one fixed
-    // half each, the caller waited ~5% of a mamba2-130m decode step for the other thread's half; with 8 shares each,
-    // the shorter streams read further below the memory's rate (docs/benchmarks.md, c12).
+    // half each, the caller waits for the slower thread's half; with many small shares each, the shorter streams read
+    // further below the memory's rate (docs/benchmarks.md, decisions).
     const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(n_blocks / grain, threads * kSharesPerThread));
     parallel_tasks(threads, parts, [&](int64_t part) {
       const int64_t b0 = n_blocks * part / parts, b1 = n_blocks * (part + 1) / parts;

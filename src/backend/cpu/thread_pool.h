@@ -1,7 +1,7 @@
 // The CPU backend's worker threads: a fork-join pool that owns its waiting behaviour. Between jobs a worker spins
 // for a few microseconds (a decode step issues its jobs back to back) and then sleeps on a futex
 // (std::atomic::wait), so an idle pool costs nothing and an oversubscribed machine is not slowed by spinning
-// threads — OpenMP's default active wait made the engine 100-500x slower there. Nothing is pinned.
+// threads, as OpenMP's default active wait does. Nothing is pinned.
 #pragma once
 
 #include <algorithm>
