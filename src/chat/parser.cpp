@@ -98,7 +98,7 @@ class Parser {
     while (true) {
       const Token& t = peek();
       if (t.kind == TokenKind::End) {
-        if (ends.size() != 0) error_here(std::string("expected {% ") + *ends.begin() + " %}");
+        if (ends.size() != 0) error_here(std::string("expected {% ") + *(ends.end() - 1) + " %}");
         return body;
       }
       if (t.kind == TokenKind::Text) {
@@ -638,7 +638,7 @@ class Parser {
   }
 
   ExprPtr parse_call(ExprPtr callee) {
-    auto c = node(Expr::Kind::Call, peek().offset);
+    auto c = node(Expr::Kind::Call, callee->offset);
     c->args.push_back(std::move(callee));
     parse_args(*c);
     return c;
