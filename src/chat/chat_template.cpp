@@ -91,12 +91,13 @@ std::optional<ChatTemplateFiles> load_chat_template(const std::string& model_dir
     return files;
   }
   if (t.is_array()) {
+    // As transformers reads it ({entry["name"]: entry["template"]}): entries without a string name are skipped.
     std::string names;
     for (const auto& entry : t) {
-      if (!entry.is_object() || !entry.contains("name") || !entry.contains("template") || !entry["name"].is_string() ||
-          !entry["template"].is_string())
-        fail(config_path.string(), ": chat_template: expected a list of {\"name\": ..., \"template\": ...}");
+      if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) continue;
       if (entry["name"] == name) {
+        if (!entry.contains("template") || !entry["template"].is_string())
+          fail(config_path.string(), ": chat_template '", name, "': expected its \"template\" to be a string");
         files.source = entry["template"].get<std::string>();
         files.origin = config_path.string() + " (chat_template '" + name + "')";
         return files;
