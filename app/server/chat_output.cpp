@@ -29,12 +29,13 @@ std::string trim_newlines(const std::string& s) {
 
 // Nemotron 3's (and Qwen3-Coder's) call: <function=NAME><parameter=KEY>VALUE</parameter>...</function>. A value
 // that is JSON (a number, an object...) is taken as such, else as a string. Null when the block is not one.
-nlohmann::json xml_function_call(const std::string& block) {
+nlohmann::ordered_json xml_function_call(const std::string& block) {
   const size_t f = block.find("<function=");
   if (f == std::string::npos) return nullptr;
   const size_t name_end = block.find('>', f);
   if (name_end == std::string::npos || block.find("</function>", name_end) == std::string::npos) return nullptr;
-  nlohmann::json call = {{"name", block.substr(f + 10, name_end - f - 10)}, {"arguments", nlohmann::json::object()}};
+  nlohmann::ordered_json call = {{"name", block.substr(f + 10, name_end - f - 10)},
+                                 {"arguments", nlohmann::ordered_json::object()}};
   size_t at = name_end;
   while (true) {
     const size_t p = block.find("<parameter=", at);
@@ -43,8 +44,8 @@ nlohmann::json xml_function_call(const std::string& block) {
     const size_t close = key_end == std::string::npos ? key_end : block.find("</parameter>", key_end);
     if (close == std::string::npos) return nullptr;
     const std::string value = trim_newlines(block.substr(key_end + 1, close - key_end - 1));
-    nlohmann::json v = nlohmann::json::parse(value, nullptr, /*allow_exceptions=*/false);
-    call["arguments"][block.substr(p + 11, key_end - p - 11)] = v.is_discarded() ? nlohmann::json(value) : v;
+    nlohmann::ordered_json v = nlohmann::ordered_json::parse(value, nullptr, /*allow_exceptions=*/false);
+    call["arguments"][block.substr(p + 11, key_end - p - 11)] = v.is_discarded() ? nlohmann::ordered_json(value) : v;
     at = close + 12;
   }
   return call;
@@ -83,9 +84,10 @@ void ChatOutputParser::emit(ChatDelta& d, const std::string& text) const {
 }
 
 void ChatOutputParser::parse_calls(ChatDelta& d, const std::string& block) {
-  nlohmann::json parsed = nlohmann::json::parse(block, nullptr, /*allow_exceptions=*/false);
+  // Ordered: the arguments go back to the client in the order the model wrote them.
+  nlohmann::ordered_json parsed = nlohmann::ordered_json::parse(block, nullptr, /*allow_exceptions=*/false);
   if (parsed.is_discarded()) parsed = xml_function_call(block);
-  std::vector<nlohmann::json> calls;
+  std::vector<nlohmann::ordered_json> calls;
   if (parsed.is_array())
     calls.assign(parsed.begin(), parsed.end());
   else if (parsed.is_object())
@@ -97,12 +99,14 @@ void ChatOutputParser::parse_calls(ChatDelta& d, const std::string& block) {
     return;
   }
   for (const auto& c : calls) {
-    nlohmann::json args = c.contains("arguments") ? c["arguments"] : (c.contains("parameters") ? c["parameters"] : nlohmann::json::object());
+    const nlohmann::ordered_json args = c.contains("arguments")    ? c["arguments"]
+                                        : c.contains("parameters") ? c["parameters"]
+                                                                   : nlohmann::ordered_json::object();
     const std::string arguments = args.is_string() ? args.get<std::string>() : args.dump();
     d.tool_calls.push_back({{"index", calls_},
                             {"id", id_prefix_ + std::to_string(calls_)},
                             {"type", "function"},
-                            {"function", {{"name", c["name"]}, {"arguments", arguments}}}});
+                            {"function", {{"name", c["name"].get<std::string>()}, {"arguments", arguments}}}});
     ++calls_;
   }
 }
