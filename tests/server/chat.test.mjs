@@ -14,6 +14,7 @@ import { generate, postJson, startServer, writeScratch } from './support.mjs';
 const templates = path.resolve(path.dirname(fileURLToPath(import.meta.url)), '../../fixtures/chat/templates');
 const QWEN3 = path.join(templates, 'Qwen-Qwen3-0.6B.jinja');
 const MISTRAL_NEMO = path.join(templates, 'mistralai-Mistral-Nemo-Instruct-2407.jinja');
+const NEMOTRON3 = path.join(templates, 'NVIDIA-Nemotron-3-Nano-30B-A3B-BF16.jinja');
 
 const TOOLS = [{
   type: 'function',
@@ -126,6 +127,42 @@ describe('serve --chat-template <Mistral Nemo template>', () => {
     const r = await postJson(server.url, '/apply-template', { messages });
     assert.equal(r.status, 400);
     assert.match(r.json.error.message, /roles must alternate/);
+  });
+});
+
+describe('serve --chat-template <Nemotron 3 Nano template>', () => {
+  let server, client;
+  before(async () => {
+    server = await startServer(['--chat-template', NEMOTRON3]);
+    client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: 'unused', maxRetries: 0 });
+  });
+  after(async () => {
+    server.proc.kill('SIGTERM');
+    await server.exited;
+  });
+
+  test('a prompt that opens <think> makes the answer reasoning_content, whole and streamed', async () => {
+    const messages = [{ role: 'user', content: 'Is 7 prime?' }];
+    const { json: applied } = await postJson(server.url, '/apply-template', { messages });
+    assert.ok(applied.prompt.endsWith('<|im_start|>assistant\n<think>\n'), applied.prompt);
+    const [ref] = generate(['--chat', '--chat-template', NEMOTRON3, '-p', messages[0].content, '-n', '12', '--temp', '0']);
+    assert.ok(!ref.text.includes('</think>'), ref.text);
+
+    const r = await client.chat.completions.create({ model: 'x', messages, max_tokens: 12, temperature: 0 });
+    assert.equal(r.choices[0].message.reasoning_content ?? '', ref.text.trim());
+    assert.equal(r.choices[0].message.content, '');
+
+    const stream = await client.chat.completions.create({ model: 'x', messages, max_tokens: 12, temperature: 0, stream: true });
+    let reasoning = '';
+    let content = '';
+    for await (const chunk of stream) {
+      for (const c of chunk.choices) {
+        reasoning += c.delta.reasoning_content ?? '';
+        content += c.delta.content ?? '';
+      }
+    }
+    assert.equal(reasoning, ref.text);
+    assert.equal(content, '');
   });
 });
 
