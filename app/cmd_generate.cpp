@@ -1,5 +1,6 @@
 // `mambacpp generate`: text (or token ids) in, streamed text out. With --json one JSON object per prompt instead.
 // Runs on the serving engine; --prompts-file submits one request per line (one state slot each, no padding).
+// With --chat the prompt is a conversation rendered by the model's chat template, as the server renders it.
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -15,6 +16,9 @@
 #include "mambacpp/engine.h"
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
+#include "server/api_error.h"
+#include "server/chat_template.h"
+#include "server/completion_request.h"
 
 namespace mambacpp::cli {
 
@@ -38,7 +42,47 @@ struct GenerateCliOptions {
   std::string load_state;
   std::string save_state;
   bool json = false;
+  // --chat: -p is the user's turn (after --system), or --chat-file holds an OpenAI chat body (messages, tools,
+  // chat_template_kwargs, add_generation_prompt); rendered with --chat-template.
+  bool chat = false;
+  std::string system;
+  std::string chat_file;
+  std::string chat_kwargs;
+  std::string chat_template = "auto";
 };
+
+// The prompt text of --chat, rendered as /v1/chat/completions renders the same body (server/chat_template.h).
+std::string render_cli_chat(const GenerateCliOptions& o, const server::ChatTemplate* tmpl,
+                            std::vector<std::string>& stops) {
+  if (!tmpl)
+    fail("generate --chat: the model has no chat template (tokenizer_config.json's chat_template or "
+         "chat_template.jinja); give one with --chat-template chatml or --chat-template FILE");
+  nlohmann::ordered_json body;
+  if (!o.chat_file.empty()) {
+    std::ifstream in(o.chat_file);
+    if (!in) fail("--chat-file '", o.chat_file, "': cannot open");
+    body = nlohmann::ordered_json::parse(in, nullptr, /*allow_exceptions=*/false);
+    if (body.is_array()) body = {{"messages", body}};
+    if (!body.is_object())
+      fail("--chat-file '", o.chat_file, "': expected a JSON chat body {\"messages\": [...]} or an array of messages");
+  } else {
+    body["messages"] = nlohmann::ordered_json::array();
+    if (!o.system.empty()) body["messages"].push_back({{"role", "system"}, {"content", o.system}});
+    body["messages"].push_back({{"role", "user"}, {"content", o.prompt}});
+  }
+  if (!o.chat_kwargs.empty()) {
+    const auto kwargs = nlohmann::ordered_json::parse(o.chat_kwargs, nullptr, /*allow_exceptions=*/false);
+    if (!kwargs.is_object()) fail("--chat-kwargs: expected a JSON object such as '{\"enable_thinking\": false}'");
+    body["chat_template_kwargs"] = kwargs;
+  }
+  try {
+    std::string prompt = server::render_chat_prompt(body, tmpl);
+    stops.insert(stops.end(), tmpl->stop_strings.begin(), tmpl->stop_strings.end());
+    return prompt;
+  } catch (const server::ApiError& e) {
+    fail("generate --chat: ", e.what());
+  }
+}
 
 nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateResult& r) {
   const double gen_tokens = static_cast<double>(r.tokens.size());
@@ -59,8 +103,13 @@ nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateRes
 }
 
 void run_generate(const GenerateCliOptions& o) {
-  const int inputs = int(o.prompt_given) + int(!o.tokens_file.empty()) + int(!o.prompts_file.empty());
-  if (inputs != 1) fail("generate: give exactly one of -p/--prompt, --tokens-file or --prompts-file");
+  const int inputs = int(o.prompt_given) + int(!o.tokens_file.empty()) + int(!o.prompts_file.empty()) +
+                     int(!o.chat_file.empty());
+  if (inputs != 1) fail("generate: give exactly one of -p/--prompt, --tokens-file, --prompts-file or --chat-file");
+  if (!o.chat && (!o.chat_file.empty() || !o.system.empty() || !o.chat_kwargs.empty()))
+    fail("generate: --chat-file, --system and --chat-kwargs need --chat");
+  if (o.chat && (!o.tokens_file.empty() || !o.prompts_file.empty()))
+    fail("generate --chat: the conversation comes from -p (with --system) or --chat-file");
   auto model = load_model(o.model);
   const std::string tok_path = model->directory() + "/tokenizer.json";
   std::unique_ptr<Tokenizer> tokenizer;
@@ -70,7 +119,13 @@ void run_generate(const GenerateCliOptions& o) {
          "give token ids with --tokens-file");
 
   std::vector<std::vector<int32_t>> prompts;
-  if (!o.tokens_file.empty()) {
+  std::vector<std::string> stops = o.stop;
+  if (o.chat) {
+    const auto tmpl = server::select_chat_template(o.chat_template, model->directory());
+    // The template writes the special tokens itself (bos_token...): encoded as transformers' apply_chat_template
+    // encodes, without adding them again.
+    prompts.push_back(tokenizer->encode(render_cli_chat(o, tmpl.get(), stops), /*add_special_tokens=*/false));
+  } else if (!o.tokens_file.empty()) {
     prompts.push_back(read_token_file(o.tokens_file));
   } else if (o.prompt_given) {
     prompts.push_back(tokenizer->encode(o.prompt, /*add_special_tokens=*/true));  // as tokenizer(text): BOS etc.
@@ -91,7 +146,7 @@ void run_generate(const GenerateCliOptions& o) {
     requests[i].prompt = prompts[i];
     requests[i].max_new_tokens = o.n_predict;
     requests[i].sampling = o.sampling;
-    requests[i].stop_strings = o.stop;
+    requests[i].stop_strings = stops;
     requests[i].ignore_eos = o.ignore_eos;
     requests[i].save_state = o.save_state;
   }
@@ -210,6 +265,15 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--load-state", o->load_state, "state file to continue from (a prompt that begins with its tokens prefills only the rest)");
   cmd->add_option("--save-state", o->save_state, "write the state at the end of the generation to this file");
   cmd->add_flag("--json", o->json, "print one JSON object per prompt instead of streaming text");
+  cmd->add_flag("--chat", o->chat, "the prompt is a chat turn, rendered with the model's chat template");
+  cmd->add_option("--system", o->system, "with --chat: a system message before the prompt");
+  cmd->add_option("--chat-file", o->chat_file,
+                  "with --chat: a JSON chat body (messages, tools, chat_template_kwargs) or an array of messages");
+  cmd->add_option("--chat-kwargs", o->chat_kwargs,
+                  "with --chat: template variables as a JSON object, e.g. '{\"enable_thinking\": false}'");
+  cmd->add_option("--chat-template", o->chat_template, "with --chat: auto (the model's), chatml, or a Jinja file")
+      ->check(CLI::IsMember({"auto", "chatml"}) | CLI::ExistingFile)
+      ->capture_default_str();
   cmd->callback([o, &run] { run = [o] { run_generate(*o); }; });
   return cmd;
 }

@@ -132,8 +132,9 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
       ->check(IntRange(0, server::kMaxHttpThreads))
       ->capture_default_str();
   cmd->add_option("--chat-template", o->chat_template,
-                  "auto (chatml when tokenizer_config.json's template uses it), chatml, or none")
-      ->check(CLI::IsMember({"auto", "chatml", "none"}))
+                  "auto (the model's own Jinja template, from tokenizer_config.json or chat_template.jinja), "
+                  "chatml, none, or the path of a Jinja template file")
+      ->check(CLI::IsMember({"auto", "chatml", "none"}) | CLI::ExistingFile)
       ->capture_default_str();
   cmd->add_option("--shape", o->shape,
                   "serve random weights of a released model's shape instead of --model "

@@ -474,7 +474,7 @@ TEST(Reliability, ChatTemplateDetectionIsBoundedAndTypeSafe) {
              R"({"chat_template": [{"name": 1, "template": "x"}, {"name": "default", "template": "<|im_start|>"}]})");
   const auto chatml = server::select_chat_template("auto", tmp.path());  // nlohmann's value("name", "") threw on 1
   ASSERT_NE(chatml, nullptr);
-  EXPECT_EQ(chatml->name, "chatml");
+  EXPECT_EQ(chatml->name, "model");  // the "default" entry, the model's own template
   fs::resize_file(tmp.file("tokenizer_config.json"), (uintmax_t{64} << 20) + 1);  // sparse: no 64 MiB written
   EXPECT_THAT(error_of([&] { server::select_chat_template("auto", tmp.path()); }),
               AllOf(HasSubstr("tokenizer_config.json"), HasSubstr("64 MiB")));

@@ -17,7 +17,8 @@ constexpr int kMaxLogprobs = 20;
 constexpr size_t kMaxStops = 16;
 constexpr int kMaxBodyDepth = 64;  // no OpenAI request nests deeper than about 5 levels
 
-std::string type_name(const json& v) {
+template <class Json>
+std::string type_name(const Json& v) {
   if (v.is_number_integer()) return "an integer";
   if (v.is_number()) return "a number";
   if (v.is_string()) return "a string";
@@ -186,19 +187,30 @@ std::vector<int32_t> read_token_ids(const json& value, const std::string& param,
   return ids;
 }
 
-json parse_json_body(const std::string& body) {
+namespace {
+
+template <class Json>
+Json parse_bounded(const std::string& body) {
   // Copies, comparisons and dumps of a value recurse once per nesting level: a body nested a million levels deep
   // would overflow the stack later, so the parser refuses it as it reads.
-  const json::parser_callback_t bounded = [](int depth, json::parse_event_t, json&) {
+  const typename Json::parser_callback_t bounded = [](int depth, typename Json::parse_event_t, Json&) {
     if (depth > kMaxBodyDepth)
       throw ApiError(400, "the request body nests arrays/objects deeper than " + str(kMaxBodyDepth) +
                               " levels; expected a JSON object of at most that depth");
     return true;
   };
-  json j = json::parse(body, bounded, /*allow_exceptions=*/false);
+  Json j = Json::parse(body, bounded, /*allow_exceptions=*/false);
   if (j.is_discarded()) throw ApiError(400, "the request body is not valid JSON; expected a JSON object");
   if (!j.is_object()) throw ApiError(400, "the request body is " + type_name(j) + "; expected a JSON object");
   return j;
+}
+
+}  // namespace
+
+json parse_json_body(const std::string& body) { return parse_bounded<json>(body); }
+
+nlohmann::ordered_json parse_ordered_json_body(const std::string& body) {
+  return parse_bounded<nlohmann::ordered_json>(body);
 }
 
 CompletionRequest parse_completion(const json& body, const Tokenizer* tokenizer, const RequestLimits& limits) {
@@ -252,61 +264,41 @@ CompletionRequest parse_completion(const json& body, const Tokenizer* tokenizer,
   return out;
 }
 
-CompletionRequest parse_chat_completion(const json& body, const Tokenizer* tokenizer, const ChatTemplate* chat_template,
-                                        const RequestLimits& limits) {
+std::string render_chat_prompt(const nlohmann::ordered_json& body, const ChatTemplate* chat_template) {
   if (!chat_template)
     throw ApiError(400,
                    "this model has no chat template, so chat messages cannot be turned into a prompt; use "
-                   "/v1/completions, or start the server with --chat-template chatml",
+                   "/v1/completions, or start the server with --chat-template chatml (or a template file)",
                    "messages");
+  const chat::Conversation conversation = conversation_from_request(body);
+  try {
+    return chat_template->render(conversation);
+  } catch (const Error& e) {
+    // The template raised (raise_exception: its own message, e.g. roles that do not alternate) or failed.
+    throw ApiError(400, std::string("the chat template refused the conversation: ") + e.what(), "messages");
+  }
+}
+
+CompletionRequest parse_chat_completion(const nlohmann::ordered_json& ordered_body, const Tokenizer* tokenizer,
+                                        const ChatTemplate* chat_template, const RequestLimits& limits) {
+  const std::string prompt = render_chat_prompt(ordered_body, chat_template);
+  const json body = ordered_body;
   CompletionRequest out;
   out.chat = true;
-  if (!present(body, "messages"))
-    throw bad_request("messages", "missing; expected an array of {role, content} objects");
-  const json& m = body["messages"];
-  if (!m.is_array() || m.empty())
-    throw bad_request("messages", "expected a non-empty array of {role, content} objects, found " +
-                                      (m.is_array() ? std::string("an empty array") : type_name(m)));
-  std::vector<ChatMessage> messages;
-  for (size_t i = 0; i < m.size(); ++i) {
-    const std::string param = "messages[" + str(i) + "]";
-    if (!m[i].is_object())
-      throw bad_request(param, "expected an object with role and content, found " + type_name(m[i]));
-    ChatMessage msg;
-    if (!m[i].contains("role") || !m[i]["role"].is_string())
-      throw bad_request(param + ".role", "expected \"system\", \"user\" or \"assistant\"");
-    msg.role = m[i]["role"].get<std::string>();
-    if (msg.role == "developer") msg.role = "system";
-    if (msg.role != "system" && msg.role != "user" && msg.role != "assistant")
-      throw bad_request(param + ".role",
-                        "expected \"system\", \"user\" or \"assistant\", found " + shown(m[i]["role"]));
-    const json content = m[i].value("content", json());
-    if (content.is_string()) {
-      msg.content = content.get<std::string>();
-    } else if (content.is_array()) {  // [{type: "text", text}]: the text parts joined
-      for (const json& part : content) {
-        if (!part.is_object() || string_field(part, "type") != "text" || !part.contains("text") ||
-            !part["text"].is_string())
-          throw bad_request(param + ".content", "only text parts ({\"type\": \"text\", \"text\": ...}) are supported");
-        msg.content += part["text"].get<std::string>();
-      }
-    } else {
-      throw bad_request(param + ".content", "expected a string or an array of text parts, found " + type_name(content));
-    }
-    messages.push_back(std::move(msg));
-  }
-  require_neutral(body, "tools", json::array(), "tool calls are not implemented");
   if (present(body, "response_format") &&
       !(body["response_format"].is_object() && string_field(body["response_format"], "type") == "text"))
     throw bad_request("response_format", "only {\"type\": \"text\"} is supported");
 
-  out.prompts.push_back(encode_text(chat_template->render(messages), tokenizer, limits, "messages"));
+  out.prompts.push_back(encode_text(prompt, tokenizer, limits, "messages"));
   if (static_cast<int64_t>(out.prompts[0].size()) > limits.max_prompt)
     throw bad_request("messages", "make a prompt of " + str(out.prompts[0].size()) +
                                       " tokens, more than the limit of " + str(limits.max_prompt) +
                                       " (the server's --max-prompt)");
   read_generation(body, limits, out);
   for (const std::string& s : chat_template->stop_strings) out.base.stop_strings.push_back(s);
+  const bool tools_offered = present(body, "tools") && body["tools"].is_array() && !body["tools"].empty() &&
+                             !(present(body, "tool_choice") && body["tool_choice"] == "none");
+  out.output = chat_output_format(chat_template->tmpl->source(), prompt, tools_offered);
   // Chat's logprobs: a boolean, and top_logprobs alternatives.
   if (read_bool(body, "logprobs", false)) {
     out.base.logprobs = static_cast<int>(read_int(body, "top_logprobs", 0, 0, kMaxLogprobs));

@@ -9,6 +9,7 @@
 
 #include "mambacpp/engine.h"
 #include "mambacpp/tokenizer.h"
+#include "server/chat_output.h"
 #include "server/chat_template.h"
 
 namespace mambacpp::server {
@@ -28,15 +29,22 @@ struct CompletionRequest {
   bool stream = false;
   bool include_usage = false;  // stream_options.include_usage: a last chunk with the usage
   bool chat = false;           // the response is a chat completion
+  ChatOutputFormat output;     // chat: how the answer splits into content, reasoning_content and tool_calls
 };
 
 // Parses a request body; throws ApiError 400 for malformed JSON or a body that is not an object.
 nlohmann::json parse_json_body(const std::string& body);
+// The same, keeping the client's key order (chat bodies: the template's tojson writes tools in that order).
+nlohmann::ordered_json parse_ordered_json_body(const std::string& body);
 
 // Throws ApiError (400, naming the field) for anything missing, of the wrong type or out of range.
 CompletionRequest parse_completion(const nlohmann::json& body, const Tokenizer* tokenizer, const RequestLimits& limits);
-// `chat_template` null: the model has no chat template, and every chat request is refused with a 400 saying so.
-CompletionRequest parse_chat_completion(const nlohmann::json& body, const Tokenizer* tokenizer,
+// The prompt of a chat body (messages, tools, tool_choice, chat_template_kwargs, add_generation_prompt) rendered
+// with the model's template: /apply-template's answer and the prompt of /v1/chat/completions. `body` keeps the
+// client's key order (tojson in templates keeps it, as transformers does). `chat_template` null: the model has no
+// chat template, a 400 saying so; a template that raises: a 400 carrying its message.
+std::string render_chat_prompt(const nlohmann::ordered_json& body, const ChatTemplate* chat_template);
+CompletionRequest parse_chat_completion(const nlohmann::ordered_json& body, const Tokenizer* tokenizer,
                                         const ChatTemplate* chat_template, const RequestLimits& limits);
 
 // Field readers shared with the other endpoints: the value of body[name] checked for type (and range), or

@@ -99,14 +99,31 @@ std::string CompletionResponse::stream_event(const ChoiceEvent& e) {
   std::string out;
   json choice = {{"index", e.choice}};
   if (request_->chat) {
-    json delta = {{"content", e.text}};
+    if (!p.parser)
+      p.parser = std::make_shared<ChatOutputParser>(request_->output, "call_" + id_ + "_" + std::to_string(e.choice) + "_");
+    ChatDelta d = p.parser->feed(e.text);
+    if (e.result) {
+      ChatDelta rest = p.parser->finish();
+      d.content += rest.content;
+      d.reasoning += rest.reasoning;
+      for (auto& c : rest.tool_calls) d.tool_calls.push_back(c);
+    }
+    // Text held back as a possible tag start waits for the next piece (with its logprobs).
+    if (d.content.empty() && d.reasoning.empty() && d.tool_calls.empty() && !e.result && p.role_sent) return {};
+    json delta = json::object();
     if (!p.role_sent) delta["role"] = "assistant", p.role_sent = true;
+    if (!d.content.empty() || (d.reasoning.empty() && d.tool_calls.empty())) delta["content"] = d.content;
+    if (!d.reasoning.empty()) delta["reasoning_content"] = d.reasoning;
+    if (!d.tool_calls.empty()) delta["tool_calls"] = d.tool_calls, p.tool_calls = true;
     choice["delta"] = delta;
   } else {
     choice["text"] = e.text;
   }
   choice["logprobs"] = logprobs_json(p.tokens, p.text_offset);
-  choice["finish_reason"] = e.result && !failed ? json(openai_finish_reason(e.result->finish_reason)) : json(nullptr);
+  choice["finish_reason"] = e.result && !failed ? json(p.tool_calls && e.result->finish_reason != FinishReason::Length
+                                                           ? "tool_calls"
+                                                           : openai_finish_reason(e.result->finish_reason))
+                                               : json(nullptr);
   for (const GeneratedToken& t : p.tokens) p.text_offset += static_cast<int64_t>(token_text(t.id).size());
   p.tokens.clear();
   if (!(failed && e.text.empty())) out += sse(chunk(json::array({choice})));
@@ -139,13 +156,16 @@ json CompletionResponse::full() const {
   for (size_t i = 0; i < results_.size(); ++i) {
     const GenerateResult& r = results_[i];
     json choice = {{"index", i}};
+    bool tool_calls = false;
     if (request_->chat) {
-      choice["message"] = {{"role", "assistant"}, {"content", r.text}};
+      choice["message"] = chat_message(request_->output, r.text, "call_" + id_ + "_" + std::to_string(i) + "_");
+      tool_calls = choice["message"].contains("tool_calls");
     } else {
       choice["text"] = r.text;
     }
     choice["logprobs"] = logprobs_json(r.token_info, 0);
-    choice["finish_reason"] = openai_finish_reason(r.finish_reason);
+    choice["finish_reason"] =
+        tool_calls && r.finish_reason != FinishReason::Length ? "tool_calls" : openai_finish_reason(r.finish_reason);
     choices.push_back(std::move(choice));
   }
   json out = {{"id", id_},           {"object", request_->chat ? "chat.completion" : "text_completion"},

@@ -38,6 +38,8 @@ class CompletionResponse {
     std::vector<GeneratedToken> tokens;  // streamed tokens whose text has not been sent yet
     int64_t text_offset = 0;             // bytes of the choice's text sent so far (legacy text_offset)
     bool role_sent = false;              // chat: the first delta carries the role
+    std::shared_ptr<ChatOutputParser> parser;  // chat: splits the text into content, reasoning, tool calls
+    bool tool_calls = false;                   // chat: a tool call was streamed (finish_reason "tool_calls")
   };
 
   nlohmann::json usage() const;

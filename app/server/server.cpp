@@ -143,6 +143,13 @@ void Server::add_routes() {
   h.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] { handle_completion(req, res, true); });
   });
+  // llama-server's shape: an OpenAI chat body in, {"prompt": the rendered template} out.
+  h.Post("/apply-template", [this](const httplib::Request& req, httplib::Response& res) {
+    guarded(res, [&] {
+      require_ready();
+      send_json(res, 200, {{"prompt", render_chat_prompt(parse_ordered_json_body(req.body), chat_template_.get())}});
+    });
+  });
   h.Post("/tokenize", [this](const httplib::Request& req, httplib::Response& res) {
     guarded(res, [&] { handle_tokenize(req, res); });
   });
@@ -281,10 +288,9 @@ void Server::finish(const std::shared_ptr<RequestChannel>& channel) {
 
 void Server::handle_completion(const httplib::Request& req, httplib::Response& res, bool chat) {
   require_ready();
-  const json body = parse_json_body(req.body);
   auto request = std::make_shared<CompletionRequest>(
-      chat ? parse_chat_completion(body, tokenizer_.get(), chat_template_.get(), limits_)
-           : parse_completion(body, tokenizer_.get(), limits_));
+      chat ? parse_chat_completion(parse_ordered_json_body(req.body), tokenizer_.get(), chat_template_.get(), limits_)
+           : parse_completion(parse_json_body(req.body), tokenizer_.get(), limits_));
   auto channel = std::make_shared<RequestChannel>(request->prompts.size());
   {
     std::lock_guard<std::mutex> lock(active_mutex_);

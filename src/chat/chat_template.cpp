@@ -1,0 +1,131 @@
+// The public chat API (mambacpp/chat.h): parse once, render many times; find a model's template and special tokens.
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "chat/builtins.h"
+#include "chat/interpreter.h"
+#include "chat/lexer.h"
+#include "chat/parser.h"
+#include "mambacpp/chat.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp::chat {
+
+struct Template::Impl {
+  std::string source;      // as given
+  std::string normalized;  // what offsets in messages refer to
+  Body body;
+};
+
+Template::Template(const std::string& source) : impl_(std::make_unique<Impl>()) {
+  impl_->source = source;
+  impl_->normalized = normalize_newlines(source);
+  impl_->body = parse_template(impl_->normalized);
+}
+Template::~Template() = default;
+Template::Template(Template&&) noexcept = default;
+Template& Template::operator=(Template&&) noexcept = default;
+
+const std::string& Template::source() const { return impl_->source; }
+
+std::string Template::render(const nlohmann::ordered_json& variables, const RenderLimits& limits) const {
+  if (!variables.is_object()) fail("chat template variables: expected a JSON object, found ", variables.type_name());
+  Value globals = Value::new_dict();
+  add_builtin_globals(*globals.dict);
+  for (const auto& [k, v] : variables.items()) globals.dict->set(k, Value::from_json(v));
+  Interpreter interpreter(impl_->normalized, limits);
+  return interpreter.render(impl_->body, globals);
+}
+
+namespace {
+
+constexpr uintmax_t kMaxConfigBytes = uintmax_t{64} << 20;
+
+std::string read_bounded(const std::filesystem::path& path) {
+  std::error_code ec;
+  const uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) fail(path.string(), ": cannot read its size (", ec.message(), ")");
+  if (size > kMaxConfigBytes)
+    fail(path.string(), ": ", size, " bytes, more than the limit of 64 MiB for a chat template or tokenizer config");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path.string(), ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+// A special token in tokenizer_config.json: a string, null, or an AddedToken object {"content": ...}.
+nlohmann::ordered_json token_text(const nlohmann::ordered_json& v) {
+  if (v.is_string() || v.is_null()) return v;
+  if (v.is_object() && v.contains("content") && v["content"].is_string()) return v["content"];
+  return nullptr;
+}
+
+}  // namespace
+
+std::optional<ChatTemplateFiles> load_chat_template(const std::string& model_dir, const std::string& name) {
+  const std::filesystem::path dir(model_dir);
+  ChatTemplateFiles files;
+  nlohmann::ordered_json config;
+  const std::filesystem::path config_path = dir / "tokenizer_config.json";
+  std::error_code ec;
+  if (std::filesystem::is_regular_file(config_path, ec)) {
+    config = nlohmann::ordered_json::parse(read_bounded(config_path), nullptr, /*allow_exceptions=*/false);
+    if (config.is_discarded() || !config.is_object())
+      fail(config_path.string(), ": expected a JSON object (a tokenizer config)");
+    for (const char* key : {"bos_token", "eos_token", "unk_token", "pad_token", "sep_token", "cls_token", "mask_token"})
+      if (config.contains(key)) files.special_tokens[key] = token_text(config[key]);
+  }
+  const std::filesystem::path jinja_path = dir / "chat_template.jinja";
+  if (std::filesystem::is_regular_file(jinja_path, ec)) {
+    files.source = read_bounded(jinja_path);
+    files.origin = jinja_path.string();
+    return files;
+  }
+  if (!config.is_object() || !config.contains("chat_template")) return std::nullopt;
+  const nlohmann::ordered_json& t = config["chat_template"];
+  if (t.is_string()) {
+    files.source = t.get<std::string>();
+    files.origin = config_path.string() + " (chat_template)";
+    return files;
+  }
+  if (t.is_array()) {
+    // As transformers reads it ({entry["name"]: entry["template"]}): entries without a string name are skipped.
+    std::string names;
+    for (const auto& entry : t) {
+      if (!entry.is_object() || !entry.contains("name") || !entry["name"].is_string()) continue;
+      if (entry["name"] == name) {
+        if (!entry.contains("template") || !entry["template"].is_string())
+          fail(config_path.string(), ": chat_template '", name, "': expected its \"template\" to be a string");
+        files.source = entry["template"].get<std::string>();
+        files.origin = config_path.string() + " (chat_template '" + name + "')";
+        return files;
+      }
+      names += (names.empty() ? "" : ", ") + entry["name"].get<std::string>();
+    }
+    fail(config_path.string(), ": chat_template has no template named '", name, "' (it has: ", names, ")");
+  }
+  if (t.is_null()) return std::nullopt;
+  fail(config_path.string(), ": chat_template: expected a string or a list of {name, template}, found ", t.type_name());
+}
+
+nlohmann::ordered_json template_variables(const Conversation& c, const nlohmann::ordered_json& special_tokens) {
+  nlohmann::ordered_json vars = nlohmann::ordered_json::object();
+  if (special_tokens.is_object())
+    for (const auto& [k, v] : special_tokens.items()) vars[k] = v;
+  vars["messages"] = c.messages;
+  vars["tools"] = c.tools;
+  vars["documents"] = c.documents;
+  vars["add_generation_prompt"] = c.add_generation_prompt;
+  if (c.extra.is_object())
+    for (const auto& [k, v] : c.extra.items()) vars[k] = v;
+  return vars;
+}
+
+std::string apply_chat_template(const Template& tmpl, const Conversation& conversation,
+                                const nlohmann::ordered_json& special_tokens, const RenderLimits& limits) {
+  return tmpl.render(template_variables(conversation, special_tokens), limits);
+}
+
+}  // namespace mambacpp::chat
