@@ -168,3 +168,18 @@ def test_from_model_needs_safetensors():
     model = mambacpp.Model(FIXTURES / "checkpoints" / "mamba2_ssm_bf16_tied", device="cpu", threads=1)
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         model.mixer(0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["mamba1_f32_untied_bias", "mamba2_f32_groups_bias"])
+def test_gpu_mixer_matches_the_cpu_mixer(fixture_models, name):
+    model = fixture_models[name]
+    cpu = mixer_class(model).from_model(model, 1, threads=1)
+    gpu = mixer_class(model).from_model(model, 1, device="cuda")
+    assert gpu.device == "cuda"
+    x = np.random.default_rng(12).standard_normal((2, 21, model.d_model)).astype(np.float32)
+    want, _ = cpu(x)
+    got, state = gpu(x[:, :13])
+    rest = [gpu.step(x[:, t], state)[0] for t in range(13, 21)]
+    # f32 weights on the device (the mixer's default) with an f32 state: 1e-4, as test_gpu_logits_match_transformers.
+    assert max_rel_diff(np.concatenate([got, np.stack(rest, axis=1)], axis=1), want) <= 1e-4
