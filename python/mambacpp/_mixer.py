@@ -76,7 +76,8 @@ class _Mixer:
         layer = _checks.integer(layer, "layer", 0, model.n_layer - 1)
         c = model.config
         weights = read_tensors(model.path, f"backbone.layers.{layer}.mixer.")
-        return cls(weights, norm_eps=c["norm_eps"], device=model.device, **cls._hyper_of(c), **kwargs)
+        kwargs.setdefault("device", model.device)  # the model's device unless asked otherwise
+        return cls(weights, norm_eps=c["norm_eps"], **cls._hyper_of(c), **kwargs)
 
     @property
     def device(self):
