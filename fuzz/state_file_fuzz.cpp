@@ -1,8 +1,8 @@
-// State files (version 3, `generate --save-state` / StateCache::save): the first input byte picks the model (a
-// Mamba-2 fixture: conv and SSM entries; a Nemotron-H fixture: KV entries too), the rest is the file. Any input is
-// refused with mambacpp::Error, or restores a slot holding only tokens of the vocabulary (and, with KV entries, one
-// position per recorded token). Seeds: fuzz/corpus/state_file
-// (files the CLI wrote, prefixed with the model byte; see docs/reliability.md).
+// State files (`generate --save-state` / StateCache::save), read by the format's one home, src/model/state_file.cpp
+// (versions 3 and 4). The first input byte picks the model (a Mamba-2 fixture: conv and SSM entries; a Nemotron-H
+// fixture: KV entries too), the rest is the file. Any input is refused with mambacpp::Error, or restores a slot
+// holding only tokens of the vocabulary (and, with KV entries, one position per recorded token).
+// Seeds: fuzz/corpus/state_file (files the CLI wrote, prefixed with the model byte; see docs/reliability.md).
 #include <memory>
 #include <vector>
 

@@ -2,7 +2,7 @@
 
 from . import _checks
 from ._errors import InvalidArgumentError
-from ._mambacpp import _Block
+from ._mambacpp import _Block, _Model
 from ._state import State
 
 
@@ -12,8 +12,7 @@ class MambaBlock:
     ``y, state = block(x)`` then ``block(x2, state)``."""
 
     def __init__(self, model, layer):
-        from ._model import Model
-        if not isinstance(model, Model):
+        if not isinstance(getattr(model, "_native", None), _Model):
             raise InvalidArgumentError(f"model: expected a mambacpp.Model, found {type(model).__name__}")
         layer = _checks.integer(layer, "layer", 0, model.n_layer - 1)
         self.model = model

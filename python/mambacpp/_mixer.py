@@ -1,31 +1,32 @@
-"""Mamba2Mixer / MambaMixer: the mixer alone, as mamba_ssm's Mamba2 / Mamba modules compute it (no block norm, no
-residual), from a dict of weights named as mamba_ssm names them, or from a loaded model's layer.
-
-The C++ API has no mixer-only layer (MambaBlock computes x + mixer(rmsnorm(x) * w)), so a mixer runs as a one-layer
-model of its own whose block-norm weight is a constant S (a power of two). For an input row u with mean square m, the
-row fed to the block is x = c * u with c = sqrt(eps / (S^2 - m)): then rmsnorm(x) * S = u * c * S / sqrt(c^2 m + eps)
-= u exactly (c^2 S^2 = c^2 m + eps), and mixer(u) = block(x) - x, where x is ~1e-7 of u so the subtraction costs
-nothing measurable. eps stays the mixer's own (Mamba-2's gated norm uses it too). Rows with m >= S^2 are refused.
+"""Mamba2Mixer / MambaMixer: the mixer alone, as transformers' Mamba2Mixer / MambaMixer and mamba_ssm's Mamba2 /
+Mamba modules compute it (no block norm, no residual), from a dict of weights named as their state_dicts name them,
+or from a loaded model's layer. Thin bindings over the C++ mixer (include/mambacpp/mixer.h): the weights are copied
+once into it, and it runs the model's own mixer code.
 """
 
 import math
-import os
-import tempfile
-import weakref
+import types
 
 import numpy as np
 
 from . import _checks
-from ._block import MambaBlock
 from ._errors import InvalidArgumentError
-from ._model import Model
-from ._safetensors import read_tensors, write_f32
+from ._mambacpp import _Mixer as _NativeMixer, _Model as _NativeModel
+from ._safetensors import read_tensors
+from ._state import State
 
-_S = 4096.0
 _MAMBA2_KEYS = ("in_proj.weight", "conv1d.weight", "dt_bias", "A_log", "D", "norm.weight", "out_proj.weight")
 _MAMBA1_KEYS = ("in_proj.weight", "conv1d.weight", "x_proj.weight", "dt_proj.weight", "dt_proj.bias", "A_log", "D",
                 "out_proj.weight")
 _OPTIONAL = ("in_proj.bias", "out_proj.bias", "conv1d.bias")
+
+
+def _weight_array(value, name):
+    """A float array as the native mixer takes it: float32, or float16 as given (others become float32)."""
+    a = _checks.as_array(value, f"weights['{name}']")
+    if a.dtype.kind != "f":
+        raise InvalidArgumentError(f"weights['{name}']: expected a float array, found dtype {a.dtype}")
+    return np.ascontiguousarray(a if a.dtype in (np.float32, np.float16) else a.astype(np.float32))
 
 
 class _Mixer:
@@ -41,10 +42,7 @@ class _Mixer:
             if k not in self._keys + _OPTIONAL:
                 raise InvalidArgumentError(f"weights: unexpected '{k}' for a {type(self).__name__} (expected "
                                            f"{', '.join(self._keys)} and optionally {', '.join(_OPTIONAL)})")
-            a = _checks.as_array(v, f"weights['{k}']")
-            if a.dtype.kind != "f":
-                raise InvalidArgumentError(f"weights['{k}']: expected a float array, found dtype {a.dtype}")
-            w[k] = a.astype(np.float32)
+            w[k] = _weight_array(v, k)
         missing = [k for k in self._keys if k not in w]
         if missing:
             raise InvalidArgumentError(f"weights: missing {', '.join(repr(k) for k in missing)} for a "
@@ -54,61 +52,79 @@ class _Mixer:
         self.norm_eps = _checks.number(norm_eps, "norm_eps")
         if not self.norm_eps > 0:
             raise InvalidArgumentError(f"norm_eps: expected > 0, found {self.norm_eps}")
+        if not isinstance(device, str):
+            raise InvalidArgumentError(f"device: expected 'auto', 'cpu' or 'cuda', found {device!r}")
+        threads = _checks.integer(threads, "threads", 0)
         config = self._config(w, **hyper)
-        self.d_model = config["d_model"]
-        tensors = {"backbone.embeddings.weight": np.zeros((8, self.d_model), np.float32),
-                   "backbone.norm_f.weight": np.ones(self.d_model, np.float32),
-                   "backbone.layers.0.norm.weight": np.full(self.d_model, _S, np.float32)}
-        tensors.update({"backbone.layers.0.mixer." + k: v for k, v in w.items()})
-        tmp = tempfile.TemporaryDirectory(prefix="mambacpp_mixer_")
-        self._cleanup = weakref.finalize(self, tmp.cleanup)
-        import json
-        with open(os.path.join(tmp.name, "config.json"), "w") as f:
-            json.dump(config, f)
-        write_f32(os.path.join(tmp.name, "model.safetensors"), tensors)
-        self._model = Model(tmp.name, device=device, dtype="fp32", threads=threads)  # f32 weights on a GPU too
-        self._block = MambaBlock(self._model, 0)
-        self.config = self._model.config
+        self._native = _NativeMixer(self._arch, config, w, device, "", threads)
+        self.config = types.MappingProxyType(self._native.config)
+        self.d_model = self.config["d_model"]
 
-    def _common(self, w, d_inner, d_state, **rest):
-        return {"mambacpp_config": 1, "arch": self._arch, "d_model": int(w["in_proj.weight"].shape[1]), "n_layer": 1,
-                "vocab_size": 8, "d_state": int(d_state), "d_conv": int(w["conv1d.weight"].shape[-1]),
-                "d_inner": int(d_inner), "norm_eps": self.norm_eps, "use_bias": "in_proj.bias" in w,
-                "use_conv_bias": "conv1d.bias" in w, "residual_in_fp32": True, "tie_embeddings": True,
-                "bos_token_id": -1, "eos_token_id": -1, "pad_token_id": -1, **rest}
+    def _common(self, w, d_inner, d_state):
+        return {"d_model": int(w["in_proj.weight"].shape[1]), "d_state": int(d_state),
+                "d_conv": int(w["conv1d.weight"].shape[-1]), "d_inner": int(d_inner), "norm_eps": self.norm_eps,
+                "use_bias": "in_proj.bias" in w, "use_conv_bias": "conv1d.bias" in w}
 
     @classmethod
     def from_model(cls, model, layer, **kwargs):
         """The mixer of ``model``'s layer ``layer``, its weights read again from the checkpoint's safetensors files
         (the C++ API does not expose a loaded model's weights; pytorch_model.bin checkpoints are not read here)."""
-        if not isinstance(model, Model):
+        if not isinstance(getattr(model, "_native", None), _NativeModel):
             raise InvalidArgumentError(f"model: expected a mambacpp.Model, found {type(model).__name__}")
         if model.config["arch"] != cls._arch:
             raise InvalidArgumentError(f"model: a {model.config['arch']} model has no {cls.__name__} layers")
         layer = _checks.integer(layer, "layer", 0, model.n_layer - 1)
         c = model.config
         weights = read_tensors(model.path, f"backbone.layers.{layer}.mixer.")
-        return cls(weights, norm_eps=c["norm_eps"], device=model.device, **cls._hyper_of(c), **kwargs)
+        kwargs.setdefault("device", model.device)  # the model's device unless asked otherwise
+        return cls(weights, norm_eps=c["norm_eps"], **cls._hyper_of(c), **kwargs)
+
+    @property
+    def device(self):
+        """"cpu" or "cuda"."""
+        return self._native.device
 
     def new_state(self, batch=1):
         """A fresh state (conv inputs and SSM state) for ``batch`` sequences."""
-        return self._block.new_state(batch)
+        return State(self._native.new_state(_checks.integer(batch, "batch", 1)), self)
+
+    def _state_for(self, state, batch):
+        if state is None:
+            return self.new_state(batch)
+        if not isinstance(state, State) or state._model is not self:
+            raise InvalidArgumentError("state: expected a State made by this mixer's new_state (or None)")
+        if state.batch != batch:
+            raise InvalidArgumentError(f"state: holds {state.batch} sequences, expected {batch} (x's B)")
+        return state
 
     def __call__(self, x, state=None):
         """Returns ``(y, state)`` for float32 ``x`` ``[B, L, d_model]`` (or ``[L, d_model]``); chunks of any length
         continue ``state`` (a new one when None)."""
         a, batched = _checks.floats(x, "x", self.d_model)
-        u = a.astype(np.float64)
-        m = np.mean(u * u, axis=-1, keepdims=True)
-        if not np.all(m < _S * _S / 4):
-            raise InvalidArgumentError(f"x: expected rows with a mean square below {_S * _S / 4:g} and finite, found "
-                                       f"{float(np.max(m)):g}")
-        xin = (u * np.sqrt(self.norm_eps / (_S * _S - m))).astype(np.float32)
-        y, state = self._block(xin, state)
-        out = y - xin
-        return (out if batched else out[0]), state
+        state = self._state_for(state, a.shape[0])
+        with state._lock:
+            y = self._native.forward(state._native, a)
+        return (y if batched else y[0]), state
 
     forward = __call__
+
+    def step(self, x, state=None):
+        """One token per sequence: float32 ``x`` ``[B, d_model]`` (or ``[d_model]``) -> ``(y, state)``, the same as
+        ``forward`` of ``x[:, None]``."""
+        a = _checks.as_array(x, "x")
+        if a.ndim not in (1, 2):
+            raise InvalidArgumentError(f"x: expected [B, {self.d_model}] or [{self.d_model}], found shape "
+                                       f"{list(a.shape)}")
+        rows, _ = _checks.floats(a.reshape(a.shape[0], 1, a.shape[1]) if a.ndim == 2 else a[np.newaxis], "x",
+                                 self.d_model)
+        rows = np.ascontiguousarray(rows[:, 0])
+        state = self._state_for(state, rows.shape[0])
+        with state._lock:
+            y = self._native.step(state._native, rows)
+        return (y if a.ndim == 2 else y[0]), state
+
+    def __repr__(self):
+        return f"{type(self).__name__}(d_model={self.d_model}, device='{self.device}')"
 
 
 class Mamba2Mixer(_Mixer):
@@ -135,9 +151,9 @@ class Mamba2Mixer(_Mixer):
                                        f"expected d_inner + 2 * n_groups * d_state with d_inner = {d_inner} "
                                        f"(out_proj.weight) and n_groups = {n_groups}")
         lo, hi = (float(v) for v in dt_limit)
-        return self._common(w, d_inner, gn // n_groups, dt_rank=0, n_heads=n_heads, head_dim=d_inner // n_heads,
-                            n_groups=n_groups, chunk_size=_checks.integer(chunk_size, "chunk_size", 1), dt_min=lo,
-                            dt_max={"__float__": "Infinity"} if math.isinf(hi) else hi)
+        return {**self._common(w, d_inner, gn // n_groups), "n_heads": n_heads, "head_dim": d_inner // n_heads,
+                "n_groups": n_groups, "chunk_size": _checks.integer(chunk_size, "chunk_size", 1), "dt_min": lo,
+                "dt_max": hi}
 
     @staticmethod
     def _hyper_of(c):
@@ -158,12 +174,8 @@ class MambaMixer(_Mixer):
 
     def _config(self, w, mixer_rms_eps):
         d_inner, d_state = (int(s) for s in w["A_log"].shape)
-        rest = {}
-        mixer_rms_eps = _checks.number(mixer_rms_eps, "mixer_rms_eps")
-        if mixer_rms_eps:  # FalconMamba: unweighted RMS norms on dt, B and C
-            rest["mixer_rms_eps"] = mixer_rms_eps
-        return self._common(w, d_inner, d_state, dt_rank=int(w["dt_proj.weight"].shape[1]), n_heads=0, head_dim=0,
-                            n_groups=1, chunk_size=256, dt_min=0.0, dt_max={"__float__": "Infinity"}, **rest)
+        return {**self._common(w, d_inner, d_state), "dt_rank": int(w["dt_proj.weight"].shape[1]),
+                "mixer_rms_eps": _checks.number(mixer_rms_eps, "mixer_rms_eps")}
 
     @staticmethod
     def _hyper_of(c):

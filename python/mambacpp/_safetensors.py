@@ -1,5 +1,4 @@
-"""Just enough safetensors for the mixer layers: read one checkpoint's tensors by name (single file or sharded), and
-write float32 tensors to a new file."""
+"""Just enough safetensors for the mixer layers: read one checkpoint's tensors by name (single file or sharded)."""
 
 import json
 import os
@@ -60,19 +59,3 @@ def read_tensors(model_dir, prefix):
             out[name[len(prefix):]] = a.reshape(t["shape"])
     return out
 
-
-def write_f32(path, tensors):
-    """Writes {name: float32 array} as a safetensors file."""
-    header, offset, blobs = {}, 0, []
-    for name, a in tensors.items():
-        b = np.ascontiguousarray(a, dtype="<f4").tobytes()
-        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + len(b)]}
-        offset += len(b)
-        blobs.append(b)
-    text = json.dumps(header).encode()
-    text += b" " * (-len(text) % 8)  # the data starts 8-byte aligned
-    with open(path, "wb") as f:
-        f.write(struct.pack("<Q", len(text)))
-        f.write(text)
-        for b in blobs:
-            f.write(b)

@@ -37,6 +37,7 @@ void check_array(const pybind11::array& a, const char* what, int ndim);
 void bind_model(pybind11::module_& m);
 void bind_state(pybind11::module_& m);
 void bind_block(pybind11::module_& m);
+void bind_mixer(pybind11::module_& m);
 void bind_engine(pybind11::module_& m);
 void bind_tokenizer(pybind11::module_& m);
 

@@ -30,6 +30,7 @@ PYBIND11_MODULE(_mambacpp, m) {
   bind_model(m);
   bind_state(m);
   bind_block(m);
+  bind_mixer(m);
   bind_engine(m);
   m.attr("MAX_THREADS") = mambacpp::kMaxThreads;  // the largest Model(threads=...) (the library checks it too)
   m.def("default_model_dir", [] { return file_errors([] { return mambacpp::default_model_dir(); }); },

@@ -1,4 +1,5 @@
-// Model internals shared by model.cpp (loading, forward) and state_cache.cpp (state files need the model's identity).
+// Model internals shared by model.cpp (loading, forward) and the state cache's files (state files need the model's
+// identity).
 #pragma once
 
 #include <map>
@@ -11,6 +12,7 @@
 #include "io/checkpoint.h"
 #include "mambacpp/model.h"
 #include "model/decode_graphs.h"
+#include "model/kv_cache.h"
 #include "model/weights.h"
 #include "model/workspace.h"
 
@@ -33,7 +35,9 @@ struct Model::Impl {
   mutable uint64_t hash = 0;
 };
 
-struct StateCache::Impl {
+// A state cache: the slot tensors (state_slots.cpp), the KV cache of the attention layers (kv_cache.cpp) and the
+// identity its state files record (state_file.cpp).
+struct StateCache::Impl : KvCache {
   const Model* model = nullptr;
   Backend* backend = nullptr;
   int64_t n_slots = 0;
@@ -42,35 +46,11 @@ struct StateCache::Impl {
   std::vector<LayerCache> layers;
   int64_t first_layer = 0;  // the model layer of layers[0] (a MambaBlock's state holds one layer)
 
-  // KV entries (hybrid models with attention). kv_pages[l][slot] are layer l's pages for a slot (empty for layers
-  // of other kinds); positions[slot] is the number of tokens the slot holds (every attention layer holds them all).
-  int64_t page_tokens = 64;
-  std::vector<std::vector<std::vector<DeviceBuffer>>> kv_pages;
-  std::vector<int64_t> positions;
-
-  // Device mirror of the page lists and positions, for decode steps that read them on the device (backends with
-  // supports_device_kv; what lets a captured step replay as contexts grow): per attention layer a [n_slots,
-  // table_pages] array of page pointers, and positions [n_slots] as int64. table_pages only grows, by doubling (a
-  // new buffer: graphs keyed on it are captured again, a handful of times over a context's growth).
-  int64_t table_pages = 0;
-  DeviceBuffer kv_table, kv_lengths;
-  std::vector<int64_t> kv_table_index;  // per layer: its table among the attention layers, or -1
-  std::vector<void*> kv_table_host;     // what kv_table holds
-  // Brings the device mirror up to date for the slots of `seqs` (the caller has fitted their pages).
-  void sync_device_kv(const std::vector<SeqSpan>& seqs);
-  // Layer li's [n_slots, table_pages] page table on the device.
-  void* const* device_pages(size_t li) const;
-
-  bool has_kv() const { return !positions.empty(); }
   // KV rows are held in the state dtype (f32 or bf16), like the Mamba layers' state.
   size_t kv_elem_bytes() const { return dtype_size(dtype); }
-  size_t page_bytes(const LayerCache& l) const {
-    return static_cast<size_t>(2 * page_tokens * l.kv_dim) * kv_elem_bytes();
-  }
-  // Grows (or shrinks) every KV layer's pages of `slot` to hold exactly enough pages for `tokens` positions.
-  void fit_kv(int64_t slot, int64_t tokens);
-  // Layer li's cache of `slot` as the attention op takes it (past = positions[slot]).
-  KvSequence kv_sequence(size_t li, int64_t slot) const;
+  size_t page_bytes(const LayerCache& l) const { return kv_page_bytes(l.kv_dim, kv_elem_bytes()); }
+  void fit_kv(int64_t slot, int64_t tokens) { fit_pages(*backend, layers, kv_elem_bytes(), slot, tokens); }
+  void sync_device_kv(const std::vector<SeqSpan>& seqs) { sync_device(*backend, layers, seqs); }
 };
 
 StateCache::Impl& state_impl(StateCache& s);

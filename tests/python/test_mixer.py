@@ -3,8 +3,8 @@
 The strongest check: the transformers fixtures' logits rebuilt in numpy from the mixers alone, x <- x +
 mixer_i(rmsnorm(x) * w_i) per layer, then norm_f and the LM head (float64 numpy around float32 mixers): this is the
 model's own computation, so the fixtures' tolerance applies (1e-5 of the largest logit; the C++ fixture test measured
-~5e-7). A mixer runs through a one-layer model whose block-norm weight is scaled (see mambacpp/_mixer.py): measured
-2e-7 from block(x) - x, so the same 1e-5 bound holds for mixer vs block, and for chunks vs one call.
+~5e-7). A mixer binds the C++ mixer (include/mambacpp/mixer.h), the model's own mixer code, so the same 1e-5 bound holds
+for mixer vs block(x) - x, and for chunks and steps vs one call.
 """
 
 import numpy as np
@@ -94,15 +94,59 @@ def test_mixer_errors(fixture_models):
         mambacpp.MambaMixer({**weights, "norm.weight": np.ones(80, np.float32)})
     with pytest.raises(mambacpp.InvalidArgumentError, match=r"weights\['D'\]: expected a float array, found dtype int64"):
         mambacpp.MambaMixer({**weights, "D": np.ones(80, np.int64)})
-    with pytest.raises(mambacpp.FileError, match="out_proj.weight"):  # the C++ loader's shape check, by name
+    # The C++ mixer's shape check names the weight, the expected and the found shape.
+    with pytest.raises(mambacpp.InvalidArgumentError,
+                       match=r"MambaMixer weight 'out_proj.weight': expected f32, f16 or bf16 of shape \[40, 80\], "
+                             r"found f32 \[40, 81\]"):
         mambacpp.MambaMixer({**weights, "out_proj.weight": np.ones((40, 81), np.float32)})
     with pytest.raises(mambacpp.InvalidArgumentError, match="model: a mamba model has no Mamba2Mixer layers"):
         mambacpp.Mamba2Mixer.from_model(fixture_models["mamba1_f32_untied_bias"], 0)
     mixer = mambacpp.MambaMixer(weights)
-    with pytest.raises(mambacpp.InvalidArgumentError, match="x: expected rows with a mean square below"):
-        mixer(np.full((2, 40), 1e5, np.float32))
+    with pytest.raises(mambacpp.InvalidArgumentError, match="state: expected a State made by this mixer's new_state"):
+        mixer(np.zeros((2, 40), np.float32), mambacpp.MambaMixer(weights).new_state())
+    with pytest.raises(mambacpp.InvalidArgumentError, match="state: holds 2 sequences, expected 1"):
+        mixer(np.zeros((2, 40), np.float32), mixer.new_state(2))
+    with pytest.raises(mambacpp.InvalidArgumentError, match="save: a mixer's state cannot be saved"):
+        mixer.new_state().save("unused.state")
     with pytest.raises(mambacpp.InvalidArgumentError, match=r"x: expected shape \[L >= 1, 40\]"):
         mixer(np.zeros((2, 41), np.float32))
+
+
+@pytest.mark.parametrize("name", ["mamba1_f32_untied_bias", "mamba2_f32_groups_bias"])
+def test_steps_equal_one_call(fixture_models, name):
+    model = fixture_models[name]
+    mixer = mixer_class(model).from_model(model, 1, threads=1)
+    x = np.random.default_rng(8).standard_normal((2, 11, model.d_model)).astype(np.float32)
+    whole, whole_state = mixer(x)
+    state = mixer.new_state(2)
+    steps = [mixer.step(x[:, t], state)[0] for t in range(x.shape[1])]
+    assert max_rel_diff(np.stack(steps, axis=1), whole) <= TOL
+    for (c1, s1), (c2, s2) in zip(state.arrays(), whole_state.arrays()):
+        assert max_rel_diff(c1, c2) <= TOL and max_rel_diff(s1, s2) <= TOL
+    y1, _ = mixer.step(x[0, 0])  # one row: [d_model] in, [d_model] out
+    assert y1.shape == (model.d_model,) and max_rel_diff(y1, whole[0, 0]) <= TOL
+
+
+def test_float16_weights_are_their_values(fixture_models):
+    w = read_safetensors(FIXTURES / "models" / "mamba2_f32_groups_bias" / "model.safetensors")
+    prefix = "backbone.layers.0.mixer."
+    half = {k[len(prefix):]: v.astype(np.float16) for k, v in w.items() if k.startswith(prefix)}
+    x = np.random.default_rng(9).standard_normal((7, fixture_models["mamba2_f32_groups_bias"].d_model)).astype(np.float32)
+    y16, _ = mambacpp.Mamba2Mixer(half, n_groups=3, threads=1)(x)
+    y32, _ = mambacpp.Mamba2Mixer({k: v.astype(np.float32) for k, v in half.items()}, n_groups=3, threads=1)(x)
+    assert max_rel_diff(y16, y32) <= 1e-6
+
+
+def test_no_import_circle():
+    # mambacpp._model imports _mixer and _block (Model.mixer, Model.block); they import nothing of it back.
+    import ast
+    import inspect
+    import mambacpp._block
+    import mambacpp._mixer
+    for mod in (mambacpp._mixer, mambacpp._block):
+        tree = ast.parse(inspect.getsource(mod))
+        names = {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)}
+        assert "_model" not in names, mod.__name__
 
 
 def test_falcon_mamba_mixers_rebuild_the_transformers_logits():
@@ -124,3 +168,18 @@ def test_from_model_needs_safetensors():
     model = mambacpp.Model(FIXTURES / "checkpoints" / "mamba2_ssm_bf16_tied", device="cpu", threads=1)
     with pytest.raises(FileNotFoundError, match="no model.safetensors"):
         model.mixer(0)
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("name", ["mamba1_f32_untied_bias", "mamba2_f32_groups_bias"])
+def test_gpu_mixer_matches_the_cpu_mixer(fixture_models, name):
+    model = fixture_models[name]
+    cpu = mixer_class(model).from_model(model, 1, threads=1)
+    gpu = mixer_class(model).from_model(model, 1, device="cuda")
+    assert gpu.device == "cuda"
+    x = np.random.default_rng(12).standard_normal((2, 21, model.d_model)).astype(np.float32)
+    want, _ = cpu(x)
+    got, state = gpu(x[:, :13])
+    rest = [gpu.step(x[:, t], state)[0] for t in range(13, 21)]
+    # f32 weights on the device (the mixer's default) with an f32 state: 1e-4, as test_gpu_logits_match_transformers.
+    assert max_rel_diff(np.concatenate([got, np.stack(rest, axis=1)], axis=1), want) <= 1e-4
