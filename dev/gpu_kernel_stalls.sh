@@ -4,12 +4,12 @@
 # past the first layer as in gpu_prefill_profile.sh. Prints the details page's headline sections, then the SASS
 # instructions with the most stall samples and the stall reasons they sum to. The report stays under LOGDIR for the
 # GUI. Usage: gpu_kernel_stalls.sh MAMBACPP SHAPE PROMPT KERNEL [LOGDIR]   env: SKIP (launches of KERNEL skipped in
-# the window, default 3), EXTRA_ENV (NAME=VALUE for the run, e.g. MAMBACPP_SSD_OUTPUT=tile)
+# the window, default 3), EXTRA_ENV (NAME=VALUE for the run)
 set -uo pipefail
 cli=$1 shape=$2 prompt=$3 kernel=$4 log=${5:-${OUT:-/tmp}}
 ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 rep="$log/stalls_${shape}_p${prompt}"
-env ${EXTRA_ENV:-} MAMBACPP_PROFILE_AFTER_SSD=2 timeout "${TIMEOUT:-300}" "$ncu_bin" --profile-from-start off \
+env ${EXTRA_ENV:-} timeout "${TIMEOUT:-300}" "$ncu_bin" --profile-from-start off \
   --clock-control none -k "regex:$kernel" --launch-skip "${SKIP:-3}" --launch-count 1 --set full \
   --import-source no -f -o "$rep" "$cli" bench --device cuda -g 1 -r 1 --shape "$shape" -p "$prompt" \
   >"$rep.log" 2>&1

@@ -2,15 +2,15 @@
 # Where a prefill layer's time goes, GEMMs included: Nsight Compute times every launch of one prompt's prefill
 # (`mambacpp bench -p P -g 1 -r 1`), then the launches are cut into layers at each block RMSNorm and every kernel's
 # median over the layers is printed with the layer's total. The window opens at the second multi-token SSD or Mamba-1
-# scan call (the CUDA backend's MAMBACPP_PROFILE_AFTER_SSD, with ncu's --profile-from-start off): past the load-time
-# launches (weight conversions) and the first layer, whose GEMMs probe their plans (gemm_lt.h), so every layer in it
-# is a steady one.
-# Usage: gpu_prefill_profile.sh MAMBACPP [SHAPE] [PROMPT] [LOGDIR]   env: COUNT (launches, 1000), AFTER_SSD (2)
+# scan call (the CUDA backend calls cudaProfilerStart there, src/backend/cuda/backend_ssm.cpp, which ncu's
+# --profile-from-start off waits for): past the load-time launches (weight conversions) and the first layer, whose
+# GEMMs probe their plans (gemm_lt.h), so every layer in it is a steady one.
+# Usage: gpu_prefill_profile.sh MAMBACPP [SHAPE] [PROMPT] [LOGDIR]   env: COUNT (launches, 1000)
 set -uo pipefail
 cli=$1 shape=${2:-mamba2-2.7b} prompt=${3:-8192} log=${4:-${OUT:-/tmp}}
 ncu_bin=$(command -v ncu || ls /opt/nvidia/nsight-compute/*/ncu 2>/dev/null | head -1)
 csv="$log/ncu_prefill_${shape}_p$prompt.csv"
-MAMBACPP_PROFILE_AFTER_SSD=${AFTER_SSD:-2} timeout "${TIMEOUT:-300}" "$ncu_bin" --profile-from-start off \
+timeout "${TIMEOUT:-300}" "$ncu_bin" --profile-from-start off \
   --clock-control none --metrics gpu__time_duration.sum --csv --page raw --launch-count "${COUNT:-1000}" \
   "$cli" bench --device cuda -g 1 -r 1 --shape "$shape" -p "$prompt" >"$csv" 2>"$csv.err"
 echo "ncu rc=$? ($csv)"

@@ -123,17 +123,10 @@ struct ScanCase {
   DType state_dtype, weight_dtype;
 };
 
-// Runs one case (chunked: the default, the chunked scan for sequences of kMamba1ChunkedMinLen tokens and more; else
-// MAMBACPP_MAMBA1_SCAN=sequential, every sequence on the sequential kernel) and checks it against the fp64
-// recurrence; returns y.
-std::vector<float> run_mamba1(const ScanCase& cs, uint64_t seed, bool chunked = false,
-                              Precision precision = Precision::Exact) {
-  std::unique_ptr<Backend> be;
-  {
-    const gputest::ScopedEnv setting("MAMBACPP_MAMBA1_SCAN", chunked ? nullptr : "sequential");
-    be = make_cuda_backend(cs.weight_dtype, precision);
-  }
-  EXPECT_EQ(be->description().find("sequential Mamba-1 scan") == std::string::npos, chunked);
+// Runs one case (sequences of kMamba1ChunkedMinLen tokens and more on the chunked scan at d_state
+// kMamba1PieceStates, the others on the sequential kernel) and checks it against the fp64 recurrence; returns y.
+std::vector<float> run_mamba1(const ScanCase& cs, uint64_t seed, Precision precision = Precision::Exact) {
+  auto be = make_cuda_backend(cs.weight_dtype, precision);
   DeviceArena arena(*be);
   Rng rng(seed);
   const int64_t DI = cs.d_inner, N = cs.d_state;
@@ -289,23 +282,65 @@ TEST(CudaMamba1Scan, StepKernelBitsEqualTheSequenceKernel) {
 // short sequences.
 TEST(CudaMamba1Scan, ChunkedScanMatchesTheRecurrence) {
   MAMBACPP_REQUIRE_GPU();
-  run_mamba1({64, 16, {1, 600, 3, 130, 128}, {3, 0, 4, 1, 2}, 5, DType::F32, DType::F32}, 31, true);
-  run_mamba1({200, 16, {300, 127, 129}, {1, 2, 0}, 3, DType::BF16, DType::BF16}, 39, true);
-  run_mamba1({1536, 16, {600, 1}, {1, 0}, 2, DType::F32, DType::BF16}, 35, true);
-  run_mamba1({200, 16, {300, 127, 129}, {1, 2, 0}, 3, DType::BF16, DType::BF16}, 39, true, Precision::Fast);
-  run_mamba1({1536, 16, {600, 1}, {1, 0}, 2, DType::F32, DType::BF16}, 35, true, Precision::Fast);
-  const ScanCase cs{100, 16, {700, 5}, {1, 0}, 2, DType::F32, DType::F32};
-  const auto sequential = run_mamba1(cs, 44), chunked = run_mamba1(cs, 44, true);
-  const int64_t DI = cs.d_inner;
-  for (int64_t t : {int64_t{0}, cuda::kMamba1Piece - 1, int64_t{700}, int64_t{704}})
+  run_mamba1({64, 16, {1, 600, 3, 130, 128}, {3, 0, 4, 1, 2}, 5, DType::F32, DType::F32}, 31);
+  run_mamba1({200, 16, {300, 127, 129}, {1, 2, 0}, 3, DType::BF16, DType::BF16}, 39);
+  run_mamba1({1536, 16, {600, 1}, {1, 0}, 2, DType::F32, DType::BF16}, 35);
+  run_mamba1({200, 16, {300, 127, 129}, {1, 2, 0}, 3, DType::BF16, DType::BF16}, 39, Precision::Fast);
+  run_mamba1({1536, 16, {600, 1}, {1, 0}, 2, DType::F32, DType::BF16}, 35, Precision::Fast);
+}
+
+// In exact precision the chunked scan's first piece of a sequence enters with the stored state itself, so its y is
+// the sequential kernel's bit for bit, as is that of the short sequences beside it: a 700-token sequence and a
+// 5-token one scanned at once (the chunked scan) against the same rows scanned in calls of under
+// kMamba1ChunkedMinLen tokens each (the sequential kernel), on the same inputs and initial state.
+TEST(CudaMamba1Scan, ChunkedScanFirstPieceEqualsTheSequentialKernel) {
+  MAMBACPP_REQUIRE_GPU();
+  auto be = make_cuda_backend(DType::F32);
+  DeviceArena arena(*be);
+  Rng rng(44);
+  const int64_t DI = 100, N = 16, L = 700, n_slots = 2, T = L + 5;
+  const auto x = rng.vec(T * DI, -2, 2), dt = rng.vec(T * DI, -3, 1), z = rng.vec(T * DI, -3, 3);
+  const auto bc = rng.vec(T * 2 * N, -1.5f, 1.5f);
+  const auto A_log = rng.vec(DI * N, -1.0f, 2.5f), D = rng.vec(DI), dt_bias = rng.vec(DI, -4.0f, 0.0f);
+  const auto st0 = rng.vec(n_slots * DI * N, -1, 1);
+  TensorView hA(const_cast<float*>(A_log.data()), DType::F32, {DI, N});
+  TensorView bcv = arena.upload(bc, DType::F32, {T, 2 * N});
+  Mamba1ScanArgs a;
+  a.x = arena.upload(x, DType::F32, {T, DI});
+  a.dt = arena.upload(dt, DType::F32, {T, DI});
+  a.z = arena.upload(z, DType::F32, {T, DI});
+  a.B = bcv.cols(0, N);
+  a.C = bcv.cols(N, N);
+  a.A_log = be->adopt_weight(hA);
+  a.D = arena.upload(D, DType::F32, {DI});
+  a.dt_bias = arena.upload(dt_bias, DType::F32, {DI});
+  auto run = [&](const std::vector<BatchLayout>& launches) {
+    Mamba1ScanArgs r = a;
+    r.state = arena.upload(st0, DType::F32, {n_slots, DI, N});
+    r.y = arena.poisoned({T, DI});
+    for (BatchLayout b : launches) {
+      b.total_tokens = T;
+      be->prepare_batch(b);
+      be->mamba1_scan(r, b);
+    }
+    return arena.download(r.y);
+  };
+  const std::vector<float> chunked = run({make_batch({L, 5}, {1, 0})});
+  std::vector<BatchLayout> pieces;
+  const int64_t piece = cuda::kMamba1ChunkedMinLen - 1;
+  for (int64_t s = 0; s < L; s += piece) {
+    BatchLayout b;
+    b.seqs.push_back(SeqSpan{s, std::min(piece, L - s), 1});
+    pieces.push_back(b);
+  }
+  BatchLayout last;
+  last.seqs.push_back(SeqSpan{L, 5, 0});
+  pieces.push_back(last);
+  const std::vector<float> sequential = run(pieces);
+  for (int64_t t : {int64_t{0}, cuda::kMamba1Piece - 1, L, L + 4})
     for (int64_t c = 0; c < DI; ++c)
       ASSERT_EQ(std::bit_cast<uint32_t>(chunked[t * DI + c]), std::bit_cast<uint32_t>(sequential[t * DI + c]))
           << "token " << t << ", channel " << c;
-}
-
-TEST(CudaMamba1Scan, Mamba130mWidthLongPrefill) {
-  MAMBACPP_REQUIRE_GPU();
-  run_mamba1({1536, 16, {600, 1}, {1, 0}, 2, DType::F32, DType::BF16}, 35);
 }
 
 }  // namespace

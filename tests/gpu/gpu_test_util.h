@@ -38,34 +38,6 @@ inline double rel_err(const std::vector<float>& got, const std::vector<double>& 
   return err / mag;
 }
 
-// Sets (value null: unsets) an environment variable for the lifetime of the object, then restores what was there
-// (e.g. MAMBACPP_DECODE_GEMM, which the CUDA backend reads when it is made: a test comparing a setting with the
-// default leaves the rest of a run started with the setting on as it was).
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    if (const char* old = std::getenv(name)) old_ = old, had_ = true;
-    if (value)
-      setenv(name, value, 1);
-    else
-      unsetenv(name);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      setenv(name_, old_.c_str(), 1);
-    } else {
-      unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  std::string old_;
-  bool had_ = false;
-};
-
 class Rng {
  public:
   explicit Rng(uint64_t seed) : gen_(seed) {}

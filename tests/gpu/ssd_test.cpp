@@ -246,49 +246,19 @@ TEST(CudaMamba2Ssd, FastPrecisionMatchesTheRecurrence) {
   for (int64_t chunk : {1, 7, 64, 256, 1000}) run_ssd({2, 64, 128, 1, chunk, {300, 5}, {1, 0}, 2}, 45, F);
 }
 
-// The chunk output by a block per (chunk, head) (the default) runs the products of the block-per-tile kernel
-// (MAMBACPP_SSD_OUTPUT=tile) in the same order: the same bits of y and the state, on the shapes above and chunk
-// sizes of 1 to 4 output tiles (chunk 1000 is past its kByChunkTiles and takes the tile kernel in both runs). Each
-// run is also checked against the recurrence.
-TEST(CudaMamba2Ssd, FastOutputByChunkGivesTheBitsOfTheTileKernel) {
+// Fast precision's chunk output kernels, chosen by the chunk size: a block per (chunk, head) for chunks of up to 4
+// output tiles (256 tokens; chunk sizes of 1, 3 and 4 tiles here) and a block per output tile past it (chunk 1000),
+// each against the recurrence, y and the state, on the shapes of the test above: many heads, several groups, a bf16
+// state, remainders in head_dim and d_state, a one-token sequence in the batch.
+TEST(CudaMamba2Ssd, FastChunkOutputKernelsMatchTheRecurrence) {
   MAMBACPP_REQUIRE_GPU();
-  const std::vector<std::pair<SsdCase, uint64_t>> cases = {
-      {{4, 64, 128, 1, 256, {600, 1, 257, 3}, {1, 3, 0, 2}, 5}, 41},
-      {{80, 64, 128, 1, 256, {4096}, {1}, 2}, 50},
-      {{4, 64, 128, 2, 256, {300, 2, 65, 130}, {0, 1, 3, 2}, 4, DType::BF16}, 42},
-      {{6, 80, 48, 3, 100, {150, 64, 1, 37}, {3, 0, 1, 2}, 4}, 58},
-      {{2, 32, 256, 2, 128, {200, 9}, {0, 1}, 2}, 59},
-      {{2, 64, 128, 1, 64, {300, 5}, {1, 0}, 2}, 45},
-      {{2, 64, 128, 1, 192, {300, 5}, {1, 0}, 2}, 46},
-      {{2, 64, 128, 1, 1000, {300, 5}, {1, 0}, 2}, 47},
-  };
-  for (const auto& [cs, seed] : cases) {
-    const SsdInputs in = make_inputs(cs, seed);
-    const SsdResult ref = reference(cs, in, make_batch(cs.lens, cs.slots));
-    std::vector<float> y[2], state[2];
-    for (int by_chunk = 0; by_chunk < 2; ++by_chunk) {
-      std::unique_ptr<Backend> be;
-      {
-        const gputest::ScopedEnv setting("MAMBACPP_SSD_OUTPUT", by_chunk ? nullptr : "tile");
-        be = make_cuda_backend(DType::BF16, Precision::Fast);
-      }
-      EXPECT_EQ(be->description().find("SSD output by tile") == std::string::npos, by_chunk == 1);
-      DeviceArena arena(*be);
-      BatchLayout batch = make_batch(cs.lens, cs.slots);
-      Mamba2ScanArgs a = device_args(cs, in, arena);
-      be->prepare_batch(batch);
-      be->mamba2_ssd(a, batch);
-      y[by_chunk] = arena.download(a.y);
-      state[by_chunk] = arena.download(a.state);
-      EXPECT_LT(rel_err(y[by_chunk], ref.y), kFastTol) << "chunk " << cs.chunk << ", by chunk " << by_chunk;
-    }
-    ASSERT_EQ(y[0].size(), y[1].size());
-    ASSERT_EQ(state[0].size(), state[1].size());
-    int64_t differ = 0;  // NaN counts (NaN != NaN)
-    for (size_t i = 0; i < y[0].size(); ++i) differ += !(y[0][i] == y[1][i]);
-    for (size_t i = 0; i < state[0].size(); ++i) differ += !(state[0][i] == state[1][i]);
-    EXPECT_EQ(differ, 0) << "chunk " << cs.chunk << ", H " << cs.H << ", P " << cs.P << ", N " << cs.N;
-  }
+  const Precision F = Precision::Fast;
+  run_ssd({4, 64, 128, 1, 256, {600, 1, 257, 3}, {1, 3, 0, 2}, 5}, 41, F);
+  run_ssd({80, 64, 128, 1, 256, {4096}, {1}, 2}, 50, F);
+  run_ssd({4, 64, 128, 2, 256, {300, 2, 65, 130}, {0, 1, 3, 2}, 4, DType::BF16}, 42, F);
+  run_ssd({6, 80, 48, 3, 100, {150, 64, 1, 37}, {3, 0, 1, 2}, 4}, 58, F);
+  run_ssd({2, 32, 256, 2, 128, {200, 9}, {0, 1}, 2}, 59, F);
+  for (int64_t chunk : {64, 192, 1000}) run_ssd({2, 64, 128, 1, chunk, {300, 5}, {1, 0}, 2}, 45, F);
 }
 
 // Fast precision takes its own path: its y differs from the exact path's by the bf16 roundings (more than f32
@@ -336,12 +306,14 @@ TEST(CudaMamba2Ssd, FastPromptsGiveYInBf16TheValuesOfF32) {
   EXPECT_EQ(differ, 0);
 }
 
-// mamba2_conv_ssd's two paths give the same bits of y, the SSD state and the conv state: the fused one (conv1d
-// writes the SSD's bf16 x, B, C; its f32 conv output is left unwritten, still NaN, which also shows the path ran) and
-// the split one (MAMBACPP_CONV_SSD=split, and any batch with a single-token sequence: conv1d's f32 output, then the
-// SSD's rounding). Both take the fast SSD's silu (conv1d_silu alone takes the exact one, so its bf16 roundings may
-// differ). A bf16 input (fast prompts' in_proj output, Mamba2Plan::proj_dtype) in the fused run gives the bits of the same
-// values in f32 in the split run, with its rows starting at an even column and at an odd one.
+// mamba2_conv_ssd's two paths give a prompt the same bits of y, the SSD state and the conv state: the fused one
+// (all-prompt batches: conv1d writes the SSD's bf16 x, B, C; its f32 conv output is left unwritten, still NaN, which
+// also shows the path ran) and the split one (any batch with a one-token sequence: conv1d's f32 output, then the
+// SSD's rounding), reached here by the same batch with a one-token sequence added after it (its own row and slot).
+// Both take the fast SSD's silu (conv1d_silu alone takes the exact one, so its bf16 roundings may differ). A bf16
+// input (fast prompts' in_proj output, Mamba2Plan::proj_dtype) in the fused run gives the bits of the same values in
+// f32 in the split run, with its rows starting at an even column and at an odd one. A batch that already has a
+// one-token sequence takes the split path in both runs.
 TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheSplitPath) {
   MAMBACPP_REQUIRE_GPU();
   struct Case {
@@ -357,42 +329,57 @@ TEST(CudaMamba2Ssd, FastConvFusionGivesTheBitsOfTheSplitPath) {
                         Case{prompts, true, 1}, Case{two_groups, true, 0}, Case{prompts, true, 0, 63},
                         Case{{4, 64, 128, 1, 64, {4200, 70}, {0, 1}, 2}, true, 1, 64}}) {
     const SsdCase& cs = c.cs;
-    const SsdInputs in = make_inputs(cs, c.seed);
+    // The split run's batch: the case's sequences, then one token in a slot of its own.
+    SsdCase ext = cs;
+    ext.lens.push_back(1);
+    ext.slots.push_back(cs.n_slots);
+    ext.n_slots = cs.n_slots + 1;
+    const SsdInputs in_ext = make_inputs(ext, c.seed);
+    SsdInputs in = in_ext;  // the case's rows and slots: a prefix of the split run's
+    in.T = in_ext.T - 1;
+    in.xBC.resize(static_cast<size_t>(in.T * in.W));
+    in.zxdt.resize(static_cast<size_t>(in.T * in.Wd));
+    const int64_t state_per_slot = cs.H * cs.P * cs.N;
+    in.state0.resize(static_cast<size_t>(cs.n_slots * state_per_slot));
     Rng rng(c.seed + 1);
     const int64_t W = in.W, K = 4, HP = cs.H * cs.P, GN = cs.G * cs.N;
     const std::vector<float> conv_w = rng.vec(W * K, -0.6f, 0.6f), conv_b = rng.vec(W, -0.3f, 0.3f);
-    const std::vector<float> conv_state0 = rng.vec(cs.n_slots * W * (K - 1), -1.5f, 1.5f);
+    const std::vector<float> conv_state0 = rng.vec(ext.n_slots * W * (K - 1), -1.5f, 1.5f);
     const bool bf16_in = c.bf16_in_offset >= 0;
-    const std::vector<float> xbc = bf16_in ? rounded(in.xBC, DType::BF16) : in.xBC;
     std::vector<float> y[2], state[2], conv_state[2], conv_out[2];
-    for (int fused = 0; fused < 2; ++fused) {
-      std::unique_ptr<Backend> be;
-      {
-        const gputest::ScopedEnv setting("MAMBACPP_CONV_SSD", fused ? nullptr : "split");
-        be = make_cuda_backend(DType::BF16, Precision::Fast);
-      }
+    for (int fused = 0; fused < 2; ++fused) {  // 0: the split run (the case plus a one-token sequence)
+      const SsdCase& rc = fused ? cs : ext;
+      const SsdInputs& ri = fused ? in : in_ext;
+      auto be = make_cuda_backend(DType::BF16, Precision::Fast);
       DeviceArena arena(*be);
-      BatchLayout batch = make_batch(cs.lens, cs.slots);
+      BatchLayout batch = make_batch(rc.lens, rc.slots);
       be->prepare_batch(batch);
-      TensorView xin = arena.upload(xbc, DType::F32, {in.T, W});
+      const std::vector<float> xbc = bf16_in ? rounded(ri.xBC, DType::BF16) : ri.xBC;
+      TensorView xin = arena.upload(xbc, DType::F32, {ri.T, W});
       if (fused && bf16_in) {
         const int64_t off = c.bf16_in_offset, width = W + 4;
-        std::vector<float> wide(static_cast<size_t>(in.T * width), 0.0f);
-        for (int64_t t = 0; t < in.T; ++t) std::copy_n(xbc.begin() + t * W, W, wide.begin() + t * width + off);
-        xin = arena.upload(wide, DType::BF16, {in.T, width}).cols(off, W);
+        std::vector<float> wide(static_cast<size_t>(ri.T * width), 0.0f);
+        for (int64_t t = 0; t < ri.T; ++t) std::copy_n(xbc.begin() + t * W, W, wide.begin() + t * width + off);
+        xin = arena.upload(wide, DType::BF16, {ri.T, width}).cols(off, W);
       }
       TensorView cw = arena.upload(conv_w, DType::F32, {W, 1, K}), cb = arena.upload(conv_b, DType::F32, {W});
-      TensorView cstate = arena.upload(conv_state0, DType::F32, {cs.n_slots, W, K - 1});
-      TensorView out = arena.poisoned({in.T, W});
-      Mamba2ScanArgs a = device_args(cs, in, arena);
+      const std::vector<float> cstate0(conv_state0.begin(), conv_state0.begin() + rc.n_slots * W * (K - 1));
+      TensorView cstate = arena.upload(cstate0, DType::F32, {rc.n_slots, W, K - 1});
+      TensorView out = arena.poisoned({ri.T, W});
+      Mamba2ScanArgs a = device_args(rc, ri, arena);
       a.x = out.cols(0, HP);
       a.B = out.cols(HP, GN);
       a.C = out.cols(HP + GN, GN);
       be->mamba2_conv_ssd(xin, cw, cb, cstate, out, a, batch);
+      // The case's rows and slots only.
       y[fused] = arena.download(a.y);
+      y[fused].resize(static_cast<size_t>(in.T * HP));
       state[fused] = arena.download(a.state);
+      state[fused].resize(static_cast<size_t>(cs.n_slots * state_per_slot));
       conv_state[fused] = arena.download(cstate);
+      conv_state[fused].resize(static_cast<size_t>(cs.n_slots * W * (K - 1)));
       conv_out[fused] = arena.download(out);
+      conv_out[fused].resize(static_cast<size_t>(in.T * W));
     }
     auto same_bits = [](const std::vector<float>& u, const std::vector<float>& v) {
       return u.size() == v.size() && std::memcmp(u.data(), v.data(), u.size() * sizeof(float)) == 0;

@@ -8,7 +8,7 @@
 // tokens) keeps the inputs in a sliding window of registers, so each input is read once (not K times) and no 64-bit
 // division is needed per element. The kernel waits on memory latency, so its speed is the bytes it keeps in flight
 // per multiprocessor: few registers (blocks inside one sequence take a path with no lookups and no state) and
-// two channels per load where the rows allow (docs/benchmarks.md, q22 and q23). Larger K: one thread per (token,
+// two channels per load where the rows allow. Larger K: one thread per (token,
 // channel).
 #include <type_traits>
 
@@ -220,8 +220,9 @@ __global__ void __launch_bounds__(kWinThreads) conv_out_window_kernel(Conv1dLaun
 }
 
 // Decode (every sequence one token, K <= kWinMaxK): a thread per (sequence, channel) reads the K-1 state entries
-// and the new input once, writes the output and the shifted state. grid (ceil(C / kThreads), n_seqs). At batch 32
-// of mamba2-2.7b the two-kernel form took 18 + 7 us per layer (ncu), for 0.7 MB of state and activations.
+// and the new input once, writes the output and the shifted state. grid (ceil(C / kThreads), n_seqs). One kernel,
+// not two: a decode step's conv moves little memory, so a second launch and the round trip through memory between
+// the two would cost more than the work.
 __global__ void __launch_bounds__(kThreads) conv_step_kernel(Conv1dLaunch p) {
   enter_dependent();
   const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;

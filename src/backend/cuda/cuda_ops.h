@@ -123,10 +123,10 @@ struct Mamba1Launch {
   const SeqSpan* seqs = nullptr;  // device
   int64_t n_seqs = 0;
   bool single_tokens = false;  // every sequence has one token (decode): the one-thread-per-channel step kernel
-  // The chunked scan (mamba1_chunked_scan.cu; MAMBACPP_MAMBA1_SCAN=sequential turns it off): sequences of at least
-  // kMamba1ChunkedMinLen tokens (d_state kMamba1PieceStates, dt given) are cut into pieces of kMamba1Piece tokens
-  // (the chunk table at that size: n_pieces rows, seq_pieces per sequence) scanned in parallel; the sequential kernel
-  // takes the others. piece_states [n_pieces, d_inner, d_state] and piece_dt [n_pieces, d_inner]: f32 scratch.
+  // The chunked scan (mamba1_chunked_scan.cu): sequences of at least kMamba1ChunkedMinLen tokens (d_state
+  // kMamba1PieceStates, dt given) are cut into pieces of kMamba1Piece tokens (the chunk table at that size: n_pieces
+  // rows, seq_pieces per sequence) scanned in parallel; the sequential kernel takes the others. piece_states
+  // [n_pieces, d_inner, d_state] and piece_dt [n_pieces, d_inner]: f32 scratch.
   const SsdChunk* pieces = nullptr;
   const SsdSeqChunks* seq_pieces = nullptr;
   int64_t n_pieces = 0;  // > 0: the chunked scan runs
@@ -194,9 +194,6 @@ struct Mamba2Launch {
   bool has_single_seqs = false;  // fast chunked path: some sequences have one token (they take the step kernel)
   // Fast chunked path: conv1d already wrote SsdScratch's bf16 x, B, C (Conv1dLaunch::out16); x, B, C unset.
   bool inputs_bf16 = false;
-  // Fast chunked path: the chunk output by a block per (chunk, head) where the chunk size allows (the backend's
-  // default; MAMBACPP_SSD_OUTPUT=tile: off; mamba2_ssd_fast.cu), else by a block per output tile. The same bits.
-  bool output_by_chunk = false;
 };
 
 // Every sequence has length 1: the recurrent step, one block per (sequence, head).

@@ -94,12 +94,6 @@ std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64
   return p;
 }
 
-std::optional<FusedGemvLaunch> fast_gemv_launch(const FusedLinearArgs& a, int64_t B) {
-  std::optional<FusedGemvLaunch> p = build_launch(a, B, kFastMaxRows);
-  if (p && !fast_gemv_supported(*p)) return std::nullopt;
-  return p;
-}
-
 bool fast_fused_supported(const FusedLinearArgs& a, int64_t B) {
   const char* op = "fused_linear";
   need(a.x.ndim == 2 && a.w.data.ndim == 2 && a.y.ndim == 2, op, ": x, w and y must be 2-D, found ", a.x.shape_string(),

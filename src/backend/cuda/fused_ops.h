@@ -1,6 +1,6 @@
-// Launchers of the fused decode kernels (fused_gemv.cu), callable from plain C++, and the translation of
-// Backend::fused_linear's arguments into them (fused_linear.cpp). Decode batches put sequence t in row t with exactly
-// one token, so a row's slot is seqs[t].slot.
+// Launchers of the fused decode kernels (fused_gemv.cu, fused_gemv_mma.cu), callable from plain C++, and the
+// translation of Backend::fused_linear's arguments into them (fused_linear.cpp). Decode batches put sequence t in row
+// t with exactly one token, so a row's slot is seqs[t].slot.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -15,8 +15,8 @@ namespace mambacpp::cuda {
 
 // Decode batches of up to kFusedMaxRows sequences take the fused kernels (1-2 rows on CUDA cores, 3-8 on the
 // tensor cores with 16-bit weights). Larger batches take the plain path: the tensor-core GEMV takes 32 rows
-// (NTILES = 4) but each warp re-reads the activations from L2, which made mamba2-2.7b batch 32 slower than
-// cuBLASLt (20.6 vs 15.6 ms/step, docs/benchmarks.md); it needs them staged in shared memory first.
+// (NTILES = 4) but each warp re-reads the activations from L2, which made it slower than cuBLASLt at batch 32; it
+// needs them staged in shared memory first.
 inline constexpr int64_t kFusedMaxRows = 8;
 inline constexpr int64_t kFusedMaxNormGroups = 16;  // group-wise norm prologue: scales kept in shared memory
 inline constexpr int kFusedMaxConvTaps = 4;          // conv epilogue: d_conv (4 in every released model)
@@ -66,19 +66,5 @@ void launch_fused_gemv_mma(const FusedGemvLaunch& p, int sm_count, cudaStream_t 
 // The launch for fused_linear over B rows; nullopt when these kernels do not take the arguments (see
 // fused_gemv_supported). Throws Error for shapes that do not chain. `seqs` is left for the caller to fill.
 std::optional<FusedGemvLaunch> fused_gemv_launch(const FusedLinearArgs& a, int64_t B);
-
-// Fast precision, opt-in (MAMBACPP_DECODE_GEMM=fused; fused_gemv_fast.cu): one tensor-core kernel for decode
-// batches of 1..kFastMaxRows rows instead of the three above, the activations rounded to the weight dtype as they
-// enter the products (times norm_w; the one-group norm's scale after the dot product, a group-wise norm's scale
-// before the rounding), the conv / residual epilogue kept, and a reduction order fixed by the weight's shape alone:
-// a row's outputs are the same bits at every batch size.
-// Whether it takes the launch: 16-bit weights, in % 8 == 0, 16-byte aligned weights / rows / norm weights, norm
-// groups of whole 8-feature runs (at most kFusedMaxNormGroups). None of these depends on the row count.
-bool fast_gemv_supported(const FusedGemvLaunch& p);
-void launch_fast_gemv(const FusedGemvLaunch& p, int sm_count, cudaStream_t stream);
-// Sets the kernels' shared-memory limits: once per process and device, before the first launch_fast_gemv.
-void init_fast_gemv();
-// fused_gemv_launch's translation for up to kFastMaxRows rows; nullopt when fast_gemv_supported says no.
-std::optional<FusedGemvLaunch> fast_gemv_launch(const FusedLinearArgs& a, int64_t B);
 
 }  // namespace mambacpp::cuda

@@ -18,8 +18,8 @@
 // stays, and wide_rejected() counts the shape.
 // Prefill plans (Pin::Prefill) are pinned apart from the decode ones: a split-K decode plan (out_proj's at mamba2-2.7b)
 // writes every split's partial sums to the workspace and reduces them in a second kernel, which a prefill piece pays in
-// bytes (mamba2-2.7b's out_proj: 142 us per 2,048 tokens on it, 83 on the prefill plan, whose floor is ~73). A prefill
-// plan is one algorithm without split-K for every T of a shape, chosen once: among the heuristic's candidates at
+// bytes (mamba2-2.7b's out_proj: well above its memory floor on the decode plan, near it on the prefill plan). A
+// prefill plan is one algorithm without split-K for every T of a shape, chosen once: among the heuristic's candidates at
 // kProbeRows rows, the first whose first kPinnedRefT rows there are the bits it gives at kPinnedRefT rows sets the bits
 // (so they are the same in every process), and the fastest candidate giving those bits on the probe runs. A prompt's
 // rows are then the same bits alone or packed with others. Which plan a row takes depends on its sequence's length
@@ -72,10 +72,10 @@ class LtMatmul {
   static constexpr int kProbeRows = 1024;  // the rows the decode plans' wide variants are chosen on
   // The rows prefill plans are chosen on: a prompt piece's size (the GPU's default piece is 8,192 tokens; a 4k prompt
   // is one piece of 4,096). At 1,024 rows mamba2-2.7b's out_proj candidates filled one or two waves of the GPU and
-  // timed alike, and the pick (80x128 or 176x128 tiles) ran 7% apart on 8,192-token pieces (docs/benchmarks.md, q16).
+  // timed alike, while the pick (80x128 or 176x128 tiles) differed on 8,192-token pieces.
   static constexpr int kPrefillProbeRows = 4096;
-  // Sequences of at least this many tokens run on the prefill plan. mamba2-2.7b's 64- and 256-token prompts on the
-  // decode plan against the prefill plan: 6.0 against 8.0 ms, 8.7 against 7.8 (docs/benchmarks.md, q15).
+  // Sequences of at least this many tokens run on the prefill plan: mamba2-2.7b's 64-token prompts are faster on the
+  // decode plan, its 256-token prompts on the prefill plan (docs/benchmarks.md, decisions).
   static constexpr int kPrefillMinRows = 256;
 
  private:

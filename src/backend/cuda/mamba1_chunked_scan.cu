@@ -1,6 +1,6 @@
-// Mamba-1 selective scan over pieces of the sequence, in parallel (prompts; MAMBACPP_MAMBA1_SCAN=sequential: off). The
-// sequential kernel (mamba1_scan.cu) walks a sequence token by token in one lane per state: ~81,920 lanes at
-// mamba-2.8b, each waiting on its own chain, 82% of a prefill layer. The recurrence
+// Mamba-1 selective scan over pieces of the sequence, in parallel (prompts of kMamba1ChunkedMinLen tokens and more).
+// The sequential kernel (mamba1_scan.cu) walks a sequence token by token in one lane per state: ~81,920 lanes at
+// mamba-2.8b, each waiting on its own chain, most of a prefill layer's time. The recurrence
 //   h_t[c, n] = exp(dt_t A[c, n]) h_{t-1}[c, n] + dt_t x_t[c] B_t[n]
 // is linear in h, so over a piece of tokens [a, b) it is h_b = exp(A S) h_a + e, with S the piece's sum of dt and e
 // the piece's own contribution (its scan from h = 0). Three kernels:

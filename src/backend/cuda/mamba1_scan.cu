@@ -117,14 +117,14 @@ __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G,
 
 // Decode (every sequence one token) at d_state = kStepStates: one thread per (sequence, channel) holding the
 // channel's whole state, read and written as 16-byte vectors (the kernel above gives each state its own lane and
-// 2-byte loads: 43 us per layer at mamba-2.8b batch 32). It computes what mamba1_kernel<1> with G = kStepStates
+// 2-byte loads, too few bytes in flight for a batch's states). It computes what mamba1_kernel<1> with G = kStepStates
 // computes, bit for bit: the same roundings per state (state_update), and C . h summed in the order of that
 // kernel's butterfly (lane 0 ends with the sum of pairs k, k + off for off = G/2 .. 1), so decode, prefill and
 // every batch size agree (CudaMamba1Scan.StepKernelBitsEqualTheSequenceKernel).
 constexpr int kStepThreads = 64;
 constexpr int kStepStates = 16;
-// Below this many sequences the kernel above, a lane per state, has more threads in flight: mamba-2.8b batch 1 took
-// 0.15 ms per step longer on this one. Either kernel gives the same bits.
+// Below this many sequences the kernel above, a lane per state, has more threads in flight (mamba-2.8b batch 1 is
+// slower on this one). Either kernel gives the same bits.
 constexpr int64_t kStepMinSeqs = 4;
 
 template <bool BF16>

@@ -48,7 +48,7 @@ constexpr int kK = 16;      // d_state slice staged per step in ssd_chunk_output
 // grid (n_seqs, n_heads, ceil(head_dim / 8)); warp w of a block owns row p = 8 * blockIdx.z + w of H, its lanes
 // stride over d_state. The loads of a lane's kStepPer states are issued together before any is used, and the grid
 // has n_heads * head_dim / 8 blocks (640 for mamba2-2.7b), so a step is one memory round trip deep rather than
-// head_dim / 8 of them as with a block per head (25.7 us -> a few us at batch 1, measured in docs/benchmarks.md).
+// head_dim / 8 of them as with a block per head.
 constexpr int kStepRowsPerBlock = kThreads / 32;
 constexpr int kStepPer = 4;  // states per lane per pass: 128 = d_state of the released models in one pass
 
@@ -110,8 +110,8 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
 
 // Vectorised step: the state is read and written once, in 16-byte accesses (8 bf16 or 4 f32 states per lane), B_t
 // and C_t loaded once per thread as float4s. Group `grp` of L lanes owns rows row0 + k * kVecGroups (k < kVecRows)
-// of head h; all kVecRows state vectors are loaded before the dependency wait. Memory-bound on the state: batch 32
-// of mamba2-2.7b moves 84 MB per layer (bf16), 21 us at 4 TB/s, where the warp-per-row kernel took 114 us (ncu).
+// of head h; all kVecRows state vectors are loaded before the dependency wait. Memory-bound on the state (batch 32
+// of mamba2-2.7b moves 84 MB per layer in bf16), which the warp-per-row kernel, with its narrower accesses, is not.
 constexpr int kVecThreads = 128;
 constexpr int kVecRows = 4;
 
@@ -207,8 +207,8 @@ int ssd_step_vec_lanes(const Mamba2Launch& p) {
 // The chunk's tokens are cut into kCumSegments runs, one per warp: each lane sums its run (pass 1, which also writes
 // dt), the block adds the runs' totals in order, and pass 2 writes S from the run's offset. Each pass loads kCumBatch
 // tokens before it stores any (stores may alias the loads as far as the compiler knows, so a load-store loop is one
-// round trip per token). A warp per (chunk, head) scanning 32 tokens at a time took 13 us of a mamba2-2.7b layer at
-// 2048 tokens; 8 runs of 32 tokens with a round trip each, 21 us (ncu).
+// round trip per token). A warp per (chunk, head) scanning 32 tokens at a time, or 8 runs of 32 tokens with a round
+// trip each, leave the loads of too few tokens in flight.
 constexpr int kCumThreads = 1024;
 constexpr int kCumSegments = kCumThreads / 32;
 constexpr int kCumBatch = 8;
@@ -318,8 +318,8 @@ __global__ void __launch_bounds__(kThreads) ssd_chunk_state_kernel(Mamba2Launch 
 // ---- 3. pass the state along each sequence's chunks ----------------------------------------------------------------
 // grid (n_seqs, n_heads, ceil(P * N / 256)); one thread per element of H. The chunk decays of a batch of kPassBatch
 // chunks go to shared memory first, and each thread issues the loads of kPassLoads chunk contributions before it
-// uses any: the chain of dependent memory round trips per chunk (table entry, then cum, then the contribution) was
-// what made the first version take 195 us for 8 chunks x 80 heads (ncu, mamba2-2.7b, 2048 tokens).
+// uses any: otherwise each chunk costs a chain of dependent memory round trips (table entry, then cum, then the
+// contribution), and the pass is bound by that latency.
 constexpr int kPassBatch = 32;
 constexpr int kPassLoads = 8;
 

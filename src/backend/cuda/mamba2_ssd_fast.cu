@@ -492,7 +492,7 @@ __global__ void __launch_bounds__(kThreads, 4) ssd_chunk_output_fast_kernel(Mamb
 }
 
 // ---- chunk output, a block per (chunk, head): grid (n_chunks, n_heads, tiles_p), 256 threads ---------------------
-// The default (Mamba2Launch::output_by_chunk; MAMBACPP_SSD_OUTPUT=tile: off) for chunks of up to kByChunkTiles tiles.
+// Chunks of up to kByChunkTiles tiles take it (docs/benchmarks.md, decisions), longer ones the kernel above.
 // The block-per-tile kernel above loads H_in once per output tile (4 times per chunk at chunk 256) and source tile jt
 // once per output tile it >= jt (10 tile loads for 4 tiles), and each of its blocks waits for its C, H_in and first
 // source tile before its first product, then runs 1..4 tile passes. Here H_in, every X tile and the chunk's decays
@@ -509,7 +509,7 @@ size_t fast_output_by_chunk_smem_bytes(int64_t N) {
          2 * kByChunkTiles * kT * sizeof(float);
 }
 bool output_by_chunk_supported(const Mamba2Launch& p) {
-  return p.output_by_chunk && p.chunk_size <= kByChunkTiles * kT;
+  return p.chunk_size <= kByChunkTiles * kT;
 }
 
 // Output tiles (first, second; -1: none) of warpgroup wg for a chunk of n output tiles: the longer first, so that the
@@ -625,8 +625,8 @@ __global__ void __launch_bounds__(kByChunkThreads, 2)
 }
 
 // ---- chunk state: grid (n_chunks, n_heads, tiles_p), 128 * NT threads (NT = d_state / 64 rounded up) -------------
-// First the chunk's decays (fast precision's cumulative sum, folded in here; its own launch of 24 blocks took ~9 us
-// of a 2,048-token layer-piece): dt_t, S_t summed in f64 as the exact path does (128 runs of consecutive tokens, a
+// First the chunk's decays (fast precision's cumulative sum, folded in here: as its own launch it is a few blocks
+// that leave the GPU idle): dt_t, S_t summed in f64 as the exact path does (128 runs of consecutive tokens, a
 // block scan of their totals), kept as f32 cum2 = S log2(e) and w2 = log2(dt) - cum2 (SsdScratch). Every block of a
 // (chunk, head) computes them; the first one writes them for the state pass and the output kernel.
 // Then out[p, n] = sum_j x_j[p] (w_j B_j[n]), w_j = exp(S_last - S_j) dt_j = exp2(cum2_last + w2_j): warp w owns
@@ -648,8 +648,8 @@ size_t fast_state_smem_bytes(int64_t N, int64_t chunk_size) {
 }
 
 // Registers held to 64 per thread (no spills), so that 32 warps fit a multiprocessor at d_state 128 (four blocks of
-// 256; they would take ~98): 99.8 against 103.6 us per 8,192-token mamba2-2.7b layer-piece with 24 warps at 80
-// registers. The block is latency-bound by its number of warps: four copy stages (two blocks of 107 KB) took 136.
+// 256; they would take ~98), faster than 24 warps at 80 registers. The block is latency-bound by its number of warps:
+// four copy stages (two blocks of 107 KB) are slower.
 template <int NT>
 __global__ void __launch_bounds__(kThreads * NT, 8 / NT)
     ssd_chunk_state_fast_kernel(Mamba2Launch p, const SsdChunk* chunks, SsdScratch sc) {

@@ -25,8 +25,7 @@ constexpr int kPitch = kT + 8; // bf16 row pitch of the 64-wide tiles (see Split
 constexpr int kMaxState = kMaxSsdTcState;
 
 // Staging issues kStage pairs of loads per thread before it converts and stores any of them: a loop that waits for
-// each load before the next (the first version) made both kernels latency-bound (ncu: output 952 us, state 190 us
-// per layer of mamba2-2.7b at 2048 tokens, no faster than the CUDA-core kernels).
+// each load before the next makes both kernels latency-bound, no faster than the CUDA-core kernels.
 constexpr int kStage = 8;
 
 // t[r][c] (hi/lo) = src[r * stride + c] for r < rows, c < cols, zero elsewhere; r < kT, c < C_pad (even).

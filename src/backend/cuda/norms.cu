@@ -13,8 +13,8 @@ namespace mambacpp::cuda {
 namespace {
 
 // 1024 threads, loops unrolled by 4: a decode row (T = 1) has a single block, so the loads of a row must be in
-// flight together — with 256 threads and rolled loops the gated norm of mamba2-2.7b (5120 channels) took 29 us,
-// a chain of dependent memory round trips (docs/benchmarks.md).
+// flight together: with 256 threads and rolled loops the gated norm of mamba2-2.7b (5120 channels) is a chain of
+// dependent memory round trips.
 constexpr int kThreads = 1024;
 
 // grid.x strides over rows (T may exceed 65535).
@@ -112,11 +112,11 @@ __global__ void __launch_bounds__(kThreads) rmsnorm_round_kernel(const In* x, in
 // Prefill-sized rows: 16-byte accesses, each thread's kVecPer vectors of the row (or group) loaded together and kept
 // in registers between the sum of squares and the scaling, silu(z) computed once; blockDim = the vectors of a row
 // over kVecPer, rounded up to a warp. The scalar kernels above read every element twice and compute silu twice
-// (ncu, mamba2-2.7b at 2048 tokens: gated norm 74 us, rmsnorm 26 us, against ~31 / ~11 us of memory traffic).
+// (for mamba2-2.7b's gated norm and rmsnorm at 2048 tokens, over twice their memory traffic's time).
 // Taken when rows and weights allow vector accesses (rows_vec_ok / vec_rows, weight_vec_ok); the same sums, in
 // another order. Registers held to 32 (two blocks of 1,024 threads): the prefill rows' blocks of a few hundred
 // threads then fit six to a multiprocessor (four at 46 registers), so that more rows' loads are in flight while
-// others compute silu or sum (mamba2-2.7b's gated norm: 114 -> 95 us per 8,192 tokens, docs/benchmarks.md q25).
+// others compute silu or sum.
 constexpr int kVecPer = 4;
 constexpr int kVecMaxThreads = 1024;
 
