@@ -87,6 +87,10 @@ TEST(FalconH1Config, EveryKey) {
   EXPECT_EQ(c.eos_token_id, 2);
   EXPECT_EQ(parse_model_config(c.to_json()).to_json(), c.to_json()) << "canonical form round trip";
   EXPECT_NE(c.to_json().find("\"falcon_h1\""), std::string::npos);
+  ModelConfig ones = c;  // a config built in code may leave ssm_multipliers empty (all 1)
+  ones.ssm_multipliers.clear();
+  EXPECT_EQ(parse_model_config(ones.to_json()).ssm_multipliers, std::vector<double>(5, 1.0));
+  EXPECT_EQ(parse_model_config(ones.to_json()).to_json(), ones.to_json());
 }
 
 TEST(FalconH1Config, DefaultsAndSpellings) {

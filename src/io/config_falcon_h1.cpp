@@ -5,6 +5,7 @@
 // activations, RoPE scaling, sliding windows.
 #include <cmath>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -145,7 +146,7 @@ std::string falcon_h1_canonical_json(const ModelConfig& c) {
   j["attn_out_multiplier"] = c.attn_out_multiplier;
   j["ssm_in_multiplier"] = c.ssm_in_multiplier;
   j["ssm_out_multiplier"] = c.ssm_out_multiplier;
-  j["ssm_multipliers"] = c.ssm_multipliers;
+  j["ssm_multipliers"] = c.ssm_multipliers.empty() ? std::vector<double>(5, 1.0) : c.ssm_multipliers;
   j["mlp_gate_multiplier"] = c.mlp_gate_multiplier;
   j["mlp_down_multiplier"] = c.mlp_down_multiplier;
   j["mamba_rms_norm"] = c.mamba_rms_norm;
