@@ -156,6 +156,10 @@ double weight_elements(const ModelConfig& c) {
       case LayerKind::Mamba2: n += D * (2 * Di + 2 * G * N + H) + (Di + 2 * G * N) * K + Di * D; break;
       case LayerKind::Attention: n += D * (hq * hd + 2 * hkv * hd) + hq * hd * D; break;
       case LayerKind::MLP: n += mlp; break;
+      case LayerKind::ParallelHybrid:  // Falcon-H1: a Mamba-2 mixer, attention and an MLP in every layer
+        n += D * (2 * Di + 2 * G * N + H) + (Di + 2 * G * N) * K + Di * D + D * (hq * hd + 2 * hkv * hd) + hq * hd * D +
+             mlp;
+        break;
     }
     if (c.mlp_after_mixer) n += mlp;
   }

@@ -1,5 +1,5 @@
 // The model hyper-parameters, normalised from transformers' config.json ("mamba", "mamba2", "falcon_mamba", and the
-// hybrids "nemotron_h", "granitemoehybrid", "bamba") or mamba_ssm's (d_model/n_layer/ssm_cfg). Everything the forward pass needs is resolved here once ("auto" ranks, defaults,
+// hybrids "nemotron_h", "granitemoehybrid", "bamba", "falcon_h1") or mamba_ssm's (d_model/n_layer/ssm_cfg). Everything the forward pass needs is resolved here once ("auto" ranks, defaults,
 // derived sizes), so the model code never looks at JSON.
 #pragma once
 
@@ -16,12 +16,15 @@ const char* arch_name(Arch a);  // "mamba" / "mamba2"
 // What a model's layers are made of. The pure models are Family::Mamba: every layer one Mamba block of `arch`.
 // The hybrids interleave Mamba-2 layers with attention (and, for Nemotron-H, MLP) layers; they differ in tensor
 // names, in whether every layer carries a second (MLP) sublayer, and in the Mamba-2 gated norm's grouping.
-enum class Family : uint8_t { Mamba, NemotronH, GraniteHybrid, Bamba };
-const char* family_name(Family f);  // "mamba" / "nemotron_h" / "granitemoehybrid" / "bamba"
+// Falcon-H1 runs Mamba-2 and attention side by side in every layer (LayerKind::ParallelHybrid).
+enum class Family : uint8_t { Mamba, NemotronH, GraniteHybrid, Bamba, FalconH1 };
+const char* family_name(Family f);  // "mamba" / "nemotron_h" / "granitemoehybrid" / "bamba" / "falcon_h1"
 
 // The mixer of one layer (the first sublayer: norm, mixer, residual add).
-enum class LayerKind : uint8_t { Mamba1, Mamba2, Attention, MLP };
-const char* layer_kind_name(LayerKind k);  // "mamba1" / "mamba2" / "attention" / "mlp"
+// ParallelHybrid (Falcon-H1): a Mamba-2 mixer and attention both read the layer's one normed input and their
+// outputs are summed into the residual; its cache holds a Mamba state and KV pages side by side.
+enum class LayerKind : uint8_t { Mamba1, Mamba2, Attention, MLP, ParallelHybrid };
+const char* layer_kind_name(LayerKind k);  // "mamba1" / "mamba2" / "attention" / "mlp" / "parallel"
 
 // MLP activations: relu2 is down(relu(up(x))^2) (Nemotron-H); SiluGated is down(silu(gate(x)) * up(x)) (Granite's
 // shared_mlp, Bamba's feed_forward).
@@ -82,6 +85,25 @@ struct ModelConfig {
   double residual_multiplier = 1.0;
   double logits_scaling = 1.0;
   int64_t max_position = 0;    // max_position_embeddings where the model is bound to it (RoPE); 0: no limit
+  // Falcon-H1's muP multipliers (1 elsewhere; embedding_multiplier above scales its inputs, logits_scaling is
+  // 1 / lm_head_multiplier). Attention: input = normed * attn_in_multiplier, K = k_proj(.) * key_multiplier before
+  // RoPE, output * attn_out_multiplier. Mamba-2: input = normed * ssm_in_multiplier, in_proj's output times
+  // ssm_multipliers[i] over its [z | x | B | C | dt] slices, output * ssm_out_multiplier. MLP:
+  // down(up(x) * silu(gate(x) * mlp_gate_multiplier)) * mlp_down_multiplier.
+  double key_multiplier = 1.0;
+  double attn_in_multiplier = 1.0;
+  double attn_out_multiplier = 1.0;
+  double ssm_in_multiplier = 1.0;
+  double ssm_out_multiplier = 1.0;
+  std::vector<double> ssm_multipliers;  // 5 values, or empty: all 1
+  double mlp_gate_multiplier = 1.0;
+  double mlp_down_multiplier = 1.0;
+  // Falcon-H1's Mamba-2 output: mamba_rms_norm false is y * silu(z) with no norm (and no norm weight); true is the
+  // per-group gated RMSNorm, applied after the gate (norm(y * silu(z)), as every other family) or, with
+  // mamba_norm_before_gate, before it (norm(y) * silu(z)).
+  bool mamba_rms_norm = true;
+  bool mamba_norm_before_gate = false;
+  bool mamba_out_proj_bias = false;  // Falcon-H1's projectors_bias: out_proj's bias (in_proj's is use_bias)
 
   bool hybrid() const { return family != Family::Mamba; }
   LayerKind layer_kind(int64_t l) const {
@@ -90,8 +112,14 @@ struct ModelConfig {
   }
   bool has_attention() const {
     for (LayerKind k : layers)
-      if (k == LayerKind::Attention) return true;
+      if (k == LayerKind::Attention || k == LayerKind::ParallelHybrid) return true;
     return false;
+  }
+  // Entries of a state cache: one per layer; two per parallel layer (its Mamba state, then its KV pages).
+  int64_t cache_entries() const {
+    int64_t n = n_layer;
+    for (LayerKind k : layers) n += k == LayerKind::ParallelHybrid;
+    return n;
   }
   int64_t norm_groups() const { return gated_norm_groups > 0 ? gated_norm_groups : n_groups; }
   int64_t kv_dim() const { return n_kv_heads * attn_head_dim; }   // channels of one token's K (and of its V)

@@ -41,6 +41,7 @@ const char* family_name(Family f) {
     case Family::NemotronH: return "nemotron_h";
     case Family::GraniteHybrid: return "granitemoehybrid";
     case Family::Bamba: return "bamba";
+    case Family::FalconH1: return "falcon_h1";
   }
   return "?";
 }
@@ -51,6 +52,7 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::Mamba2: return "mamba2";
     case LayerKind::Attention: return "attention";
     case LayerKind::MLP: return "mlp";
+    case LayerKind::ParallelHybrid: return "parallel";
   }
   return "?";
 }
@@ -103,6 +105,7 @@ std::string ModelConfig::to_json() const {
     j["residual_multiplier"] = float_json(residual_multiplier);
     j["logits_scaling"] = float_json(logits_scaling);
     j["max_position"] = max_position;
+    if (family == Family::FalconH1) j["falcon_h1"] = nlohmann::ordered_json::parse(falcon_h1_canonical_json(*this));
   }
   return j.dump(2);
 }
@@ -153,8 +156,8 @@ void ModelConfig::validate_hybrid() const {
   bool attention = false, mlp = mlp_after_mixer;
   for (LayerKind k : layers) {
     if (k == LayerKind::Mamba1) fail("model config: hybrid models take Mamba-2 layers, not Mamba-1");
-    attention |= k == LayerKind::Attention;
-    mlp |= k == LayerKind::MLP;
+    attention |= k == LayerKind::Attention || k == LayerKind::ParallelHybrid;
+    mlp |= k == LayerKind::MLP || k == LayerKind::ParallelHybrid;
   }
   if (gated_norm_groups < 0 || (gated_norm_groups > 0 && n_groups % gated_norm_groups != 0))
     fail("model config: gated_norm_groups = ", gated_norm_groups, " does not divide n_groups = ", n_groups);
@@ -170,6 +173,7 @@ void ModelConfig::validate_hybrid() const {
       fail("model config: rope_dim = ", rope_dim, ", expected an even number in [2, attn_head_dim = ", attn_head_dim, "]");
   }
   if (mlp) require_size("mlp_size", mlp_size);
+  if (family == Family::FalconH1) validate_falcon_h1(*this);
   for (double m : {embedding_multiplier, residual_multiplier, logits_scaling})
     if (!std::isfinite(m) || m == 0) fail("model config: multiplier ", m, ", expected finite and non-zero");
   require(max_position >= 0, "max_position", max_position, ">= 0");
@@ -189,11 +193,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     else if (t == "nemotron_h") c = parse_transformers_nemotron_h(j, source);
     else if (t == "granitemoehybrid") c = parse_transformers_granite_hybrid(j, source);
     else if (t == "bamba") c = parse_transformers_bamba(j, source);
+    else if (t == "falcon_h1") c = parse_transformers_falcon_h1(j, source);
     else
       fail(source, ": model_type = ", json_excerpt(t),
            ": supported model types are \"mamba\" (MambaForCausalLM), \"mamba2\" (Mamba2ForCausalLM), ",
            "\"falcon_mamba\" (FalconMambaForCausalLM), \"nemotron_h\" (NemotronHForCausalLM), ",
-           "\"granitemoehybrid\" (GraniteMoeHybridForCausalLM, dense) and \"bamba\" (BambaForCausalLM)");
+           "\"granitemoehybrid\" (GraniteMoeHybridForCausalLM, dense), \"bamba\" (BambaForCausalLM) and ",
+           "\"falcon_h1\" (FalconH1ForCausalLM)");
   } else if (j.contains("d_model")) {
     c = parse_mamba_ssm(j, source);
   } else {

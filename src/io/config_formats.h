@@ -22,6 +22,12 @@ ModelConfig parse_mamba_ssm(const nlohmann::json& j, const std::string& source);
 ModelConfig parse_transformers_nemotron_h(const nlohmann::json& j, const std::string& source);
 ModelConfig parse_transformers_granite_hybrid(const nlohmann::json& j, const std::string& source);
 ModelConfig parse_transformers_bamba(const nlohmann::json& j, const std::string& source);
+// Falcon-H1 (config_falcon_h1.cpp): transformers' FalconH1Config; the Falcon-H1 object of our canonical form (its
+// multipliers and Mamba norm switches) as written by to_json and read back; its consistency checks.
+ModelConfig parse_transformers_falcon_h1(const nlohmann::json& j, const std::string& source);
+std::string falcon_h1_canonical_json(const ModelConfig& c);
+void parse_canonical_falcon_h1(const nlohmann::json& j, const std::string& source, ModelConfig& c);
+void validate_falcon_h1(const ModelConfig& c);
 // The hybrid fields of our canonical form (present when "family" is).
 void parse_canonical_hybrid(const nlohmann::json& j, const std::string& source, ModelConfig& c);
 

@@ -7,12 +7,12 @@
 #include <string>
 
 #include "io/config_formats.h"
+#include "io/config_hybrid_keys.h"
 #include "io/config_reader.h"
 #include "mambacpp/error.h"
 #include "core/json_limits.h"
 
 namespace mambacpp {
-namespace {
 
 void check_architecture(const ConfigReader& r, const std::string& expected) {
   const nlohmann::json* archs = r.get("architectures");
@@ -104,6 +104,8 @@ void read_rope(const ConfigReader& r, ModelConfig& c, double default_factor) {
                    "gives " + std::to_string(c.rope_dim) + " rotated channels of head_dim " +
                        std::to_string(c.attn_head_dim) + "; expected an even number >= 2");
 }
+
+namespace {
 
 // The mamba_* keys GraniteMoeHybridConfig and BambaConfig share.
 void read_mamba_prefixed(const ConfigReader& r, ModelConfig& c) {
@@ -331,13 +333,15 @@ void parse_canonical_hybrid(const nlohmann::json& j, const std::string& source, 
   if (fam == "nemotron_h") c.family = Family::NemotronH;
   else if (fam == "granitemoehybrid") c.family = Family::GraniteHybrid;
   else if (fam == "bamba") c.family = Family::Bamba;
-  else r.reject_value("family", *r.get("family"), "expected \"nemotron_h\", \"granitemoehybrid\" or \"bamba\"");
+  else if (fam == "falcon_h1") c.family = Family::FalconH1;
+  else r.reject_value("family", *r.get("family"), "expected \"nemotron_h\", \"granitemoehybrid\", \"bamba\" or \"falcon_h1\"");
   const nlohmann::json* kinds = r.get("layers");
   if (!kinds || !kinds->is_array()) r.reject("layers", "expected a list of layer kinds");
   for (const auto& k : *kinds) {
     if (k == "mamba2") c.layers.push_back(LayerKind::Mamba2);
     else if (k == "attention") c.layers.push_back(LayerKind::Attention);
     else if (k == "mlp") c.layers.push_back(LayerKind::MLP);
+    else if (k == "parallel") c.layers.push_back(LayerKind::ParallelHybrid);
     else r.reject_value("layers", *kinds, "unknown layer kind " + json_excerpt(k));
   }
   c.mlp_after_mixer = r.bool_or("mlp_after_mixer", false);
@@ -359,6 +363,7 @@ void parse_canonical_hybrid(const nlohmann::json& j, const std::string& source, 
   c.residual_multiplier = r.number_or("residual_multiplier", 1.0);
   c.logits_scaling = r.number_or("logits_scaling", 1.0);
   c.max_position = r.int_or("max_position", 0);
+  if (c.family == Family::FalconH1) parse_canonical_falcon_h1(j, source, c);
 }
 
 }  // namespace mambacpp

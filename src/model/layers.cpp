@@ -2,13 +2,13 @@
 
 #include <cmath>
 
+#include "model/falcon_h1_layer.h"
 #include "model/mixers.h"
 
 namespace mambacpp {
-namespace {
 
-// Causal self-attention: q/k/v projections, RoPE where the config has it, attention over the slot's KV pages (this
-// call's rows appended), o projection.
+// Causal self-attention: q/k/v projections (K times key_multiplier), RoPE where the config has it, attention over the
+// slot's KV pages (this call's rows appended), o projection.
 void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Impl& st, size_t li,
                      const BatchLayout& batch, const TensorView& h, TensorView out, bool device_kv) {
   const ModelConfig& c = m.config;
@@ -24,6 +24,7 @@ void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Im
   be.linear(h, w.q_proj, w.q_bias, a.q);
   be.linear(h, w.k_proj, w.k_bias, a.k);
   be.linear(h, w.v_proj, w.v_bias, a.v);
+  if (c.key_multiplier != 1.0) be.scale(a.k, static_cast<float>(c.key_multiplier));
   const auto* lengths = device_kv ? static_cast<const int64_t*>(st.kv_lengths.data()) : nullptr;
   std::vector<int64_t> start;
   for (const SeqSpan& s : batch.seqs) start.push_back(st.positions[static_cast<size_t>(s.slot)]);
@@ -50,6 +51,8 @@ void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Im
   be.attention(a, batch);
   be.linear(a.out, w.o_proj, w.o_bias, out);
 }
+
+namespace {
 
 // relu2: down(relu(up(h))^2); gated SiLU: down(silu(gate(h)) * up(h)).
 void mlp(const Model::Impl& m, const LayerWeights& w, int64_t T, const TensorView& h, TensorView out) {
@@ -136,6 +139,9 @@ void run_layer(const Model::Impl& m, int64_t layer, StateCache& state, const Pie
     case LayerKind::Attention:
     case LayerKind::MLP:
       plain_sublayer(m, layer, state, ctx, w.norm, w.kind, residual);
+      break;
+    case LayerKind::ParallelHybrid:
+      falcon_h1_layer(m, layer, state, ctx, residual);
       break;
   }
   if (c.mlp_after_mixer) plain_sublayer(m, layer, state, ctx, w.mlp_norm, LayerKind::MLP, residual);

@@ -15,4 +15,9 @@ namespace mambacpp {
 // state, or KV rows: the caller has reserved the pages and advances the positions after the last layer).
 void run_layer(const Model::Impl& m, int64_t layer, StateCache& state, const PieceContext& ctx, TensorView residual);
 
+// The attention mixer, out [T, d_model] = attention(h [T, d_model]) over the KV pages of cache entry `li` (for
+// recipes in other files). device_kv: positions and pages from the state's device mirror (decode steps).
+void attention_mixer(const Model::Impl& m, const LayerWeights& w, StateCache::Impl& st, size_t li,
+                     const BatchLayout& batch, const TensorView& h, TensorView out, bool device_kv);
+
 }  // namespace mambacpp

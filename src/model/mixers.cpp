@@ -67,7 +67,8 @@ void mamba1_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const
   be.mamba1_scan(a, batch);
 }
 
-// Mamba-2 between in_proj and the gated norm: zxbcdt = [z | xBC | dt] -> conv, SSD -> y [T, d_inner] (ungated).
+}  // namespace
+
 void mamba2_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                  const BatchLayout& batch, Workspace& ws, const TensorView& zxbcdt, TensorView y) {
   const int64_t T = batch.total_tokens;
@@ -77,8 +78,6 @@ void mamba2_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const
   be.mamba2_conv_ssd(zxbcdt.cols(di, conv_ch), w.conv, w.conv_bias, cache.conv, xbc,
                      mamba2_scan_args(c, w, cache, zxbcdt, xbc, y), batch);
 }
-
-}  // namespace
 
 void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                   const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out) {

@@ -14,6 +14,10 @@ namespace mambacpp {
 void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                   const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out);
 
+// Mamba-2 between in_proj and the gated norm: zxbcdt = [z | xBC | dt] -> conv, SSD -> y [T, d_inner] (ungated).
+void mamba2_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                 const BatchLayout& batch, Workspace& ws, const TensorView& zxbcdt, TensorView y);
+
 void mamba2_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                   const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out);
 

@@ -177,22 +177,27 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
       fail("kv_page_tokens must be >= 1, found ", impl_->options.kv_page_tokens);
     impl->page_tokens = impl_->options.kv_page_tokens;
     impl->positions.assign(static_cast<size_t>(n_slots), 0);
-    impl->kv_pages.resize(static_cast<size_t>(c.n_layer));
+    // One cache entry per layer, two for a parallel layer (its Mamba state, then its KV pages).
+    impl->kv_pages.resize(static_cast<size_t>(c.cache_entries()));
   }
+  // A cache entry without fixed-size tensors (two empty buffers keep buffers[2 e], buffers[2 e + 1] entry e's, as
+  // MambaBlock expects); an attention entry's pages are allocated as its slots grow.
+  auto add_entry_without_tensors = [&](bool kv) {
+    LayerCache lc;
+    lc.kind = kv ? LayerCacheKind::Kv : LayerCacheKind::Stateless;
+    if (kv) {
+      lc.kv_dim = c.kv_dim();
+      impl->kv_pages[impl->layers.size()].resize(static_cast<size_t>(n_slots));
+    }
+    impl->buffers.emplace_back();
+    impl->buffers.emplace_back();
+    impl->layers.push_back(lc);
+  };
   for (int64_t l = 0; l < c.n_layer; ++l) {
     LayerCache lc;
     const LayerKind kind = c.layer_kind(l);
     if (kind == LayerKind::Attention || kind == LayerKind::MLP) {
-      // No fixed-size tensors (two empty buffers keep buffers[2 l], buffers[2 l + 1] the layer's, as MambaBlock
-      // expects); an attention layer's pages are allocated as its slots grow.
-      lc.kind = kind == LayerKind::Attention ? LayerCacheKind::Kv : LayerCacheKind::Stateless;
-      if (kind == LayerKind::Attention) {
-        lc.kv_dim = c.kv_dim();
-        impl->kv_pages[static_cast<size_t>(l)].resize(static_cast<size_t>(n_slots));
-      }
-      impl->buffers.emplace_back();
-      impl->buffers.emplace_back();
-      impl->layers.push_back(lc);
+      add_entry_without_tensors(kind == LayerKind::Attention);
       continue;
     }
     DeviceBuffer conv(be, static_cast<size_t>(n_slots * c.conv_state_size()) * dtype_size(state_dtype));
@@ -204,6 +209,7 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
     impl->buffers.push_back(std::move(conv));
     impl->buffers.push_back(std::move(ssm));
     impl->layers.push_back(lc);
+    if (kind == LayerKind::ParallelHybrid) add_entry_without_tensors(/*kv=*/true);
   }
   auto state = std::unique_ptr<StateCache>(new StateCache(std::move(impl)));
   state->reset_all();
@@ -312,8 +318,8 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
                                   const std::function<void(int64_t, int64_t)>& on_progress) const {
   const ModelConfig& c = impl_->config;
   if (state.impl_->model != this) fail("forward: this state cache was created by another model");
-  if (static_cast<int64_t>(state.layers().size()) != c.n_layer)
-    fail("forward: the state cache has ", state.layers().size(), " layers, expected ", c.n_layer,
+  if (static_cast<int64_t>(state.layers().size()) != c.cache_entries())
+    fail("forward: the state cache has ", state.layers().size(), " layers, expected ", c.cache_entries(),
          " (a MambaBlock's state cannot run the whole model)");
   validate_sequences(c, context_limit(), state, seqs);
   std::lock_guard<std::mutex> lock(impl_->forward_mutex);

@@ -116,6 +116,48 @@ ModelConfig bamba_9b() {
   return c;
 }
 
+// TII Falcon-H1 (falcon_h1): every layer a Mamba-2 mixer and RoPE GQA attention side by side, then a gated SiLU
+// MLP; untied LM head, rope_theta 1e11, one Mamba group, conv 4. Sizes from the Falcon-H1 report's table and the
+// tiiuae/Falcon-H1-{0.5B,7B} config.json as recalled here without hub access; UNCONFIRMED: the exact vocab sizes
+// (32784, 130049), the chunk sizes, mamba_rms_norm (false here), and the multiplier values, which are illustrative
+// (non-unit, so their scale ops are counted; they change no byte of the cost).
+struct FalconH1Shape {
+  const char* name;
+  int64_t d_model, n_layer, vocab, attn_heads, kv_heads, attn_head_dim, mamba_heads, mamba_head_dim, d_state,
+      chunk, mlp_size, max_position;
+};
+constexpr FalconH1Shape kFalconH1Shapes[] = {
+    {"falcon-h1-0.5b", 1024, 36, 32784, 8, 2, 64, 24, 64, 128, 128, 2048, 16384},
+    {"falcon-h1-7b", 3072, 44, 130049, 12, 2, 128, 24, 128, 256, 256, 12288, 262144},
+};
+
+ModelConfig falcon_h1(const FalconH1Shape& s) {
+  ModelConfig c = hybrid_base(Family::FalconH1, s.d_model, s.vocab, false, s.mamba_heads, s.mamba_head_dim, 1, s.chunk);
+  c.d_state = s.d_state;
+  c.n_layer = s.n_layer;
+  c.layers.assign(static_cast<size_t>(s.n_layer), LayerKind::ParallelHybrid);
+  c.gated_norm_groups = 1;
+  c.mamba_rms_norm = false;
+  c.n_attn_heads = s.attn_heads;
+  c.n_kv_heads = s.kv_heads;
+  c.attn_head_dim = s.attn_head_dim;
+  c.rope_theta = 1e11;
+  c.rope_dim = s.attn_head_dim;
+  c.mlp_size = s.mlp_size;
+  c.mlp_act = MlpAct::SiluGated;
+  c.max_position = s.max_position;
+  c.embedding_multiplier = 5.66;
+  c.logits_scaling = 1.0 / 0.039;
+  c.key_multiplier = 0.39;
+  c.attn_out_multiplier = 0.94;
+  c.ssm_in_multiplier = 1.25;
+  c.ssm_out_multiplier = 0.24;
+  c.ssm_multipliers = {0.35, 0.25, 0.35, 0.5, 0.35};
+  c.mlp_gate_multiplier = 0.88;
+  c.mlp_down_multiplier = 0.59;
+  return c;
+}
+
 }  // namespace
 
 std::vector<std::string> named_shapes() {
@@ -124,12 +166,15 @@ std::vector<std::string> named_shapes() {
   for (const HybridShape& s : kGraniteShapes) names.emplace_back(s.name);
   names.emplace_back("nemotron-h-8b");
   names.emplace_back("bamba-9b");
+  for (const FalconH1Shape& s : kFalconH1Shapes) names.emplace_back(s.name);
   return names;
 }
 
 ModelConfig named_shape(const std::string& name) {
   if (name == "nemotron-h-8b") return nemotron_h_8b();
   if (name == "bamba-9b") return bamba_9b();
+  for (const FalconH1Shape& s : kFalconH1Shapes)
+    if (name == s.name) return falcon_h1(s);
   for (const HybridShape& s : kGraniteShapes)
     if (name == s.name) return granite_hybrid(s);
   for (const Shape& s : kShapes) {

@@ -123,9 +123,50 @@ void bind_attention(Binder& b, const ModelConfig& c, const std::string& a, Layer
   }
 }
 
+// Falcon-H1 (FalconH1ForCausalLM): every layer holds a Mamba-2 mixer (`mamba.`), attention (`self_attn.`) and a
+// gated MLP (`feed_forward.`), with input_layernorm before the first two and pre_ff_layernorm before the MLP.
+void bind_falcon_h1_layers(Binder& b, const ModelConfig& c, ModelWeights& w,
+                           const std::function<void(int64_t, int64_t)>& on_layer) {
+  const int64_t m = c.mlp_size, d = c.d_model;
+  w.embeddings = b.matrix("model.embed_tokens.weight", {c.vocab_size, d});
+  w.norm_f = b.bind("model.final_layernorm.weight", {d});
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string p = "model.layers." + std::to_string(i) + ".", mx = p + "mamba.";
+    LayerWeights l;
+    l.kind = LayerKind::ParallelHybrid;
+    l.norm = b.bind(p + "input_layernorm.weight", {d});
+    l.in_proj = b.matrix(mx + "in_proj.weight", {c.in_proj_size(), d});
+    if (c.use_bias) l.in_proj_bias = b.bind(mx + "in_proj.bias", {c.in_proj_size()});
+    l.conv = b.bind(mx + "conv1d.weight", {c.conv_channels(), 1, c.d_conv});
+    if (c.use_conv_bias) l.conv_bias = b.bind(mx + "conv1d.bias", {c.conv_channels()});
+    l.out_proj = b.matrix(mx + "out_proj.weight", {d, c.d_inner});
+    if (c.mamba_out_proj_bias) l.out_proj_bias = b.bind(mx + "out_proj.bias", {d});
+    l.dt_bias = b.bind(mx + "dt_bias", {c.n_heads});
+    l.A_log = b.bind(mx + "A_log", {c.n_heads});
+    l.D = b.bind(mx + "D", {c.n_heads});
+    if (c.mamba_rms_norm) l.gated_norm = b.bind(mx + "norm.weight", {c.d_inner});
+    // A non-persistent buffer transformers rebuilds from the config's ssm_multipliers (and ignores in a checkpoint).
+    b.mark_used(mx + "mup_vector");
+    bind_attention(b, c, p + "self_attn.", l);
+    l.mlp_norm = b.bind(p + "pre_ff_layernorm.weight", {d});
+    const std::string f = p + "feed_forward.";
+    l.mlp_gate = b.matrix(f + "gate_proj.weight", {m, d});
+    l.mlp_up = b.matrix(f + "up_proj.weight", {m, d});
+    l.mlp_down = b.matrix(f + "down_proj.weight", {d, m});
+    if (c.mlp_bias) {
+      l.mlp_gate_bias = b.bind(f + "gate_proj.bias", {m});
+      l.mlp_up_bias = b.bind(f + "up_proj.bias", {m});
+      l.mlp_down_bias = b.bind(f + "down_proj.bias", {d});
+    }
+    w.layers.push_back(l);
+    if (on_layer) on_layer(i + 1, c.n_layer);
+  }
+}
+
 // Nemotron-H ("model." in transformers 5, "backbone." in older checkpoints), Granite-4.0-H and Bamba layers.
 void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& lookup, ModelWeights& w,
                         const std::function<void(int64_t, int64_t)>& on_layer) {
+  if (c.family == Family::FalconH1) return bind_falcon_h1_layers(b, c, w, on_layer);
   const bool nemotron = c.family == Family::NemotronH;
   const std::string root = nemotron && !lookup("model.embeddings.weight") && lookup("backbone.embeddings.weight")
                                ? "backbone."

@@ -49,6 +49,7 @@ struct LayerWeights {
   Weight mlp_down;          // [d_model, mlp_size]
   TensorView mlp_up_bias;   // [mlp_size] or empty
   TensorView mlp_down_bias; // [d_model] or empty
+  TensorView mlp_gate_bias; // [mlp_size] or empty (Falcon-H1's gate_proj with mlp_bias)
 };
 
 struct ModelWeights {

@@ -29,6 +29,7 @@ void Workspace::reserve(Backend& backend, const ModelConfig& c, int64_t tokens, 
       mlp_h = f32(2 * c.mlp_size);
       mlp_act = f32(c.mlp_size);
     }
+    if (c.family == Family::FalconH1) parallel_in = f32(c.d_model);
     capacity = tokens;
     ++generation;
   }

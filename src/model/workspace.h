@@ -26,6 +26,7 @@ struct Workspace {
   DeviceBuffer attn;      // [cap, n_attn_heads * attn_head_dim] f32
   DeviceBuffer mlp_h;     // [cap, 2 mlp_size] f32 (gate | up; relu2 uses the first mlp_size columns)
   DeviceBuffer mlp_act;   // [cap, mlp_size] f32
+  DeviceBuffer parallel_in;  // [cap, d_model] f32: a parallel layer's attention input (Falcon-H1)
   DeviceBuffer logits;    // [logit_rows, vocab] f32
   int64_t logit_rows = 0;
   uint64_t generation = 0;  // bumped whenever a buffer moves (captured graphs hold the old pointers)
