@@ -6,7 +6,7 @@ import sys
 
 U32, I32, F32, BOOL, STRING, ARRAY = 4, 5, 6, 7, 8, 9
 BLOCK = {0: (1, 4), 1: (1, 2), 30: (1, 2), 8: (32, 34), 2: (32, 18), 6: (32, 22), 7: (32, 24), 12: (256, 144),
-         13: (256, 176), 14: (256, 210)}
+         13: (256, 176), 14: (256, 210), 3: (32, 20), 16: (256, 66)}  # q4_1 and iq2_xxs: refused by the reader
 
 
 def s(x):
@@ -99,8 +99,8 @@ def main(out):
     seeds["empty"] = gguf([], [])
     full = seeds["mamba2_f32"]
     seeds["truncated"] = full[: len(full) // 2]
-    seeds["unknown_type"] = gguf([("general.architecture", STRING, "mamba2")], [("x", [32], 0)]).replace(
-        struct.pack("<IQ", 0, 0), struct.pack("<IQ", 16, 0), 1)
+    seeds["unsupported_q4_1"] = gguf([("general.architecture", STRING, "mamba2")], [("x", [32], 3)])
+    seeds["unsupported_iq2_xxs"] = gguf([("general.architecture", STRING, "mamba2")], [("x", [256], 16)])
     for name, data in seeds.items():
         with open(os.path.join(out, name + ".gguf"), "wb") as f:
             f.write(data)
