@@ -200,6 +200,9 @@ void gguf_write_config(const ModelConfig& c, GgufWriter& w) {
   w.set_u32(a + ".ssm.inner_size", static_cast<uint32_t>(c.d_inner));
   w.set_u32(a + ".ssm.state_size", static_cast<uint32_t>(c.d_state));
   w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
+  // llama.cpp's nemotron_h reads its (RMS) norms' eps from the LayerNorm key.
+  if (c.family == Family::NemotronH) w.set_f32(a + ".attention.layer_norm_epsilon", static_cast<float>(c.norm_eps));
+  w.set_u32(a + ".vocab_size", static_cast<uint32_t>(c.vocab_size));
   // transformers' time_step_limit (dt clamped to [min, max]): llama.cpp has no such key and ignores these.
   if (c.dt_min > 0) w.set_f32(a + ".ssm.time_step_min", static_cast<float>(c.dt_min));
   if (std::isfinite(c.dt_max)) w.set_f32(a + ".ssm.time_step_max", static_cast<float>(c.dt_max));
@@ -261,7 +264,7 @@ ModelConfig gguf_model_config(const GgufFile& f) {
   c.d_conv = positive(f, a + ".ssm.conv_kernel");
   c.d_inner = positive(f, a + ".ssm.inner_size");
   c.d_state = positive(f, a + ".ssm.state_size");
-  c.norm_eps = f.get_float(a + ".attention.layer_norm_rms_epsilon", 1e-5);
+  c.norm_eps = f.get_float(a + ".attention.layer_norm_rms_epsilon", f.get_float(a + ".attention.layer_norm_epsilon", 1e-5));
   c.dt_min = f.get_float(a + ".ssm.time_step_min", 0.0);
   c.dt_max = f.get_float(a + ".ssm.time_step_max", std::numeric_limits<double>::infinity());
   const GgufTensor& embd = need_tensor(f, "token_embd.weight");

@@ -1,6 +1,8 @@
 // mambacpp/gguf.h: a checkpoint directory or a GGUF file, written as GGUF for llama.cpp.
 #include <filesystem>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "io/checkpoint.h"
 #include "io/gguf_export.h"
@@ -37,6 +39,18 @@ QuantizeReport quantize_to_gguf(const std::string& model_path, const std::string
   if (from_gguf) gguf_copy_vocab(gm->file(), w);
   else if (fs::exists(fs::path(model_path) / "tokenizer.json"))
     gguf_add_vocab((fs::path(model_path) / "tokenizer.json").string(), config, w);
+  else {
+    // No vocabulary: a placeholder llama.cpp loads (it needs one) and runs from token ids; mambacpp sees the marker
+    // and encodes no text with it.
+    std::vector<std::string> tokens;
+    for (int64_t i = 0; i < config.vocab_size; ++i) tokens.push_back("<t" + std::to_string(i) + ">");
+    w.set_string("tokenizer.ggml.model", "gpt2");
+    w.set_string("tokenizer.ggml.pre", "default");
+    w.set_strings("tokenizer.ggml.tokens", std::move(tokens));
+    w.set_ints("tokenizer.ggml.token_type", GgufType::I32, std::vector<int64_t>(static_cast<size_t>(config.vocab_size), 1));
+    w.set_strings("tokenizer.ggml.merges", {});
+    w.set_bool("mambacpp.vocab_placeholder", true);
+  }
   w.write(out_path);
   QuantizeReport r;
   r.tensors = static_cast<int64_t>(gguf_tensor_names(config).size());
