@@ -12,6 +12,8 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <span>
+#include <utility>
 #include <string>
 #include <vector>
 
@@ -159,6 +161,18 @@ TEST(GgufModel, QuantizedFilesRunAndEqualTheirDequantizedWeights) {
       const std::vector<int32_t> ids = test::random_tokens(9, c.vocab_size, 2);
       const std::vector<float> a = logits_of(*load_cpu(q), ids), b = logits_of(*load_cpu(deq), ids);
       EXPECT_LE(test::max_rel_diff(a, b), 1e-4);
+      {
+        // Chunked (the state carried between calls) == one pass, on the packed kernels.
+        auto qm = load_cpu(q);
+        auto st = qm->create_state(1);
+        std::vector<float> chunked;
+        for (auto [from, n] : {std::pair<size_t, size_t>{0, 4}, {4, 5}}) {
+          Sequence s = Sequence::tokens(std::span<const int32_t>(ids.data() + from, n));
+          const std::vector<float> part = qm->forward(*st, {&s, 1}, Output::AllLogits).values;
+          chunked.insert(chunked.end(), part.begin(), part.end());
+        }
+        EXPECT_LE(test::max_rel_diff(chunked, a), 1e-5);
+      }
       // And near the unquantized model (the quantization error itself: loose, but a wrong scale is far outside).
       const std::vector<float> orig = logits_of(*load_cpu(src), ids);
       EXPECT_LE(test::max_rel_diff(a, orig), t == GgufTarget::Q4_K_M ? 0.3 : 0.1);
