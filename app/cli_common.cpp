@@ -64,7 +64,7 @@ std::ifstream open_input(const std::string& path, const std::string& option) {
 }  // namespace
 
 void add_model_options(CLI::App& cmd, ModelOptions& opts) {
-  cmd.add_option("-m,--model", opts.model_dir, "model directory (config.json + *.safetensors); default: the shipped model");
+  cmd.add_option("-m,--model", opts.model_dir, "model directory (config.json + *.safetensors) or FILE.gguf; default: the shipped model");
   cmd.add_option("--device", opts.device, "auto (GPU when usable), cpu or cuda")
       ->check(CLI::IsMember({"auto", "cpu", "cuda"}))
       ->capture_default_str();

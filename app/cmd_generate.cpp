@@ -13,6 +13,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "mambacpp/model_tokenizer.h"
 #include "mambacpp/engine.h"
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
@@ -111,12 +112,10 @@ void run_generate(const GenerateCliOptions& o) {
   if (o.chat && (!o.tokens_file.empty() || !o.prompts_file.empty()))
     fail("generate --chat: the conversation comes from -p (with --system) or --chat-file");
   auto model = load_model(o.model);
-  const std::string tok_path = model->directory() + "/tokenizer.json";
-  std::unique_ptr<Tokenizer> tokenizer;
-  if (std::filesystem::exists(tok_path)) tokenizer = Tokenizer::load(tok_path);
+  std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(model->directory());
   if (!tokenizer && o.tokens_file.empty())
-    fail("model directory '", model->directory(), "' has no tokenizer.json, so text prompts cannot be encoded; ",
-         "give token ids with --tokens-file");
+    fail("model '", model->directory(), "' has no tokenizer (tokenizer.json, or a GGUF vocabulary), so text prompts ",
+         "cannot be encoded; give token ids with --tokens-file");
 
   std::vector<std::vector<int32_t>> prompts;
   std::vector<std::string> stops = o.stop;

@@ -10,6 +10,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "mambacpp/model_tokenizer.h"
 #include "mambacpp/perplexity.h"
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
@@ -26,10 +27,10 @@ struct PerplexityCliOptions {
 
 void run_perplexity(const PerplexityCliOptions& o) {
   auto model = load_model(o.model);
-  const std::string tok_path = model->directory() + "/tokenizer.json";
-  if (!std::filesystem::exists(tok_path))
-    fail("model directory '", model->directory(), "' has no tokenizer.json: perplexity needs one to tokenize --file");
-  auto tokenizer = Tokenizer::load(tok_path);
+  auto tokenizer = load_model_tokenizer(model->directory());
+  if (!tokenizer)
+    fail("model '", model->directory(), "' has no tokenizer (tokenizer.json, or a GGUF vocabulary): perplexity needs ",
+         "one to tokenize --file");
   std::vector<int32_t> ids = tokenizer->encode(read_input_file(o.file, "--file"));
   PerplexityOptions po;
   po.context = o.context;

@@ -12,6 +12,7 @@
 
 #include "cli_common.h"
 #include "commands.h"
+#include "mambacpp/model_tokenizer.h"
 #include "mambacpp/engine.h"
 #include "mambacpp/error.h"
 #include "mambacpp/shapes.h"
@@ -67,8 +68,7 @@ void run_serve(const ServeCliOptions& o) {
   std::unique_ptr<Tokenizer> tokenizer;
   std::unique_ptr<server::ChatTemplate> chat_template;
   if (o.shape.empty()) {
-    const std::string tok_path = model->directory() + "/tokenizer.json";
-    if (std::filesystem::exists(tok_path)) tokenizer = Tokenizer::load(tok_path);
+    tokenizer = load_model_tokenizer(model->directory());
     chat_template = server::select_chat_template(o.chat_template, model->directory());
   }
   const std::string name = o.shape.empty() ? model_name(model->directory()) : o.shape + "-random";

@@ -12,5 +12,6 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run);
 CLI::App* add_perplexity_command(CLI::App& app, std::function<void()>& run);
 CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run);
 CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run);
+CLI::App* add_quantize_command(CLI::App& app, std::function<void()>& run);
 
 }  // namespace mambacpp::cli

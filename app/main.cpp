@@ -15,6 +15,7 @@ int main(int argc, char** argv) {
   mambacpp::cli::add_perplexity_command(app, run);
   mambacpp::cli::add_bench_command(app, run);
   mambacpp::cli::add_serve_command(app, run);
+  mambacpp::cli::add_quantize_command(app, run);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

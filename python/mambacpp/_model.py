@@ -45,8 +45,8 @@ class Model:
     def __init__(self, path=None, device="auto", dtype=None, threads=0, *, batch_tokens=0, cuda_graphs=True,
                  precision="fast"):
         path = default_model_dir() if path is None else os.fspath(path)
-        if not os.path.isdir(path):
-            raise MissingFileError(f"path: model directory '{path}' does not exist")
+        if not (os.path.isdir(path) or (path.endswith(".gguf") and os.path.isfile(path))):
+            raise MissingFileError(f"path: model directory or .gguf file '{path}' does not exist")
         if not isinstance(device, str):
             raise InvalidArgumentError(f"device: expected 'auto', 'cpu' or 'cuda', found {device!r}")
         if dtype is not None and not isinstance(dtype, str):

@@ -56,11 +56,12 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
   auto impl = std::make_unique<Impl>();
   impl->dir = dir;
   impl->options = options;
-  impl->checkpoint = std::make_unique<Checkpoint>(dir);
-  impl->config = impl->checkpoint->config();
+  const bool gguf = dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0;  // a GGUF file, not a directory
+  if (gguf) impl->gguf = std::make_unique<GgufModel>(dir);
+  else impl->checkpoint = std::make_unique<Checkpoint>(dir);
+  impl->config = gguf ? impl->gguf->config() : impl->checkpoint->config();
   impl->config.validate();
   impl->backend = make_backend(impl->options);
-  const Checkpoint& ck = *impl->checkpoint;
   std::function<void(int64_t, int64_t)> progress;
   if (options.progress)
     progress = [](int64_t done, int64_t total) {
@@ -68,9 +69,16 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
                    static_cast<long long>(total));
       if (done == total) std::fprintf(stderr, "\r\033[K");
     };
-  impl->weights = bind_weights(
-      impl->config, lookup_views([&ck](const std::string& name) { return ck.find(name); }, dir), ck.names(),
-      *impl->backend, dir, progress);
+  if (gguf) {
+    const GgufModel& g = *impl->gguf;
+    impl->weights = bind_weights(impl->config, [&g](const std::string& name) { return g.find(name); }, g.names(),
+                                 *impl->backend, dir, progress);
+  } else {
+    const Checkpoint& ck = *impl->checkpoint;
+    impl->weights = bind_weights(
+        impl->config, lookup_views([&ck](const std::string& name) { return ck.find(name); }, dir), ck.names(),
+        *impl->backend, dir, progress);
+  }
   impl->backend->synchronize();
   return std::unique_ptr<Model>(new Model(std::move(impl)));
 }
@@ -129,7 +137,7 @@ const ModelWeights& Model::weights() const { return impl_->weights; }
 uint64_t Model::weights_hash() const {
   std::call_once(impl_->hash_once, [this] {
     // Random models are identified by their seed (mixed so that seed 0 is not hash 0).
-    impl_->hash = impl_->checkpoint ? impl_->checkpoint->content_hash() : (impl_->random_seed + 1) * 0x9e3779b97f4a7c15ull;
+    impl_->hash = impl_->checkpoint ? impl_->checkpoint->content_hash() : impl_->gguf ? impl_->gguf->content_hash() : (impl_->random_seed + 1) * 0x9e3779b97f4a7c15ull;
   });
   return impl_->hash;
 }

@@ -10,6 +10,7 @@
 
 #include "backend/backend.h"
 #include "io/checkpoint.h"
+#include "io/gguf_model.h"
 #include "mambacpp/model.h"
 #include "model/decode_graphs.h"
 #include "model/kv_cache.h"
@@ -22,6 +23,7 @@ struct Model::Impl {
   std::string dir;
   LoadOptions options;
   std::unique_ptr<Checkpoint> checkpoint;  // keeps the mmap'd weights alive (the CPU backend reads them in place)
+  std::unique_ptr<GgufModel> gguf;         // or, for a .gguf file, the same for its mapping and converted tensors
   std::vector<std::vector<char>> random_blobs;  // Model::random: the host weights (instead of a checkpoint)
   uint64_t random_seed = 0;
   ModelConfig config;

@@ -172,6 +172,7 @@ void CpuBackend::fill_zero(void* dst, size_t bytes) {
 // ---- Row ops ----------------------------------------------------------------------------------------------------
 
 void CpuBackend::embed(const Weight& table_weight, const TensorView& ids, TensorView out) {
+  if (!table_weight.dense()) return packed_embed(table_weight, ids, out);
   const TensorView& table = table_weight.dense_view("embed");
   if (table.ndim != 2) fail("embed: table must be 2-D, found ", table.shape_string());
   const int64_t V = table.dim(0), D = table.dim(1);
@@ -214,6 +215,7 @@ void CpuBackend::add_inplace(TensorView acc, const TensorView& x) {
 }
 
 void CpuBackend::linear(const TensorView& x, const Weight& weight_in, const TensorView& bias, TensorView y) {
+  if (!weight_in.dense()) return packed_linear(x, weight_in, bias, y);
   const TensorView& w = weight_in.dense_view("linear");
   if (x.ndim != 2 || w.ndim != 2) fail("linear: x and w must be 2-D, found ", x.shape_string(), " and ", w.shape_string());
   const int64_t T = x.dim(0), in = x.dim(1), outf = w.dim(0);

@@ -41,6 +41,8 @@ class CpuBackend final : public Backend {
   void rmsnorm(const TensorView& x, const TensorView& w, float eps, TensorView out) override;
   void add_inplace(TensorView acc, const TensorView& x) override;
   void linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y) override;
+  // Block formats run on reference kernels (packed_linear.cpp); FP8 has none on the CPU.
+  bool supports_weight_format(WeightFormat f) const override { return f != WeightFormat::FP8_E4M3; }
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                    const BatchLayout& batch, TensorView out) override;
   void mamba1_scan(const Mamba1ScanArgs& args, const BatchLayout& batch) override;
@@ -62,6 +64,8 @@ class CpuBackend final : public Backend {
                     std::vector<TopKCandidates>& out) override;
 
  private:
+  void packed_linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y);  // packed_linear.cpp
+  void packed_embed(const Weight& table, const TensorView& ids, TensorView out);                // packed_linear.cpp
   int threads_;
   std::unique_ptr<cpu::WeightArena> weights_;  // null: weights are read in place (no huge pages)
 

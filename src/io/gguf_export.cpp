@@ -1,0 +1,176 @@
+#include "io/gguf_export.h"
+
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <vector>
+
+#include "core/ggml_blocks.h"
+#include "io/checkpoint.h"
+#include "mambacpp/dtype.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp {
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& tail) {
+  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
+}
+
+// llama.cpp's use_more_bits: the first and last eighth of the layers and every third one between.
+bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
+
+// Rows of a weight as floats (any format: a packed source is dequantized, as llama.cpp's --allow-requantize does).
+void read_rows(const Weight& w, int64_t row0, int64_t rows, float* out) {
+  const int64_t cols = w.dim(w.ndim - 1);
+  if (w.dense()) {
+    const size_t es = dtype_size(w.data.dtype);
+    convert_to_f32(static_cast<const char*>(w.data.data) + static_cast<size_t>(row0 * cols) * es, w.data.dtype, out,
+                   rows * cols);
+    return;
+  }
+  const int64_t rb = w.data.dim(1);
+  for (int64_t r = 0; r < rows; ++r)
+    ggml_dequantize_row(w.format, static_cast<const uint8_t*>(w.data.data) + (row0 + r) * rb, cols, out + r * cols);
+}
+
+}  // namespace
+
+GgufTarget parse_gguf_target(const std::string& name) {
+  if (name == "f32") return GgufTarget::F32;
+  if (name == "f16") return GgufTarget::F16;
+  if (name == "bf16") return GgufTarget::BF16;
+  if (name == "q8_0") return GgufTarget::Q8_0;
+  if (name == "q4_k" || name == "q4_k_m") return GgufTarget::Q4_K_M;
+  if (name == "q6_k") return GgufTarget::Q6_K;
+  fail("unknown GGUF type '", name, "': expected f32, f16, bf16, q8_0, q4_k (Q4_K_M) or q6_k");
+}
+
+const char* gguf_target_name(GgufTarget t) {
+  switch (t) {
+    case GgufTarget::F32: return "f32";
+    case GgufTarget::F16: return "f16";
+    case GgufTarget::BF16: return "bf16";
+    case GgufTarget::Q8_0: return "q8_0";
+    case GgufTarget::Q4_K_M: return "q4_k_m";
+    case GgufTarget::Q6_K: return "q6_k";
+  }
+  return "?";
+}
+
+uint32_t gguf_file_type(GgufTarget t) {
+  switch (t) {  // llama_ftype: ALL_F32 0, MOSTLY_F16 1, MOSTLY_Q8_0 7, MOSTLY_Q4_K_M 15, MOSTLY_Q6_K 18, MOSTLY_BF16 32
+    case GgufTarget::F32: return 0;
+    case GgufTarget::F16: return 1;
+    case GgufTarget::BF16: return 32;
+    case GgufTarget::Q8_0: return 7;
+    case GgufTarget::Q4_K_M: return 15;
+    case GgufTarget::Q6_K: return 18;
+  }
+  return 0;
+}
+
+WeightFormat gguf_tensor_type(GgufTarget target, const std::string& name, const std::vector<int64_t>& shape,
+                              bool tied, int64_t i_layer, int64_t n_layers) {
+  // What llama.cpp never quantizes: 1-D tensors, anything not named *.weight (ssm_a, ssm_d), norms, conv taps.
+  const bool matrix = shape.size() >= 2 && ends_with(name, ".weight") && name.find("_norm.weight") == std::string::npos &&
+                      name.find("ssm_conv1d.weight") == std::string::npos;
+  if (!matrix || target == GgufTarget::F32) return WeightFormat::F32;
+  if (target == GgufTarget::F16) return WeightFormat::F16;
+  if (target == GgufTarget::BF16) return WeightFormat::BF16;
+  const int64_t nx = shape.back();
+  WeightFormat t = target == GgufTarget::Q8_0 ? WeightFormat::Q8_0
+                   : target == GgufTarget::Q6_K ? WeightFormat::Q6_K
+                                                : WeightFormat::Q4_K;
+  if (name == "output.weight" || (tied && name == "token_embd.weight")) {
+    if (nx % 256 != 0) t = WeightFormat::Q8_0;
+    else if (t != WeightFormat::Q8_0) t = WeightFormat::Q6_K;
+  } else if (target == GgufTarget::Q4_K_M) {
+    if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) && use_more_bits(i_layer, n_layers))
+      t = WeightFormat::Q6_K;
+  }
+  // Rows that are not whole blocks: llama.cpp's fallbacks, then f16.
+  if (nx % weight_format_info(t).block_elems != 0) {
+    if (t == WeightFormat::Q4_K) t = WeightFormat::Q5_0;
+    else if (t == WeightFormat::Q5_K) t = WeightFormat::Q5_1;
+    else if (t == WeightFormat::Q6_K) t = WeightFormat::Q8_0;
+    else t = WeightFormat::F16;
+    if (nx % weight_format_info(t).block_elems != 0) t = WeightFormat::F16;
+  }
+  return t;
+}
+
+WeightSource gguf_source_of(const Checkpoint& ck) {
+  return [&ck](const std::string& name) -> std::optional<Weight> {
+    const TensorView* t = ck.find(name);
+    if (!t && name == "backbone.embeddings.weight") t = ck.find("backbone.embedding.weight");
+    if (!t && name.rfind("model.", 0) == 0) t = ck.find("backbone." + name.substr(6));
+    if (!t) return std::nullopt;
+    if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
+      fail(ck.directory(), ": tensor '", name, "' has dtype ", dtype_name(t->dtype), "; expected f32, f16 or bf16");
+    return Weight(*t);
+  };
+}
+
+void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& source, GgufTarget target) {
+  if (c.arch == Arch::Mamba1 && c.use_bias)
+    fail("GGUF: llama.cpp's mamba architecture has no slot for in_proj / out_proj biases (use_bias); this model "
+         "cannot be written for it");
+  gguf_write_config(c, w);
+  w.set_u32("general.file_type", gguf_file_type(target));
+  if (c.bos_token_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_token_id));
+  if (c.eos_token_id >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_id));
+  if (c.pad_token_id >= 0) w.set_u32("tokenizer.ggml.padding_token_id", static_cast<uint32_t>(c.pad_token_id));
+  if (target != GgufTarget::F32 && target != GgufTarget::F16 && target != GgufTarget::BF16)
+    w.set_u32("general.quantization_version", 2);
+
+  const std::vector<GgufTensorName> names = gguf_tensor_names(c);
+  std::map<std::string, int64_t> counts, seen;
+  for (const GgufTensorName& n : names)
+    for (const char* k : {"attn_v.weight", "ffn_down.weight"})
+      if (ends_with(n.gguf, k)) ++counts[k];
+  for (const GgufTensorName& n : names) {
+    std::optional<Weight> src = source(n.hf);
+    if (!src) fail("GGUF export: the model has no tensor '", n.hf, "' (for ", n.gguf, ")");
+    int64_t src_numel = 1;
+    for (int64_t d : n.hf_shape) src_numel *= d;
+    if (src->numel() != src_numel)
+      fail("GGUF export: tensor '", n.hf, "' has shape ", src->shape_string(), "; expected ", src_numel, " elements");
+    int64_t i_layer = 0, n_layers = 0;
+    for (const char* k : {"attn_v.weight", "ffn_down.weight"})
+      if (ends_with(n.gguf, k)) {
+        i_layer = seen[k]++;
+        n_layers = counts[k];
+      }
+    const WeightFormat f = gguf_tensor_type(target, n.gguf, n.gguf_shape, c.tie_embeddings, i_layer, n_layers);
+    const int64_t cols = n.gguf_shape.back();
+    int64_t rows = 1;
+    for (size_t i = 0; i + 1 < n.gguf_shape.size(); ++i) rows *= n.gguf_shape[i];
+    const int64_t row_offset = n.conversion == GgufConversion::UpHalf ? rows : 0;  // the second half's first row
+    const Weight weight = *src;
+    const GgufConversion conv = n.conversion;
+    w.add_tensor(n.gguf, f, n.gguf_shape, [weight, f, rows, cols, row_offset, conv](uint8_t* out) {
+      std::vector<float> row(static_cast<size_t>(cols));
+      const int64_t rb = weight_row_bytes(f, cols);
+      // conv [C, 1, K] -> [C, K] keeps the row length; A / D [H] -> [H, 1] and ssm_norm [d] -> [G, d / G] regroup
+      // the elements of a small dense tensor, read whole.
+      std::vector<float> all;
+      const bool regroup = weight.dim(weight.ndim - 1) != cols;
+      if (regroup) {
+        all.resize(static_cast<size_t>(weight.numel()));
+        const int64_t src_cols = weight.dim(weight.ndim - 1);
+        read_rows(weight, 0, weight.numel() / src_cols, all.data());
+      }
+      for (int64_t r = 0; r < rows; ++r) {
+        if (regroup) std::memcpy(row.data(), all.data() + r * cols, static_cast<size_t>(cols) * 4);
+        else read_rows(weight, row_offset + r, 1, row.data());
+        if (conv == GgufConversion::NegExp)
+          for (float& v : row) v = -std::exp(v);
+        ggml_quantize_row(f, row.data(), cols, out + r * rb);
+      }
+    });
+  }
+}
+
+}  // namespace mambacpp

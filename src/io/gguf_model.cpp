@@ -1,0 +1,470 @@
+#include "io/gguf_model.h"
+
+#include <cmath>
+#include <limits>
+#include <cstring>
+#include <map>
+#include <set>
+
+#include "io/gguf_writer.h"
+#include "mambacpp/dtype.h"
+#include "mambacpp/error.h"
+
+namespace mambacpp {
+
+namespace {
+
+using Shape = std::vector<int64_t>;
+
+int64_t numel(const Shape& s) {
+  int64_t n = 1;
+  for (int64_t d : s) n *= d;
+  return n;
+}
+
+std::string shape_str(const Shape& s) {
+  std::string r = "[";
+  for (size_t i = 0; i < s.size(); ++i) r += (i ? ", " : "") + std::to_string(s[i]);
+  return r + "]";
+}
+
+TensorView view_of(void* p, DType t, const Shape& s) {
+  TensorView v(p, t, {1});
+  v.ndim = static_cast<int>(s.size());
+  for (size_t i = 0; i < s.size(); ++i) v.shape[i] = s[i];
+  return v;
+}
+
+struct Names {
+  std::vector<GgufTensorName> list;
+  void add(const std::string& hf, const std::string& gguf, Shape hf_shape, Shape gguf_shape = {},
+           GgufConversion conv = GgufConversion::Plain) {
+    if (gguf_shape.empty()) gguf_shape = hf_shape;
+    list.push_back({hf, gguf, std::move(hf_shape), std::move(gguf_shape), conv});
+  }
+};
+
+// The Mamba-2 mixer of layer `b` ("blk.N.") whose transformers tensors lie under `m`.
+void mamba2_names(Names& n, const ModelConfig& c, const std::string& m, const std::string& b) {
+  // llama.cpp stores ssm_norm as [n_groups, d_inner / n_groups] for every family (the grouping of the norm itself is
+  // the family's: gated_norm_groups).
+  const int64_t C = c.conv_channels(), H = c.n_heads, G = c.n_groups;
+  n.add(m + "in_proj.weight", b + "ssm_in.weight", {c.in_proj_size(), c.d_model});
+  if (c.use_bias) n.add(m + "in_proj.bias", b + "ssm_in.bias", {c.in_proj_size()});
+  n.add(m + "conv1d.weight", b + "ssm_conv1d.weight", {C, 1, c.d_conv}, {C, c.d_conv});
+  if (c.use_conv_bias) n.add(m + "conv1d.bias", b + "ssm_conv1d.bias", {C});
+  n.add(m + "dt_bias", b + "ssm_dt.bias", {H});
+  n.add(m + "A_log", b + "ssm_a", {H}, {H, 1}, GgufConversion::NegExp);
+  n.add(m + "D", b + "ssm_d", {H}, {H, 1});
+  n.add(m + "norm.weight", b + "ssm_norm.weight", {c.d_inner}, {G, c.d_inner / G});
+  n.add(m + "out_proj.weight", b + "ssm_out.weight", {c.d_model, c.d_inner});
+  if (c.use_bias) n.add(m + "out_proj.bias", b + "ssm_out.bias", {c.d_model});
+}
+
+void attention_names(Names& n, const ModelConfig& c, const std::string& a, const std::string& b) {
+  const int64_t q = c.q_dim(), kv = c.kv_dim();
+  n.add(a + "q_proj.weight", b + "attn_q.weight", {q, c.d_model});
+  n.add(a + "k_proj.weight", b + "attn_k.weight", {kv, c.d_model});
+  n.add(a + "v_proj.weight", b + "attn_v.weight", {kv, c.d_model});
+  n.add(a + "o_proj.weight", b + "attn_output.weight", {c.d_model, q});
+  if (c.attn_bias) {
+    n.add(a + "q_proj.bias", b + "attn_q.bias", {q});
+    n.add(a + "k_proj.bias", b + "attn_k.bias", {kv});
+    n.add(a + "v_proj.bias", b + "attn_v.bias", {kv});
+    n.add(a + "o_proj.bias", b + "attn_output.bias", {c.d_model});
+  }
+}
+
+int64_t positive(const GgufFile& f, const std::string& key) {
+  const int64_t v = f.get_int(key);
+  if (v < 1 || v > (int64_t(1) << 32)) fail(f.path(), ": key '", key, "' is ", v, "; expected a positive size");
+  return v;
+}
+
+// A per-layer integer array (or a scalar meaning every layer), as llama.cpp writes head_count_kv and
+// feed_forward_length for hybrids.
+std::vector<int64_t> per_layer(const GgufFile& f, const std::string& key, int64_t n_layer) {
+  const GgufValue* v = f.find(key);
+  if (!v) return std::vector<int64_t>(static_cast<size_t>(n_layer), 0);
+  if (!v->is_int() || v->type == GgufType::BOOL) fail(f.path(), ": key '", key, "' must hold integers");
+  if (!v->is_array) return std::vector<int64_t>(static_cast<size_t>(n_layer), v->ints[0]);
+  if (static_cast<int64_t>(v->ints.size()) != n_layer)
+    fail(f.path(), ": key '", key, "' has ", v->ints.size(), " entries; expected one per layer (", n_layer, ")");
+  for (int64_t x : v->ints)
+    if (x < 0 || x > (int64_t(1) << 32)) fail(f.path(), ": key '", key, "' holds ", x, "; expected a size");
+  return v->ints;
+}
+
+const GgufTensor& need_tensor(const GgufFile& f, const std::string& name) {
+  const GgufTensor* t = f.tensor(name);
+  if (!t) fail(f.path(), ": missing tensor '", name, "'");
+  return *t;
+}
+
+}  // namespace
+
+std::string gguf_arch_name(const ModelConfig& c) {
+  switch (c.family) {
+    case Family::Mamba: return c.arch == Arch::Mamba1 ? "mamba" : "mamba2";
+    case Family::NemotronH: return "nemotron_h";
+    case Family::GraniteHybrid:
+    case Family::Bamba: return "granitehybrid";
+  }
+  fail("GGUF: llama.cpp has no architecture for ", family_name(c.family), " models");
+}
+
+std::vector<GgufTensorName> gguf_tensor_names(const ModelConfig& c) {
+  Names n;
+  const bool pure = !c.hybrid();
+  const std::string root = pure ? "backbone." : "model.";
+  if (pure) {
+    n.add("backbone.embeddings.weight", "token_embd.weight", {c.vocab_size, c.d_model});
+    n.add("backbone.norm_f.weight", "output_norm.weight", {c.d_model});
+  } else if (c.family == Family::NemotronH) {
+    n.add("model.embeddings.weight", "token_embd.weight", {c.vocab_size, c.d_model});
+    n.add("model.norm_f.weight", "output_norm.weight", {c.d_model});
+  } else {
+    n.add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, c.d_model});
+    n.add(c.family == Family::Bamba ? "model.final_layernorm.weight" : "model.norm.weight", "output_norm.weight",
+          {c.d_model});
+  }
+  if (!c.tie_embeddings) n.add("lm_head.weight", "output.weight", {c.vocab_size, c.d_model});
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".";
+    const std::string p = root + "layers." + std::to_string(i) + ".";
+    const LayerKind kind = c.layer_kind(i);
+    if (pure) {
+      const std::string m = p + "mixer.";
+      n.add(p + "norm.weight", b + "attn_norm.weight", {c.d_model});
+      if (kind == LayerKind::Mamba2) {
+        mamba2_names(n, c, m, b);
+        continue;
+      }
+      n.add(m + "in_proj.weight", b + "ssm_in.weight", {c.in_proj_size(), c.d_model});
+      if (c.use_bias) n.add(m + "in_proj.bias", b + "ssm_in.bias", {c.in_proj_size()});
+      n.add(m + "conv1d.weight", b + "ssm_conv1d.weight", {c.d_inner, 1, c.d_conv}, {c.d_inner, c.d_conv});
+      if (c.use_conv_bias) n.add(m + "conv1d.bias", b + "ssm_conv1d.bias", {c.d_inner});
+      n.add(m + "x_proj.weight", b + "ssm_x.weight", {c.dt_rank + 2 * c.d_state, c.d_inner});
+      n.add(m + "dt_proj.weight", b + "ssm_dt.weight", {c.d_inner, c.dt_rank});
+      n.add(m + "dt_proj.bias", b + "ssm_dt.bias", {c.d_inner});
+      n.add(m + "A_log", b + "ssm_a", {c.d_inner, c.d_state}, {}, GgufConversion::NegExp);
+      n.add(m + "D", b + "ssm_d", {c.d_inner});
+      n.add(m + "out_proj.weight", b + "ssm_out.weight", {c.d_model, c.d_inner});
+      if (c.use_bias) n.add(m + "out_proj.bias", b + "ssm_out.bias", {c.d_model});
+      continue;
+    }
+    const int64_t mlp = c.mlp_size;
+    if (c.family == Family::NemotronH) {
+      const std::string mx = p + "mixer.";
+      n.add(p + "norm.weight", b + "attn_norm.weight", {c.d_model});
+      if (kind == LayerKind::Mamba2) mamba2_names(n, c, mx, b);
+      else if (kind == LayerKind::Attention) attention_names(n, c, mx, b);
+      else {
+        n.add(mx + "up_proj.weight", b + "ffn_up.weight", {mlp, c.d_model});
+        n.add(mx + "down_proj.weight", b + "ffn_down.weight", {c.d_model, mlp});
+        if (c.mlp_bias) {
+          n.add(mx + "up_proj.bias", b + "ffn_up.bias", {mlp});
+          n.add(mx + "down_proj.bias", b + "ffn_down.bias", {c.d_model});
+        }
+      }
+      continue;
+    }
+    // Granite-4.0-H, and Bamba (which llama.cpp converts to the same architecture).
+    n.add(p + "input_layernorm.weight", b + "attn_norm.weight", {c.d_model});
+    if (kind == LayerKind::Mamba2) mamba2_names(n, c, p + "mamba.", b);
+    else attention_names(n, c, p + "self_attn.", b);
+    if (c.family == Family::Bamba) {
+      n.add(p + "pre_ff_layernorm.weight", b + "ffn_norm.weight", {c.d_model});
+      n.add(p + "feed_forward.gate_proj.weight", b + "ffn_gate.weight", {mlp, c.d_model});
+      n.add(p + "feed_forward.up_proj.weight", b + "ffn_up.weight", {mlp, c.d_model});
+      n.add(p + "feed_forward.down_proj.weight", b + "ffn_down.weight", {c.d_model, mlp});
+      continue;
+    }
+    n.add(p + "post_attention_layernorm.weight", b + "ffn_norm.weight", {c.d_model});
+    n.add(p + "shared_mlp.input_linear.weight", b + "ffn_gate.weight", {2 * mlp, c.d_model}, {mlp, c.d_model},
+          GgufConversion::GateHalf);
+    n.add(p + "shared_mlp.input_linear.weight", b + "ffn_up.weight", {2 * mlp, c.d_model}, {mlp, c.d_model},
+          GgufConversion::UpHalf);
+    n.add(p + "shared_mlp.output_linear.weight", b + "ffn_down.weight", {c.d_model, mlp});
+  }
+  return n.list;
+}
+
+void gguf_write_config(const ModelConfig& c, GgufWriter& w) {
+  const std::string a = gguf_arch_name(c);
+  w.set_string("general.architecture", a);
+  w.set_u32(a + ".context_length", static_cast<uint32_t>(c.max_position > 0 ? c.max_position : 1048576));
+  w.set_u32(a + ".embedding_length", static_cast<uint32_t>(c.d_model));
+  w.set_u32(a + ".block_count", static_cast<uint32_t>(c.n_layer));
+  w.set_u32(a + ".ssm.conv_kernel", static_cast<uint32_t>(c.d_conv));
+  w.set_u32(a + ".ssm.inner_size", static_cast<uint32_t>(c.d_inner));
+  w.set_u32(a + ".ssm.state_size", static_cast<uint32_t>(c.d_state));
+  w.set_f32(a + ".attention.layer_norm_rms_epsilon", static_cast<float>(c.norm_eps));
+  // llama.cpp's nemotron_h reads its (RMS) norms' eps from the LayerNorm key.
+  if (c.family == Family::NemotronH) w.set_f32(a + ".attention.layer_norm_epsilon", static_cast<float>(c.norm_eps));
+  w.set_u32(a + ".vocab_size", static_cast<uint32_t>(c.vocab_size));
+  // transformers' time_step_limit (dt clamped to [min, max]): llama.cpp has no such key and ignores these.
+  if (c.dt_min > 0) w.set_f32(a + ".ssm.time_step_min", static_cast<float>(c.dt_min));
+  if (std::isfinite(c.dt_max)) w.set_f32(a + ".ssm.time_step_max", static_cast<float>(c.dt_max));
+  if (c.arch == Arch::Mamba1) {
+    w.set_u32(a + ".ssm.time_step_rank", static_cast<uint32_t>(c.dt_rank));
+    w.set_bool(a + ".ssm.dt_b_c_rms", c.mixer_rms_eps > 0);
+  } else {
+    w.set_u32(a + ".ssm.time_step_rank", static_cast<uint32_t>(c.n_heads));
+    w.set_u32(a + ".ssm.group_count", static_cast<uint32_t>(c.n_groups));
+  }
+  if (!c.hybrid()) {
+    w.set_u32(a + ".feed_forward_length", 0);
+    w.set_u32(a + ".attention.head_count", 0);
+    return;
+  }
+  std::vector<int64_t> kv, ff;
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    kv.push_back(c.layer_kind(i) == LayerKind::Attention ? c.n_kv_heads : 0);
+    ff.push_back(c.layer_kind(i) == LayerKind::MLP ? c.mlp_size : 0);
+  }
+  w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(c.n_attn_heads));
+  w.set_ints(a + ".attention.head_count_kv", GgufType::I32, kv);
+  w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(c.attn_head_dim));
+  w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(c.attn_head_dim));
+  if (c.family == Family::NemotronH) {
+    w.set_ints(a + ".feed_forward_length", GgufType::I32, ff);
+  } else {
+    w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(c.mlp_size));
+    w.set_f32(a + ".embedding_scale", static_cast<float>(c.embedding_multiplier));
+    w.set_f32(a + ".residual_scale", static_cast<float>(c.residual_multiplier));
+    w.set_f32(a + ".logit_scale", static_cast<float>(c.logits_scaling));
+    if (c.attn_scale > 0) w.set_f32(a + ".attention.scale", static_cast<float>(c.attn_scale));
+    w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(c.rope_theta > 0 ? c.rope_dim : 0));
+    if (c.rope_theta > 0) w.set_f32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
+  }
+}
+
+ModelConfig gguf_model_config(const GgufFile& f) {
+  const std::string a = f.get_string("general.architecture");
+  ModelConfig c;
+  if (a == "mamba") {
+    c.arch = Arch::Mamba1;
+  } else if (a == "mamba2") {
+    c.arch = Arch::Mamba2;
+  } else if (a == "nemotron_h") {
+    c.family = Family::NemotronH;
+  } else if (a == "granitehybrid") {
+    c.family = Family::GraniteHybrid;
+  } else if (a == "nemotron_h_moe" || a == "falcon-h1" || a == "jamba" || a == "granitemoe" || a == "plamo2" ||
+             a == "lfm2") {
+    fail(f.path(), ": GGUF architecture '", a, "' is not one mambacpp runs yet (it runs mamba, mamba2, nemotron_h "
+         "and granitehybrid)");
+  } else {
+    fail(f.path(), ": unknown GGUF architecture '", a, "'; mambacpp runs mamba, mamba2, nemotron_h and granitehybrid");
+  }
+  c.d_model = positive(f, a + ".embedding_length");
+  c.n_layer = positive(f, a + ".block_count");
+  if (c.n_layer > 4096) fail(f.path(), ": key '", a, ".block_count' is ", c.n_layer, "; expected at most 4096");
+  c.d_conv = positive(f, a + ".ssm.conv_kernel");
+  c.d_inner = positive(f, a + ".ssm.inner_size");
+  c.d_state = positive(f, a + ".ssm.state_size");
+  c.norm_eps = f.get_float(a + ".attention.layer_norm_rms_epsilon", f.get_float(a + ".attention.layer_norm_epsilon", 1e-5));
+  c.dt_min = f.get_float(a + ".ssm.time_step_min", 0.0);
+  c.dt_max = f.get_float(a + ".ssm.time_step_max", std::numeric_limits<double>::infinity());
+  const GgufTensor& embd = need_tensor(f, "token_embd.weight");
+  if (embd.n_dims != 2 || embd.ne[0] != c.d_model)
+    fail(f.path(), ": tensor 'token_embd.weight' has shape ", embd.shape_string(), "; expected [vocab, ", c.d_model,
+         "]");
+  c.vocab_size = embd.ne[1];
+  c.tie_embeddings = f.tensor("output.weight") == nullptr;
+  c.use_conv_bias = f.tensor("blk.0.ssm_conv1d.bias") != nullptr;
+  c.use_bias = f.tensor("blk.0.ssm_in.bias") != nullptr;
+  if (c.arch == Arch::Mamba1) {
+    c.dt_rank = positive(f, a + ".ssm.time_step_rank");
+    if (f.get_bool(a + ".ssm.dt_b_c_rms", false)) c.mixer_rms_eps = c.norm_eps;
+  } else {
+    c.arch = Arch::Mamba2;
+    c.n_heads = positive(f, a + ".ssm.time_step_rank");
+    c.n_groups = f.get_int(a + ".ssm.group_count", 1);
+    if (c.n_groups < 1 || c.d_inner % c.n_heads != 0)
+      fail(f.path(), ": ssm.inner_size ", c.d_inner, " is not a multiple of the head count ", c.n_heads,
+           " (ssm.time_step_rank), or ssm.group_count ", c.n_groups, " is not positive");
+    c.head_dim = c.d_inner / c.n_heads;
+  }
+  if (c.family == Family::NemotronH || c.family == Family::GraniteHybrid) {
+    const std::vector<int64_t> kv = per_layer(f, a + ".attention.head_count_kv", c.n_layer);
+    const bool nemotron = c.family == Family::NemotronH;
+    const std::vector<int64_t> ff = nemotron ? per_layer(f, a + ".feed_forward_length", c.n_layer)
+                                             : std::vector<int64_t>(static_cast<size_t>(c.n_layer), 0);
+    for (int64_t i = 0; i < c.n_layer; ++i) {
+      const size_t l = static_cast<size_t>(i);
+      if (kv[l] > 0 && ff[l] > 0)
+        fail(f.path(), ": layer ", i, " has both attention heads and a feed-forward length; a Nemotron-H layer is one");
+      if (kv[l] > 0) {
+        c.layers.push_back(LayerKind::Attention);
+        if (c.n_kv_heads && c.n_kv_heads != kv[l])
+          fail(f.path(), ": attention layers with different head_count_kv (", c.n_kv_heads, ", ", kv[l], ")");
+        c.n_kv_heads = kv[l];
+      } else if (ff[l] > 0) {
+        c.layers.push_back(LayerKind::MLP);
+        if (c.mlp_size && c.mlp_size != ff[l])
+          fail(f.path(), ": MLP layers with different feed_forward_length (", c.mlp_size, ", ", ff[l], ")");
+        c.mlp_size = ff[l];
+      } else {
+        c.layers.push_back(LayerKind::Mamba2);
+      }
+    }
+    if (c.has_attention()) {
+      c.n_attn_heads = positive(f, a + ".attention.head_count");
+      c.attn_head_dim = f.get_int(a + ".attention.key_length", c.d_model / c.n_attn_heads);
+    }
+    c.attn_bias = f.tensor("blk." + std::to_string([&] {
+      for (int64_t i = 0; i < c.n_layer; ++i)
+        if (c.layer_kind(i) == LayerKind::Attention) return i;
+      return int64_t(0);
+    }()) + ".attn_q.bias") != nullptr;
+    if (nemotron) {
+      c.mlp_act = MlpAct::Relu2;
+      c.gated_norm_groups = c.n_groups;
+      for (const GgufTensor& t : f.tensors())
+        if (t.name.find("ffn_up.bias") != std::string::npos) c.mlp_bias = true;
+    } else {
+      c.mlp_after_mixer = true;
+      c.mlp_act = MlpAct::SiluGated;
+      c.gated_norm_groups = 1;
+      c.mlp_size = positive(f, a + ".feed_forward_length");
+      c.embedding_multiplier = f.get_float(a + ".embedding_scale", 1.0);
+      c.residual_multiplier = f.get_float(a + ".residual_scale", 1.0);
+      c.logits_scaling = f.get_float(a + ".logit_scale", 1.0);
+      c.attn_scale = f.get_float(a + ".attention.scale", 0.0);
+      c.rope_dim = f.get_int(a + ".rope.dimension_count", 0);
+      if (c.rope_dim > 0) {
+        c.rope_theta = f.get_float(a + ".rope.freq_base", 10000.0);
+        c.max_position = f.get_int(a + ".context_length", 0);
+      }
+    }
+  }
+  auto token = [&](const std::string& key) {
+    const int64_t v = f.get_int(key, -1);
+    return v >= 0 && v < (int64_t(1) << 31) ? v : -1;
+  };
+  c.bos_token_id = token("tokenizer.ggml.bos_token_id");
+  c.eos_token_id = token("tokenizer.ggml.eos_token_id");
+  c.pad_token_id = token("tokenizer.ggml.padding_token_id");
+  try {
+    c.validate();
+  } catch (const Error& e) {
+    fail(f.path(), ": the GGUF metadata gives an inconsistent model: ", e.what());
+  }
+  return c;
+}
+
+struct GgufModel::Converted {
+  // hf name -> the weight handed to the binder (views into the file, or into `owned`).
+  std::map<std::string, Weight> weights;
+  std::vector<std::vector<uint8_t>> owned;
+};
+
+GgufModel::~GgufModel() = default;
+
+GgufModel::GgufModel(const std::string& path)
+    : file_(std::make_unique<GgufFile>(path)), converted_(std::make_unique<Converted>()) {
+  const GgufFile& f = *file_;
+  config_ = gguf_model_config(f);
+  names_ = gguf_tensor_names(config_);
+  std::set<std::string> known;
+  for (const GgufTensorName& n : names_) known.insert(n.gguf);
+  for (const GgufTensor& t : f.tensors())
+    if (!known.count(t.name))
+      fail(path, ": tensor '", t.name, "' is not one a ", gguf_arch_name(config_), " model with ", config_.n_layer,
+           " layers has (mambacpp refuses rather than silently ignore weights)");
+
+  // Granite's ffn_gate + ffn_up halves, collected then joined below.
+  std::map<std::string, std::pair<const GgufTensor*, const GgufTensor*>> halves;
+  for (const GgufTensorName& n : names_) {
+    const GgufTensor* t = f.tensor(n.gguf);
+    if (!t) continue;  // the binder reports what it needs and cannot find
+    const Shape stored = t->shape();
+    if (stored != n.gguf_shape && !(n.gguf_shape.size() == 2 && n.gguf_shape[1] == 1 && stored == Shape{n.gguf_shape[0]}))
+      fail(path, ": tensor '", n.gguf, "' has shape ", t->shape_string(), "; expected ", shape_str(n.gguf_shape),
+           " for this ", gguf_arch_name(config_), " config");
+    const bool matrix = n.hf_shape.size() == 2 && n.conversion != GgufConversion::NegExp;
+    if (!is_dense(t->format) && !matrix)
+      fail(path, ": tensor '", n.gguf, "' is stored as ", weight_format_name(t->format),
+           "; only projection and embedding matrices may be quantized");
+    auto* bytes = const_cast<uint8_t*>(t->data);  // read-only mapping: the views are never written through
+    if (n.conversion == GgufConversion::GateHalf || n.conversion == GgufConversion::UpHalf) {
+      auto& h = halves[n.hf];
+      (n.conversion == GgufConversion::GateHalf ? h.first : h.second) = t;
+      continue;
+    }
+    if (n.conversion == GgufConversion::NegExp) {
+      // A = -exp(A_log) back to A_log, in f32 whatever the stored dtype (log of a positive number; a value that is
+      // not negative has no A_log and is refused).
+      const int64_t count = numel(n.hf_shape);
+      std::vector<float> a(static_cast<size_t>(count));
+      convert_to_f32(t->data, dense_dtype(t->format), a.data(), count);
+      std::vector<uint8_t> out(static_cast<size_t>(count) * 4);
+      for (int64_t i = 0; i < count; ++i) {
+        const float v = a[static_cast<size_t>(i)];
+        if (!(v < 0.0f)) fail(path, ": tensor '", n.gguf, "' holds ", v, " at ", i, "; A = -exp(A_log) must be negative");
+        const float l = static_cast<float>(std::log(-static_cast<double>(v)));
+        std::memcpy(out.data() + 4 * i, &l, 4);
+      }
+      converted_->owned.push_back(std::move(out));
+      TensorView view = view_of(converted_->owned.back().data(), DType::F32, n.hf_shape);
+      converted_->weights[n.hf] = Weight(view);
+      continue;
+    }
+    if (is_dense(t->format)) {
+      converted_->weights[n.hf] = Weight(view_of(bytes, dense_dtype(t->format), n.hf_shape));
+    } else {
+      converted_->weights[n.hf] = Weight::packed(t->format, bytes, {n.hf_shape[0], n.hf_shape[1]});
+    }
+  }
+  for (const auto& [hf, h] : halves) {
+    if (!h.first || !h.second) continue;  // the binder names the missing input_linear
+    if (h.first->format != h.second->format)
+      fail(path, ": '", h.first->name, "' (", weight_format_name(h.first->format), ") and '", h.second->name, "' (",
+           weight_format_name(h.second->format), ") must share a format to be joined into ", hf);
+    std::vector<uint8_t> joined(h.first->nbytes + h.second->nbytes);
+    std::memcpy(joined.data(), h.first->data, h.first->nbytes);
+    std::memcpy(joined.data() + h.first->nbytes, h.second->data, h.second->nbytes);
+    converted_->owned.push_back(std::move(joined));
+    void* p = converted_->owned.back().data();
+    const int64_t rows = h.first->ne[1] + h.second->ne[1], cols = h.first->ne[0];
+    converted_->weights[hf] = is_dense(h.first->format)
+                                  ? Weight(TensorView(p, dense_dtype(h.first->format), {rows, cols}))
+                                  : Weight::packed(h.first->format, p, {rows, cols});
+  }
+}
+
+std::optional<Weight> GgufModel::find(const std::string& hf_name) const {
+  auto it = converted_->weights.find(hf_name);
+  if (it == converted_->weights.end()) return std::nullopt;
+  return it->second;
+}
+
+std::vector<std::string> GgufModel::names() const {
+  std::vector<std::string> out;
+  for (const auto& kv : converted_->weights) out.push_back(kv.first);
+  return out;
+}
+
+}  // namespace mambacpp
+
+namespace mambacpp {
+
+uint64_t GgufModel::content_hash() const {
+  uint64_t h = 0xcbf29ce484222325ull;
+  auto mix = [&h](const void* p, size_t n) {
+    const auto* b = static_cast<const uint8_t*>(p);
+    for (size_t i = 0; i < n; ++i) h = (h ^ b[i]) * 0x100000001b3ull;
+  };
+  for (const GgufTensor& t : file_->tensors()) {
+    mix(t.name.data(), t.name.size());
+    const uint32_t type = ggml_type_of(t.format);
+    mix(&type, 4);
+    mix(t.ne.data(), sizeof(t.ne));
+    mix(t.data, static_cast<size_t>(t.nbytes));
+  }
+  return h;
+}
+
+}  // namespace mambacpp

@@ -1,0 +1,21 @@
+// The vocabulary llama.cpp reads from GGUF (tokenizer.ggml.*), written from a tokenizer.json of a byte-level BPE
+// (the GPT-NeoX family of Mamba models, Llama-3-style Split pre-tokenizers) so that llama.cpp tokenizes text as the
+// tokenizer.json does, or copied from another GGUF file.
+#pragma once
+
+#include <string>
+
+#include "io/gguf_file.h"
+#include "io/gguf_writer.h"
+#include "mambacpp/config.h"
+
+namespace mambacpp {
+
+// tokenizer.ggml.model "gpt2", .pre (the llama.cpp pre-tokenizer of the same split regex), .tokens padded to the
+// embedding's rows with [PAD<i>] tokens, .token_type, .merges, the add-bos flag, and tokenizer.chat_template from
+// the tokenizer_config.json beside it. Throws naming the part of the tokenizer.json llama.cpp has no equivalent for.
+void gguf_add_vocab(const std::string& tokenizer_json_path, const ModelConfig& config, GgufWriter& writer);
+// Every tokenizer.* key of `from`.
+void gguf_copy_vocab(const GgufFile& from, GgufWriter& writer);
+
+}  // namespace mambacpp
