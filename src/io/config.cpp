@@ -41,6 +41,7 @@ const char* family_name(Family f) {
     case Family::NemotronH: return "nemotron_h";
     case Family::GraniteHybrid: return "granitemoehybrid";
     case Family::Bamba: return "bamba";
+    case Family::Jamba: return "jamba";
   }
   return "?";
 }
@@ -51,6 +52,7 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::Mamba2: return "mamba2";
     case LayerKind::Attention: return "attention";
     case LayerKind::MLP: return "mlp";
+    case LayerKind::MoE: return "moe";
   }
   return "?";
 }
@@ -103,6 +105,7 @@ std::string ModelConfig::to_json() const {
     j["residual_multiplier"] = float_json(residual_multiplier);
     j["logits_scaling"] = float_json(logits_scaling);
     j["max_position"] = max_position;
+    moe_to_json(*this, j);
   }
   return j.dump(2);
 }
@@ -130,6 +133,7 @@ void ModelConfig::validate() const {
     fail("model config: mixer_rms_eps = ", mixer_rms_eps, ", expected >= 0 (and > 0 only for FalconMamba, a Mamba-1)");
   if (arch == Arch::Mamba1) {
     require_size("dt_rank", dt_rank);
+    if (hybrid()) validate_hybrid();  // Jamba
     return;
   }
   if (hybrid()) validate_hybrid();
@@ -147,15 +151,20 @@ void ModelConfig::validate() const {
 }
 
 void ModelConfig::validate_hybrid() const {
-  if (arch != Arch::Mamba2) fail("model config: hybrid models have Mamba-2 layers, found arch ", arch_name(arch));
+  // Every Mamba layer of a hybrid is of the model's arch: Mamba-1 for Jamba, Mamba-2 for the others.
+  if ((arch == Arch::Mamba1) != (family == Family::Jamba))
+    fail("model config: ", family_name(family), " models have ", family == Family::Jamba ? "Mamba-1" : "Mamba-2",
+         " layers, found arch ", arch_name(arch));
   if (static_cast<int64_t>(layers.size()) != n_layer)
     fail("model config: ", layers.size(), " layer kinds for n_layer = ", n_layer);
   bool attention = false, mlp = mlp_after_mixer;
   for (LayerKind k : layers) {
-    if (k == LayerKind::Mamba1) fail("model config: hybrid models take Mamba-2 layers, not Mamba-1");
+    if ((k == LayerKind::Mamba1 && arch != Arch::Mamba1) || (k == LayerKind::Mamba2 && arch != Arch::Mamba2))
+      fail("model config: a ", layer_kind_name(k), " layer in a model of arch ", arch_name(arch));
     attention |= k == LayerKind::Attention;
     mlp |= k == LayerKind::MLP;
   }
+  validate_moe(*this);
   if (gated_norm_groups < 0 || (gated_norm_groups > 0 && n_groups % gated_norm_groups != 0))
     fail("model config: gated_norm_groups = ", gated_norm_groups, " does not divide n_groups = ", n_groups);
   if (attention) {
@@ -189,11 +198,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     else if (t == "nemotron_h") c = parse_transformers_nemotron_h(j, source);
     else if (t == "granitemoehybrid") c = parse_transformers_granite_hybrid(j, source);
     else if (t == "bamba") c = parse_transformers_bamba(j, source);
+    else if (t == "jamba") c = parse_transformers_jamba(j, source);
     else
       fail(source, ": model_type = ", json_excerpt(t),
            ": supported model types are \"mamba\" (MambaForCausalLM), \"mamba2\" (Mamba2ForCausalLM), ",
            "\"falcon_mamba\" (FalconMambaForCausalLM), \"nemotron_h\" (NemotronHForCausalLM), ",
-           "\"granitemoehybrid\" (GraniteMoeHybridForCausalLM, dense) and \"bamba\" (BambaForCausalLM)");
+           "\"granitemoehybrid\" (GraniteMoeHybridForCausalLM), \"bamba\" (BambaForCausalLM) and ",
+           "\"jamba\" (JambaForCausalLM)");
   } else if (j.contains("d_model")) {
     c = parse_mamba_ssm(j, source);
   } else {

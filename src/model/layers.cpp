@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "model/mixers.h"
+#include "model/moe_layer.h"
 
 namespace mambacpp {
 namespace {
@@ -137,8 +138,14 @@ void run_layer(const Model::Impl& m, int64_t layer, StateCache& state, const Pie
     case LayerKind::MLP:
       plain_sublayer(m, layer, state, ctx, w.norm, w.kind, residual);
       break;
+    case LayerKind::MoE:
+      moe_sublayer(m, w, w.norm, ctx, residual);
+      break;
   }
-  if (c.mlp_after_mixer) plain_sublayer(m, layer, state, ctx, w.mlp_norm, LayerKind::MLP, residual);
+  if (c.mlp_after_mixer && w.moe)  // the MLP sublayer with experts (Granite-4.0-H MoE)
+    moe_sublayer(m, w, w.mlp_norm, ctx, residual);
+  else if (c.mlp_after_mixer)
+    plain_sublayer(m, layer, state, ctx, w.mlp_norm, LayerKind::MLP, residual);
 }
 
 }  // namespace mambacpp

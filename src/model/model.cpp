@@ -14,6 +14,7 @@
 #include "model/decode_step.h"
 #include "model/layer_stack.h"
 #include "model/model_impl.h"
+#include "model/moe_layer.h"
 #include "model/pieces.h"
 #include "core/system_memory.h"
 
@@ -91,6 +92,7 @@ int64_t Model::weight_bytes() const {
     for (const Weight* t : {&l.in_proj, &l.out_proj, &l.x_proj, &l.dt_proj, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj,
                             &l.mlp_up, &l.mlp_gate, &l.mlp_down})
       if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
+    if (l.moe) sum += moe_weight_bytes(*l.moe);
   }
   return sum;
 }
@@ -143,7 +145,7 @@ void check_state_fits(const ModelConfig& c, int64_t n_slots, DType state_dtype, 
   double slot = 0;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerKind kind = c.layer_kind(l);
-    if (kind == LayerKind::Attention || kind == LayerKind::MLP) continue;
+    if (kind == LayerKind::Attention || kind == LayerKind::MLP || kind == LayerKind::MoE) continue;
     slot += static_cast<double>(c.conv_state_size() + c.ssm_state_size()) * static_cast<double>(dtype_size(state_dtype));
   }
   const double need = slot * static_cast<double>(n_slots);
@@ -182,7 +184,7 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
   for (int64_t l = 0; l < c.n_layer; ++l) {
     LayerCache lc;
     const LayerKind kind = c.layer_kind(l);
-    if (kind == LayerKind::Attention || kind == LayerKind::MLP) {
+    if (kind == LayerKind::Attention || kind == LayerKind::MLP || kind == LayerKind::MoE) {
       // No fixed-size tensors (two empty buffers keep buffers[2 l], buffers[2 l + 1] the layer's, as MambaBlock
       // expects); an attention layer's pages are allocated as its slots grow.
       lc.kind = kind == LayerKind::Attention ? LayerCacheKind::Kv : LayerCacheKind::Stateless;
