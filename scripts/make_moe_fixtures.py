@@ -199,10 +199,12 @@ class RoutingRecorder:
                 self.handles.append(mod.register_forward_hook(self.softmax_hook(name, cfg.num_experts_per_tok)))
 
     def record(self, name, expected, torch_choice, straddle, n_experts):
-        same = [set(a.tolist()) == set(b.tolist()) for a, b in zip(expected, torch_choice)]
         counts = np.bincount(expected.reshape(-1), minlength=n_experts)
         self.stats[name] = {"tokens_per_expert": counts.tolist(), "ties_at_boundary": int(straddle.sum()),
-                            "torch_equals_lowest_index_rule": bool(all(same)), "tokens": int(expected.shape[0])}
+                            "tokens": int(expected.shape[0])}
+        if torch_choice is not None:
+            same = [set(a.tolist()) == set(b.tolist()) for a, b in zip(expected, torch_choice)]
+            self.stats[name]["torch_equals_lowest_index_rule"] = bool(all(same))
 
     def nemotron_hook(self, name, moe):
         cfg = moe.config
@@ -210,7 +212,10 @@ class RoutingRecorder:
         def hook(_mod, _inp, out):
             try:
                 logits = out.detach().to(torch.float32)
-                torch_idx, _ = moe.route_tokens_to_experts(logits.clone())
+                try:  # torch's own choice, where this transformers version exposes it this way
+                    torch_idx = moe.route_tokens_to_experts(logits.clone())[0].numpy()
+                except Exception:  # noqa: BLE001
+                    torch_idx = None
                 s = torch.sigmoid(logits).numpy()
                 choice = s + moe.gate.e_score_correction_bias.detach().to(torch.float32).numpy()
                 T, E = choice.shape
@@ -222,7 +227,7 @@ class RoutingRecorder:
                 np.put_along_axis(mask, gtop, True, 1)
                 masked = np.where(np.repeat(mask, per, axis=1), choice, -np.inf)
                 top, straddle = stable_top_k(masked, cfg.num_experts_per_tok)
-                self.record(name, top, torch_idx.numpy(), straddle, E)
+                self.record(name, top, torch_idx, straddle, E)
             except Exception as e:  # noqa: BLE001  (statistics only: never lose the fixture over them)
                 self.stats[name] = {"error": repr(e)[:300]}
         return hook
