@@ -189,6 +189,13 @@ TEST(MoeModel, RandomWeightsAreSplitAndBatchInvariant) {
     lo.max_batch_tokens = 16;  // prefill pieces of 16: sequences cut inside a call too
     auto model = Model::random(c, lo, 5, DType::F32);
     EXPECT_GT(model->weight_bytes(), c.moe.n_experts * c.moe.expert_size * c.d_model * 4 * 2);
+    // A decode step of one token reads top_k of the experts; a large batch nearly all of them.
+    int64_t moe_layers = 0;
+    for (int64_t l = 0; l < c.n_layer; ++l) moe_layers += c.layer_kind(l) == LayerKind::MoE || c.mlp_has_experts(l);
+    const int64_t per_expert = (c.moe.act == MlpAct::Relu2 ? 2 : 3) * c.moe.expert_size * c.d_model * 4;
+    EXPECT_EQ(model->weight_bytes() - model->decode_weight_bytes(1),
+              moe_layers * (c.moe.n_experts - c.moe.top_k) * per_expert);
+    EXPECT_GT(model->decode_weight_bytes(64), model->weight_bytes() - moe_layers * per_expert / 100);
     std::vector<int32_t> ids(41);
     for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
     auto st = model->create_state(1);

@@ -2,6 +2,7 @@
 // the blocks in pieces of at most `max_batch_tokens` tokens, so memory does not grow with L. A sequence that does
 // not fit in one piece continues in the next from the state the previous piece left in its slot.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -95,6 +96,20 @@ int64_t Model::weight_bytes() const {
     if (l.moe) sum += moe_weight_bytes(*l.moe);
   }
   return sum;
+}
+
+int64_t Model::decode_weight_bytes(int64_t batch) const {
+  const MoeConfig& m = impl_->config.moe;
+  int64_t total = weight_bytes();
+  if (m.n_experts == 0) return total;
+  const double E = static_cast<double>(m.n_experts), k = static_cast<double>(m.top_k);
+  const double read = batch <= 1 ? k : E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+  for (const LayerWeights& l : impl_->weights.layers)
+    if (l.moe) {
+      const int64_t experts = moe_expert_bytes(*l.moe);
+      total += std::llround(static_cast<double>(experts) / E * read) - experts;
+    }
+  return total;
 }
 
 DType Model::weight_dtype() const {

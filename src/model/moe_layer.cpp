@@ -75,10 +75,15 @@ std::shared_ptr<const MoeWeights> bind_moe(const MoeBinder& b, const ModelConfig
   fail("bind_moe: ", family_name(c.family), " models have no mixture-of-experts layers here");
 }
 
-int64_t moe_weight_bytes(const MoeWeights& w) {
+int64_t moe_expert_bytes(const MoeWeights& w) {
   int64_t sum = 0;
   for (const auto* v : {&w.up, &w.gate, &w.down})
     for (const Weight& e : *v) sum += static_cast<int64_t>(e.nbytes());
+  return sum;
+}
+
+int64_t moe_weight_bytes(const MoeWeights& w) {
+  int64_t sum = moe_expert_bytes(w);
   for (const Weight* t : {&w.router, &w.shared_up, &w.shared_down})
     if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
   return sum;

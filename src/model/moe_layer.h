@@ -44,8 +44,9 @@ struct MoeBinder {
 // read per expert when the checkpoint holds "<prefix>experts.0.up_proj.weight", else as fused 3-D tensors.
 std::shared_ptr<const MoeWeights> bind_moe(const MoeBinder& b, const ModelConfig& c, const std::string& prefix);
 
-// Bytes of every weight of the MoE (all experts, router and shared expert).
+// Bytes of every weight of the MoE (all experts, router and shared expert), and of the routed experts alone.
 int64_t moe_weight_bytes(const MoeWeights& w);
+int64_t moe_expert_bytes(const MoeWeights& w);
 
 // residual += residual_multiplier * (routed experts + shared expert)(rmsnorm(residual) * norm).
 void moe_sublayer(const Model::Impl& m, const LayerWeights& w, const TensorView& norm, const PieceContext& ctx,
