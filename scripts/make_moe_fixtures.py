@@ -115,7 +115,24 @@ def build(spec):
         from transformers import JambaConfig as C, JambaForCausalLM as M
     config = C(**dict(spec["cfg"]))
     config._attn_implementation = "eager"
-    return M(config), M
+    model = M(config)
+    eager_experts(model)
+    return model, M
+
+
+def eager_experts(model):
+    """transformers 5 runs MoE experts through torch._grouped_mm by default, which has no float64: select the eager
+    per-expert loop (the reference implementation) and check that every experts module sees it."""
+    try:
+        model.set_experts_implementation("eager")
+    except Exception:  # noqa: BLE001  (versions without the setter, or that refuse it: set the config field)
+        model.config._experts_implementation = "eager"
+    for name, mod in model.named_modules():
+        cfg = getattr(mod, "config", None)
+        if cfg is not None and hasattr(cfg, "_experts_implementation"):
+            assert cfg._experts_implementation in (None, "eager"), \
+                f"{name}: experts implementation {cfg._experts_implementation!r}, expected eager"
+    return model
 
 
 @torch.no_grad()
@@ -166,7 +183,7 @@ def init_weights(model, spec, seed):
     if "tie_rows" in spec:
         a, c = spec["tie_rows"]
         for name, p in model.named_parameters():
-            if name.endswith("router.layer.weight") or name.endswith("feed_forward.router.weight"):
+            if name.endswith("router.layer.weight") or name.endswith("router.weight"):
                 p[c].copy_(p[a])
 
 
@@ -193,10 +210,13 @@ class RoutingRecorder:
         for name, mod in model.named_modules():
             if family == "nemotron_h" and type(mod).__name__ == "NemotronHMoE":
                 self.handles.append(mod.gate.register_forward_hook(self.nemotron_hook(name, mod)))
-            elif family == "granitemoehybrid" and name.endswith("block_sparse_moe.router.layer"):
-                self.handles.append(mod.register_forward_hook(self.softmax_hook(name, cfg.num_experts_per_tok)))
+            elif family == "granitemoehybrid" and (name.endswith("block_sparse_moe.router.layer") or (
+                    name.endswith("block_sparse_moe.router") and isinstance(getattr(mod, "weight", None), torch.Tensor))):
+                self.handles.append(mod.register_forward_hook(
+                    self.softmax_hook(name, mod, cfg.num_experts_per_tok, softmax_first=False)))
             elif family == "jamba" and name.endswith("feed_forward.router"):
-                self.handles.append(mod.register_forward_hook(self.softmax_hook(name, cfg.num_experts_per_tok)))
+                self.handles.append(mod.register_forward_hook(
+                    self.softmax_hook(name, mod, cfg.num_experts_per_tok, softmax_first=True)))
 
     def record(self, name, expected, torch_choice, straddle, n_experts):
         counts = np.bincount(expected.reshape(-1), minlength=n_experts)
@@ -209,9 +229,10 @@ class RoutingRecorder:
     def nemotron_hook(self, name, moe):
         cfg = moe.config
 
-        def hook(_mod, _inp, out):
+        def hook(mod, inp, _out):
             try:
-                logits = out.detach().to(torch.float32)
+                x = inp[0].detach().reshape(-1, inp[0].shape[-1])
+                logits = torch.nn.functional.linear(x.to(torch.float32), mod.weight.detach().to(torch.float32))
                 try:  # torch's own choice, where this transformers version exposes it this way
                     torch_idx = moe.route_tokens_to_experts(logits.clone())[0].numpy()
                 except Exception:  # noqa: BLE001
@@ -232,12 +253,15 @@ class RoutingRecorder:
                 self.stats[name] = {"error": repr(e)[:300]}
         return hook
 
-    def softmax_hook(self, name, k):
-        def hook(_mod, _inp, out):
+    def softmax_hook(self, name, module, k, softmax_first):
+        """Granite ranks the f32 logits, Jamba the softmax over them: the choice recomputed from the router's input."""
+        def hook(mod, inp, _out):
             try:
-                logits = out.detach().reshape(-1, out.shape[-1]).to(torch.float32)
-                torch_idx = torch.topk(logits, k, dim=-1)[1].numpy()
-                top, straddle = stable_top_k(logits.numpy(), k)
+                x = inp[0].detach().reshape(-1, inp[0].shape[-1])
+                logits = torch.nn.functional.linear(x, mod.weight.detach()).to(torch.float32)
+                ranked = torch.softmax(logits, dim=-1) if softmax_first else logits
+                torch_idx = torch.topk(ranked, k, dim=-1)[1].numpy()
+                top, straddle = stable_top_k(ranked.numpy(), k)
                 self.record(name, top, torch_idx, straddle, logits.shape[1])
             except Exception as e:  # noqa: BLE001
                 self.stats[name] = {"error": repr(e)[:300]}
@@ -311,7 +335,7 @@ def make_one(spec, root, index):
     prompt = torch.randint(0, vocab, (hy.PROMPT_LEN,), generator=gen).tolist()
 
     mem = model.double()
-    ref = cls.from_pretrained(out_dir, dtype=torch.float64, attn_implementation="eager").eval()
+    ref = eager_experts(cls.from_pretrained(out_dir, dtype=torch.float64, attn_implementation="eager").eval())
     rec = RoutingRecorder(ref, spec["family"])
     logits = hy.logits_of(ref, tokens)
     rec.remove()
@@ -352,7 +376,7 @@ def make_one(spec, root, index):
                  "files": sorted(os.listdir(other_dir)),
                  "saved_tensor_names": sorted(load_file(os.path.join(other_dir, "model.safetensors")).keys())}
         try:  # whether transformers itself reads that layout (informational)
-            again = cls.from_pretrained(other_dir, dtype=torch.float64, attn_implementation="eager").eval()
+            again = eager_experts(cls.from_pretrained(other_dir, dtype=torch.float64, attn_implementation="eager").eval())
             entry["transformers_reload_max_abs"] = float((hy.logits_of(again, tokens) - logits).abs().max())
         except Exception as e:  # noqa: BLE001
             entry["transformers_reload_error"] = repr(e)[:500]
