@@ -208,15 +208,21 @@ class RoutingRecorder:
         self.stats, self.handles = {}, []
         cfg = model.config
         for name, mod in model.named_modules():
-            if family == "nemotron_h" and type(mod).__name__ == "NemotronHMoE":
-                self.handles.append(mod.gate.register_forward_hook(self.nemotron_hook(name, mod)))
-            elif family == "granitemoehybrid" and (name.endswith("block_sparse_moe.router.layer") or (
-                    name.endswith("block_sparse_moe.router") and isinstance(getattr(mod, "weight", None), torch.Tensor))):
-                self.handles.append(mod.register_forward_hook(
-                    self.softmax_hook(name, mod, cfg.num_experts_per_tok, softmax_first=False)))
-            elif family == "jamba" and name.endswith("feed_forward.router"):
-                self.handles.append(mod.register_forward_hook(
-                    self.softmax_hook(name, mod, cfg.num_experts_per_tok, softmax_first=True)))
+            try:
+                self.attach(family, cfg, name, mod)
+            except Exception as e:  # noqa: BLE001  (statistics only: never lose the fixture over them)
+                self.stats[name] = {"error": repr(e)[:300]}
+
+    def attach(self, family, cfg, name, mod):
+        if family == "nemotron_h" and type(mod).__name__ == "NemotronHMoE":
+            self.handles.append(mod.gate.register_forward_hook(self.nemotron_hook(name, mod, cfg)))
+        elif family == "granitemoehybrid" and (name.endswith("block_sparse_moe.router.layer") or (
+                name.endswith("block_sparse_moe.router") and isinstance(getattr(mod, "weight", None), torch.Tensor))):
+            self.handles.append(mod.register_forward_hook(
+                self.softmax_hook(name, mod, cfg.num_experts_per_tok, softmax_first=False)))
+        elif family == "jamba" and name.endswith("feed_forward.router"):
+            self.handles.append(mod.register_forward_hook(
+                self.softmax_hook(name, mod, cfg.num_experts_per_tok, softmax_first=True)))
 
     def record(self, name, expected, torch_choice, straddle, n_experts):
         counts = np.bincount(expected.reshape(-1), minlength=n_experts)
@@ -226,8 +232,7 @@ class RoutingRecorder:
             same = [set(a.tolist()) == set(b.tolist()) for a, b in zip(expected, torch_choice)]
             self.stats[name]["torch_equals_lowest_index_rule"] = bool(all(same))
 
-    def nemotron_hook(self, name, moe):
-        cfg = moe.config
+    def nemotron_hook(self, name, moe, cfg):
 
         def hook(mod, inp, _out):
             try:
@@ -238,7 +243,7 @@ class RoutingRecorder:
                 except Exception:  # noqa: BLE001
                     torch_idx = None
                 s = torch.sigmoid(logits).numpy()
-                choice = s + moe.gate.e_score_correction_bias.detach().to(torch.float32).numpy()
+                choice = s + mod.e_score_correction_bias.detach().to(torch.float32).numpy()
                 T, E = choice.shape
                 g = cfg.n_group
                 per = E // g
