@@ -139,6 +139,33 @@ TEST(MoeCheckpoint, FusedAndPerExpertExpertsLoadToTheSameModel) {
   }
 }
 
+TEST(MoeCheckpoint, GraniteLoadsTheReleasedAndTheTransformers5Names) {
+  const nlohmann::json j = nlohmann::json::parse(R"({
+    "model_type": "granitemoehybrid", "architectures": ["GraniteMoeHybridForCausalLM"], "vocab_size": 59,
+    "hidden_size": 32, "num_hidden_layers": 2, "layer_types": ["mamba", "attention"], "num_attention_heads": 4,
+    "num_key_value_heads": 1, "attention_multiplier": 0.3, "embedding_multiplier": 3.0, "residual_multiplier": 0.4,
+    "logits_scaling": 2.5, "num_local_experts": 5, "num_experts_per_tok": 2, "intermediate_size": 12,
+    "shared_intermediate_size": 24, "mamba_n_heads": 8, "mamba_d_head": 8, "mamba_n_groups": 2, "mamba_d_state": 8,
+    "mamba_chunk_size": 8, "rms_norm_eps": 1e-6, "tie_word_embeddings": true})");
+  const ModelConfig c = parse_model_config(j.dump());
+  const auto released = random_tensors(c, 23);
+  ASSERT_TRUE(released.count("model.layers.1.block_sparse_moe.input_linear.weight"));
+  std::map<std::string, test::HostTensor> v5;
+  for (const auto& [name, t] : released) {
+    std::string n = std::regex_replace(name, std::regex(R"(router\.layer\.weight$)"), "router.weight");
+    n = std::regex_replace(n, std::regex(R"(block_sparse_moe\.input_linear\.weight$)"), "block_sparse_moe.experts.gate_up_proj");
+    n = std::regex_replace(n, std::regex(R"(block_sparse_moe\.output_linear\.weight$)"), "block_sparse_moe.experts.down_proj");
+    v5[n] = t;
+  }
+  ASSERT_TRUE(v5.count("model.layers.1.block_sparse_moe.experts.down_proj"));
+  test::TempDir tmp;
+  write_model(tmp.file("released"), j, released);
+  write_model(tmp.file("v5"), j, v5);
+  const auto a = logits_of(tmp.file("released"));
+  for (float v : a) ASSERT_TRUE(std::isfinite(v));
+  EXPECT_EQ(a, logits_of(tmp.file("v5")));
+}
+
 TEST(MoeCheckpoint, MtpTensorsAreSkippedOnlyForDeclaredMtpLayers) {
   nlohmann::json j = nlohmann::json::parse(kNemotron);
   const ModelConfig c = parse_model_config(kNemotron);

@@ -52,9 +52,11 @@ std::shared_ptr<const MoeWeights> bind_moe(const MoeBinder& b, const ModelConfig
     return w;
   }
   if (c.family == Family::GraniteHybrid) {
-    w->router = b.matrix(p + "router.layer.weight", {E, D});
-    split(b.matrix(p + "input_linear.weight", {E, 2 * I, D}), E, w->up);  // gate rows then up rows
-    split(b.matrix(p + "output_linear.weight", {E, D, I}), E, w->down);
+    // The released checkpoints' names, or transformers 5's (router.weight, experts.gate_up_proj / down_proj).
+    const bool v5 = b.has(p + "experts.gate_up_proj");
+    w->router = b.matrix(p + (b.has(p + "router.weight") ? "router.weight" : "router.layer.weight"), {E, D});
+    split(b.matrix(p + (v5 ? "experts.gate_up_proj" : "input_linear.weight"), {E, 2 * I, D}), E, w->up);  // gate, up
+    split(b.matrix(p + (v5 ? "experts.down_proj" : "output_linear.weight"), {E, D, I}), E, w->down);
     return w;
   }
   if (c.family == Family::Jamba) {
