@@ -303,12 +303,13 @@ void run_bench(const BenchOptions& o) {
   const DType state_dtype = o.model.state();
   const double bandwidth = model->measure_copy_bandwidth();
 
-  // A step reads every weight, reads and writes each sequence's recurrent state, and reads the KV rows its attention
-  // layers hold: on average over the run, prompt + gen / 2 of them (their one new row written is negligible).
+  // A step reads every weight (of a mixture of experts, the experts its tokens chose: Model::decode_weight_bytes),
+  // reads and writes each sequence's recurrent state, and reads the KV rows its attention layers hold: on average
+  // over the run, prompt + gen / 2 of them (their one new row written is negligible).
   const auto probe = model->create_state(1, state_dtype);
   const int64_t state_bytes = o.batch * static_cast<int64_t>(probe->slot_bytes());
   const int64_t kv_bytes = o.batch * static_cast<int64_t>(probe->kv_bytes_per_token()) * (o.prompt + o.gen / 2);
-  const int64_t step_bytes = model->weight_bytes() + 2 * state_bytes + kv_bytes;
+  const int64_t step_bytes = model->decode_weight_bytes(o.batch) + 2 * state_bytes + kv_bytes;
   const double floor_ms = step_bytes / bandwidth * 1000.0;
   const ClosedBatch runs = closed_batch(*model, state_dtype, o.batch, o.prompt, o.gen, o.repeat, o.host_argmax);
   const std::vector<double>& prefill_ms = runs.prefill_ms;

@@ -17,18 +17,44 @@ const char* arch_name(Arch a);  // "mamba" / "mamba2"
 // The hybrids interleave Mamba-2 layers with attention (and, for Nemotron-H, MLP) layers; they differ in tensor
 // names, in whether every layer carries a second (MLP) sublayer, and in the Mamba-2 gated norm's grouping.
 // Falcon-H1 runs Mamba-2 and attention side by side in every layer (LayerKind::ParallelHybrid).
-enum class Family : uint8_t { Mamba, NemotronH, GraniteHybrid, Bamba, FalconH1 };
-const char* family_name(Family f);  // "mamba" / "nemotron_h" / "granitemoehybrid" / "bamba" / "falcon_h1"
+enum class Family : uint8_t { Mamba, NemotronH, GraniteHybrid, Bamba, FalconH1, Jamba };
+const char* family_name(Family f);  // "mamba" / "nemotron_h" / "granitemoehybrid" / "bamba" / "falcon_h1" / "jamba"
 
 // The mixer of one layer (the first sublayer: norm, mixer, residual add).
 // ParallelHybrid (Falcon-H1): a Mamba-2 mixer and attention both read the layer's one normed input and their
-// outputs are summed into the residual; its cache holds a Mamba state and KV pages side by side.
-enum class LayerKind : uint8_t { Mamba1, Mamba2, Attention, MLP, ParallelHybrid };
-const char* layer_kind_name(LayerKind k);  // "mamba1" / "mamba2" / "attention" / "mlp" / "parallel"
+// outputs are summed into the residual; its cache holds a Mamba state and KV pages side by side. MoE: a mixture of
+// experts (Nemotron-H's E layers).
+enum class LayerKind : uint8_t { Mamba1, Mamba2, Attention, MLP, ParallelHybrid, MoE };
+const char* layer_kind_name(LayerKind k);  // "mamba1" / "mamba2" / "attention" / "mlp" / "parallel" / "moe"
 
 // MLP activations: relu2 is down(relu(up(x))^2) (Nemotron-H); SiluGated is down(silu(gate(x)) * up(x)) (Granite's
 // shared_mlp, Bamba's feed_forward).
 enum class MlpAct : uint8_t { Relu2, SiluGated };
+
+// Mixture-of-experts layers (config_moe.cpp). A token's router logits choose top_k of n_experts routed experts;
+// their outputs, weighted, are summed beside the shared expert(s):
+// - SigmoidGrouped (Nemotron-H): scores sigmoid(logits); the choice ranks scores + e_score_correction_bias, within
+//   the topk_group of n_group expert groups whose two best biased scores sum highest; weights are the chosen scores,
+//   divided by their sum when norm_topk_prob, times routed_scaling;
+// - SoftmaxChosen (Granite-4.0-H): the top_k logits, softmax over those k;
+// - SoftmaxAll (Jamba): softmax over all logits, the top_k probabilities as they are (no renormalisation).
+// Ties go to the lower expert index (torch.topk on the CPU).
+enum class MoeRouting : uint8_t { SigmoidGrouped, SoftmaxChosen, SoftmaxAll };
+const char* moe_routing_name(MoeRouting r);  // "sigmoid_grouped" / "softmax_chosen" / "softmax_all"
+
+struct MoeConfig {
+  int64_t n_experts = 0;    // routed experts per MoE layer; 0: the model has none
+  int64_t top_k = 0;        // experts per token
+  int64_t expert_size = 0;  // intermediate width of one routed expert
+  MlpAct act = MlpAct::Relu2;  // Relu2: down(relu(up x)^2) (Nemotron-H); SiluGated: down(silu(gate x) * up x)
+  MoeRouting routing = MoeRouting::SoftmaxChosen;
+  int64_t n_group = 1, topk_group = 1;  // SigmoidGrouped only
+  bool norm_topk_prob = false;          // SigmoidGrouped only
+  double routed_scaling = 1.0;          // SigmoidGrouped only
+  // Nemotron-H's shared expert (a relu2 MLP with mlp_bias beside the routed ones); 0: none. Granite's shared
+  // expert is its shared_mlp (mlp_size), Jamba has none.
+  int64_t shared_size = 0;
+};
 
 struct ModelConfig {
   Arch arch = Arch::Mamba2;
@@ -104,6 +130,16 @@ struct ModelConfig {
   bool mamba_rms_norm = true;
   bool mamba_norm_before_gate = false;
   bool mamba_out_proj_bias = false;  // Falcon-H1's projectors_bias: out_proj's bias (in_proj's is use_bias)
+  // Mixture of experts: Nemotron-H's MoE layers (LayerKind::MoE), or the MLP sublayer of layers l with
+  // l % moe_layer_period == moe_layer_offset (Granite-4.0-H MoE: every layer, period 1; Jamba: expert_layer_period
+  // and expert_layer_offset); moe_layer_period 0: no MLP sublayer has experts.
+  MoeConfig moe;
+  int64_t moe_layer_period = 0;
+  int64_t moe_layer_offset = 0;
+  bool mlp_has_experts(int64_t l) const { return moe_layer_period > 0 && l % moe_layer_period == moe_layer_offset; }
+  // Nemotron-H's multi-token-prediction layers (num_nextn_predict_layers): not run (they serve speculative decoding,
+  // which mambacpp does not do yet); their tensors (mtp.*) are skipped on load.
+  int64_t mtp_layers_ignored = 0;
 
   bool hybrid() const { return family != Family::Mamba; }
   LayerKind layer_kind(int64_t l) const {

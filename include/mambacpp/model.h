@@ -132,6 +132,10 @@ class Model {
 
   // For benchmarks and schedulers.
   int64_t weight_bytes() const;  // every weight a decode step reads (the embedding gather excluded, the LM head in)
+  // The weights a decode step of `batch` sequences reads: weight_bytes(), except that a mixture-of-experts layer reads
+  // the experts its tokens chose, counted as the expected number of distinct experts under uniform routing,
+  // E (1 - (1 - k/E)^batch) of E (exactly k at batch 1). Equal to weight_bytes() for models without experts.
+  int64_t decode_weight_bytes(int64_t batch) const;
   DType weight_dtype() const;    // of the projections
   // The backend's copy bandwidth in bytes/s, read plus written (median of 10 copies of a 256 MiB buffer).
   double measure_copy_bandwidth() const;

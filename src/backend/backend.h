@@ -164,6 +164,47 @@ struct FusedLinearArgs {
   TensorView conv_out;    // [B, conv_channels] f32
 };
 
+// ---- Mixture of experts (Backend::moe_route, Backend::moe_experts) ----------------------------------------------
+// How router logits become each token's experts and weights (ties always go to the lower expert index, as torch.topk
+// does on the CPU; the chosen experts are listed best first):
+// - SigmoidGrouped: s = sigmoid(logits); the choice ranks s + bias among the experts of the topk_group groups (of
+//   n_group equal groups) whose two best s + bias sum highest; weights are the chosen s, divided by their sum (plus
+//   1e-20) when renormalize, times scale;
+// - SoftmaxChosen: the top_k logits; weights are the softmax over those k;
+// - SoftmaxAll: p = softmax over all logits; the top_k p as they are.
+enum class MoeScoring : uint8_t { SigmoidGrouped, SoftmaxChosen, SoftmaxAll };
+
+struct MoeRouteArgs {
+  TensorView logits;   // [T, E] f32
+  TensorView bias;     // [E] f32 (SigmoidGrouped's e_score_correction_bias: ranks the choice only), or empty
+  MoeScoring scoring = MoeScoring::SoftmaxChosen;
+  int64_t top_k = 0, n_group = 1, topk_group = 1;
+  bool renormalize = false;
+  float scale = 1.0f;
+  TensorView ids;      // [T, top_k] i32 output
+  TensorView weights;  // [T, top_k] f32 output
+};
+
+// The routed experts' combined output: out[t] = sum over j = 0..top_k-1, in that order, of
+// weights[t, j] * expert_{ids[t, j]}(x[t]), where expert e is down_e(relu(up_e x)^2) (Relu2) or
+// down_e(silu(gate part of up_e x) * up part) (SiluGated). Each token's expert outputs are computed exactly as they
+// would be for that token alone (the linear's rows are independent), so grouping tokens by expert changes no bits.
+enum class MoeExpertAct : uint8_t { Relu2, SiluGated };
+
+struct MoeExpertsArgs {
+  TensorView x;          // [T, D] f32
+  TensorView ids;        // [T, top_k] i32 (moe_route's)
+  TensorView weights;    // [T, top_k] f32
+  MoeExpertAct act = MoeExpertAct::Relu2;
+  int64_t expert_size = 0;  // I
+  // One weight per expert (2-D; one expert of a packed [E, out, in] checkpoint tensor is that tensor's rows(e, 1)
+  // seen as [out, in]):
+  std::vector<Weight> up;    // Relu2: [I, D]; SiluGated: [2 I, D] gate rows then up rows, or [I, D] beside `gate`
+  std::vector<Weight> gate;  // SiluGated with separate gate projections: [I, D] each; else empty
+  std::vector<Weight> down;  // [D, I]
+  TensorView out;        // [T, D] f32 (written)
+};
+
 class Backend {
  public:
   virtual ~Backend() = default;
@@ -269,6 +310,15 @@ class Backend {
   // depends only on them, so a recipe asks for every piece of a block first and never stops halfway.
   virtual bool supports_fused_linear(const FusedLinearArgs&, const BatchLayout&) const { return false; }
   virtual void fused_linear(const FusedLinearArgs&, const BatchLayout&) { unsupported("fused_linear"); }
+
+  // ---- Mixture-of-experts ops -------------------------------------------------------------------------------
+  // Defaults (moe_ops_default.cpp) are composed of the ops above with the routing and the combine done on the host
+  // (correct on any device; not capturable in a graph); a backend may run them on the device instead.
+  virtual void moe_route(const MoeRouteArgs& args);
+  virtual void moe_experts(const MoeExpertsArgs& args);
+  // Whether moe_route and moe_experts issue device work only (no host copies or waits), so a decode step with MoE
+  // layers may be captured as a graph.
+  virtual bool moe_ops_capturable() const { return false; }
 
   // ---- Graphs (optional; CUDA graphs) ------------------------------------------------------------------------
   // Ops issued between begin_capture() and end_capture() are recorded instead of run; replay() runs them again with

@@ -42,6 +42,7 @@ const char* family_name(Family f) {
     case Family::GraniteHybrid: return "granitemoehybrid";
     case Family::Bamba: return "bamba";
     case Family::FalconH1: return "falcon_h1";
+    case Family::Jamba: return "jamba";
   }
   return "?";
 }
@@ -53,6 +54,7 @@ const char* layer_kind_name(LayerKind k) {
     case LayerKind::Attention: return "attention";
     case LayerKind::MLP: return "mlp";
     case LayerKind::ParallelHybrid: return "parallel";
+    case LayerKind::MoE: return "moe";
   }
   return "?";
 }
@@ -106,6 +108,7 @@ std::string ModelConfig::to_json() const {
     j["logits_scaling"] = float_json(logits_scaling);
     j["max_position"] = max_position;
     if (family == Family::FalconH1) j["falcon_h1"] = nlohmann::ordered_json::parse(falcon_h1_canonical_json(*this));
+    moe_to_json(*this, j);
   }
   return j.dump(2);
 }
@@ -133,6 +136,7 @@ void ModelConfig::validate() const {
     fail("model config: mixer_rms_eps = ", mixer_rms_eps, ", expected >= 0 (and > 0 only for FalconMamba, a Mamba-1)");
   if (arch == Arch::Mamba1) {
     require_size("dt_rank", dt_rank);
+    if (hybrid()) validate_hybrid();  // Jamba
     return;
   }
   if (hybrid()) validate_hybrid();
@@ -150,15 +154,20 @@ void ModelConfig::validate() const {
 }
 
 void ModelConfig::validate_hybrid() const {
-  if (arch != Arch::Mamba2) fail("model config: hybrid models have Mamba-2 layers, found arch ", arch_name(arch));
+  // Every Mamba layer of a hybrid is of the model's arch: Mamba-1 for Jamba, Mamba-2 for the others.
+  if ((arch == Arch::Mamba1) != (family == Family::Jamba))
+    fail("model config: ", family_name(family), " models have ", family == Family::Jamba ? "Mamba-1" : "Mamba-2",
+         " layers, found arch ", arch_name(arch));
   if (static_cast<int64_t>(layers.size()) != n_layer)
     fail("model config: ", layers.size(), " layer kinds for n_layer = ", n_layer);
   bool attention = false, mlp = mlp_after_mixer;
   for (LayerKind k : layers) {
-    if (k == LayerKind::Mamba1) fail("model config: hybrid models take Mamba-2 layers, not Mamba-1");
+    if ((k == LayerKind::Mamba1 && arch != Arch::Mamba1) || (k == LayerKind::Mamba2 && arch != Arch::Mamba2))
+      fail("model config: a ", layer_kind_name(k), " layer in a model of arch ", arch_name(arch));
     attention |= k == LayerKind::Attention || k == LayerKind::ParallelHybrid;
     mlp |= k == LayerKind::MLP || k == LayerKind::ParallelHybrid;
   }
+  validate_moe(*this);
   if (gated_norm_groups < 0 || (gated_norm_groups > 0 && n_groups % gated_norm_groups != 0))
     fail("model config: gated_norm_groups = ", gated_norm_groups, " does not divide n_groups = ", n_groups);
   if (attention) {
@@ -194,12 +203,13 @@ ModelConfig parse_model_config(const std::string& json_text, const std::string& 
     else if (t == "granitemoehybrid") c = parse_transformers_granite_hybrid(j, source);
     else if (t == "bamba") c = parse_transformers_bamba(j, source);
     else if (t == "falcon_h1") c = parse_transformers_falcon_h1(j, source);
+    else if (t == "jamba") c = parse_transformers_jamba(j, source);
     else
       fail(source, ": model_type = ", json_excerpt(t),
            ": supported model types are \"mamba\" (MambaForCausalLM), \"mamba2\" (Mamba2ForCausalLM), ",
            "\"falcon_mamba\" (FalconMambaForCausalLM), \"nemotron_h\" (NemotronHForCausalLM), ",
-           "\"granitemoehybrid\" (GraniteMoeHybridForCausalLM, dense), \"bamba\" (BambaForCausalLM) and ",
-           "\"falcon_h1\" (FalconH1ForCausalLM)");
+           "\"granitemoehybrid\" (GraniteMoeHybridForCausalLM), \"bamba\" (BambaForCausalLM), ",
+           "\"falcon_h1\" (FalconH1ForCausalLM) and \"jamba\" (JambaForCausalLM)");
   } else if (j.contains("d_model")) {
     c = parse_mamba_ssm(j, source);
   } else {

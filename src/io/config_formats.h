@@ -31,6 +31,17 @@ void validate_falcon_h1(const ModelConfig& c);
 // The hybrid fields of our canonical form (present when "family" is).
 void parse_canonical_hybrid(const nlohmann::json& j, const std::string& source, ModelConfig& c);
 
+// Mixture of experts (config_moe.cpp): Nemotron-H's MoE keys, Granite-4.0-H's (num_local_experts > 0), the "moe"
+// object of the canonical form, and the checks of ModelConfig::validate.
+class ConfigReader;
+void read_nemotron_moe(const ConfigReader& r, ModelConfig& c);
+void read_granite_moe(const ConfigReader& r, ModelConfig& c, int64_t experts);
+void moe_to_json(const ModelConfig& c, nlohmann::ordered_json& j);
+void parse_canonical_moe(const nlohmann::json& j, const std::string& source, ModelConfig& c);
+void validate_moe(const ModelConfig& c);
+// AI21's JambaConfig ("jamba", config_jamba.cpp): Mamba-1, attention and MoE / dense MLP sublayers.
+ModelConfig parse_transformers_jamba(const nlohmann::json& j, const std::string& source);
+
 // Our own canonical form, written by ModelConfig::to_json ("mambacpp_config": 1).
 ModelConfig parse_canonical(const nlohmann::json& j, const std::string& source);
 

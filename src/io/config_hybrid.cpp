@@ -1,6 +1,6 @@
 // config.json of the hybrid families as transformers 5.x writes them: NemotronHConfig ("nemotron_h"),
-// GraniteMoeHybridConfig ("granitemoehybrid", dense only) and BambaConfig ("bamba"). Defaults are those of the
-// transformers classes. Variants the forward pass does not implement (MoE layers, parallel layers, rope scaling,
+// GraniteMoeHybridConfig ("granitemoehybrid"; its experts in config_moe.cpp) and BambaConfig ("bamba"). Defaults are those of the
+// transformers classes. Variants the forward pass does not implement (parallel layers, rope scaling,
 // sliding windows, other activations) are rejected here, naming the key and the value found.
 #include <cmath>
 #include <limits>
@@ -146,8 +146,7 @@ LayerKind layer_kind_of(const ConfigReader& r, const std::string& key, const nlo
     if (s == "mamba" || s == "linear_attention") return LayerKind::Mamba2;
     if (s == "attention" || s == "full_attention") return LayerKind::Attention;
     if (mlp_allowed && s == "mlp") return LayerKind::MLP;
-    if (s == "moe")
-      r.reject_value(key, v, "mixture-of-experts layers (\"moe\") are not supported yet");
+    if (mlp_allowed && s == "moe") return LayerKind::MoE;
   }
   r.reject_value(key, v, mlp_allowed ? "unknown layer type; expected \"mamba\"/\"linear_attention\", "
                                        "\"attention\"/\"full_attention\" or \"mlp\""
@@ -201,22 +200,26 @@ ModelConfig parse_transformers_nemotron_h(const nlohmann::json& j, const std::st
       if (ch == 'M') c.layers.push_back(LayerKind::Mamba2);
       else if (ch == '*') c.layers.push_back(LayerKind::Attention);
       else if (ch == '-') c.layers.push_back(LayerKind::MLP);
-      else if (ch == 'E')
-        r.reject_value("hybrid_override_pattern", nlohmann::json(pattern),
-                       "layer " + std::to_string(i) + " is 'E', a mixture-of-experts layer: not supported yet");
+      else if (ch == 'E') c.layers.push_back(LayerKind::MoE);
       else
         r.reject_value("hybrid_override_pattern", nlohmann::json(pattern),
                        "unknown layer character '" + std::string(1, ch) + "' at " + std::to_string(i) +
-                           "; expected M (Mamba-2), * (attention), - (MLP)");
+                           "; expected M (Mamba-2), * (attention), - (MLP), E (MoE)");
     }
     c.n_layer = static_cast<int64_t>(c.layers.size());
     check_layer_count(r, c, "hybrid_override_pattern");
   } else {
     r.reject("layers_block_type", "required: neither layers_block_type nor hybrid_override_pattern is given");
   }
-  if (r.int_or("num_nextn_predict_layers", 0) != 0)
-    r.reject_value("num_nextn_predict_layers", *r.get("num_nextn_predict_layers"),
-                   "multi-token-prediction layers are not supported (expected 0)");
+  // Multi-token-prediction layers serve speculative decoding only: the model's own logits do not use them.
+  c.mtp_layers_ignored = r.int_or("num_nextn_predict_layers", 0);
+  if (c.mtp_layers_ignored < 0)
+    r.reject_value("num_nextn_predict_layers", *r.get("num_nextn_predict_layers"), "expected a count >= 0");
+  for (LayerKind k : c.layers)
+    if (k == LayerKind::MoE) {
+      read_nemotron_moe(r, c);
+      break;
+    }
   c.norm_eps = positive_number(r, "layer_norm_epsilon", 1e-5);
 
   // Mamba-2 layers: d_inner is mamba_num_heads * mamba_head_dim (expand only initialises).
@@ -256,10 +259,7 @@ ModelConfig parse_transformers_granite_hybrid(const nlohmann::json& j, const std
   c.family = Family::GraniteHybrid;
   read_common(r, c);
   const int64_t experts = r.int_or("num_local_experts", 8);  // GraniteMoeHybridConfig's default
-  if (experts != 0)
-    r.reject_value("num_local_experts", nlohmann::json(experts),
-                   "mixture-of-experts layers are not supported yet; only the dense models (num_local_experts = 0, "
-                   "shared_mlp only) load");
+  if (experts < 0) r.reject_value("num_local_experts", nlohmann::json(experts), "expected a count >= 0");
   c.n_layer = r.layer_count("num_hidden_layers");
   const std::string list_key = r.has("layer_types") ? "layer_types" : "layers_block_type";
   if (const nlohmann::json* list = r.get(list_key)) {
@@ -292,6 +292,7 @@ ModelConfig parse_transformers_granite_hybrid(const nlohmann::json& j, const std
   c.embedding_multiplier = nonzero_number(r, "embedding_multiplier", 1.0);
   c.residual_multiplier = nonzero_number(r, "residual_multiplier", 1.0);
   c.logits_scaling = nonzero_number(r, "logits_scaling", 1.0);
+  if (experts > 0) read_granite_moe(r, c, experts);  // block_sparse_moe beside the shared_mlp of every layer
   return c;
 }
 
@@ -334,14 +335,18 @@ void parse_canonical_hybrid(const nlohmann::json& j, const std::string& source, 
   else if (fam == "granitemoehybrid") c.family = Family::GraniteHybrid;
   else if (fam == "bamba") c.family = Family::Bamba;
   else if (fam == "falcon_h1") c.family = Family::FalconH1;
-  else r.reject_value("family", *r.get("family"), "expected \"nemotron_h\", \"granitemoehybrid\", \"bamba\" or \"falcon_h1\"");
+  else if (fam == "jamba") c.family = Family::Jamba;
+  else r.reject_value("family", *r.get("family"),
+                      "expected \"nemotron_h\", \"granitemoehybrid\", \"bamba\", \"falcon_h1\" or \"jamba\"");
   const nlohmann::json* kinds = r.get("layers");
   if (!kinds || !kinds->is_array()) r.reject("layers", "expected a list of layer kinds");
   for (const auto& k : *kinds) {
     if (k == "mamba2") c.layers.push_back(LayerKind::Mamba2);
+    else if (k == "mamba1") c.layers.push_back(LayerKind::Mamba1);
     else if (k == "attention") c.layers.push_back(LayerKind::Attention);
     else if (k == "mlp") c.layers.push_back(LayerKind::MLP);
     else if (k == "parallel") c.layers.push_back(LayerKind::ParallelHybrid);
+    else if (k == "moe") c.layers.push_back(LayerKind::MoE);
     else r.reject_value("layers", *kinds, "unknown layer kind " + json_excerpt(k));
   }
   c.mlp_after_mixer = r.bool_or("mlp_after_mixer", false);
@@ -364,6 +369,7 @@ void parse_canonical_hybrid(const nlohmann::json& j, const std::string& source, 
   c.logits_scaling = r.number_or("logits_scaling", 1.0);
   c.max_position = r.int_or("max_position", 0);
   if (c.family == Family::FalconH1) parse_canonical_falcon_h1(j, source, c);
+  parse_canonical_moe(j, source, c);
 }
 
 }  // namespace mambacpp

@@ -51,7 +51,9 @@ void decode_step(const Model::Impl& m, StateCache& state, std::span<const Sequen
     if (output == Output::LastLogits) lm_head_decode(m, residual, batch, logits);
   };
 
-  if (!m.options.cuda_graphs || !be.supports_graphs()) {
+  // MoE layers capture only where the backend routes and combines on the device (the default ops wait on the host).
+  const bool moe_capturable = c.moe.n_experts == 0 || be.moe_ops_capturable();
+  if (!m.options.cuda_graphs || !be.supports_graphs() || !moe_capturable) {
     device_work();
   } else {
     // The key is every state buffer, the row count and the output kind. The kernels read each row's slot from the

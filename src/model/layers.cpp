@@ -4,6 +4,7 @@
 
 #include "model/falcon_h1_layer.h"
 #include "model/mixers.h"
+#include "model/moe_layer.h"
 
 namespace mambacpp {
 
@@ -143,8 +144,14 @@ void run_layer(const Model::Impl& m, int64_t layer, StateCache& state, const Pie
     case LayerKind::ParallelHybrid:
       falcon_h1_layer(m, layer, state, ctx, residual);
       break;
+    case LayerKind::MoE:
+      moe_sublayer(m, w, w.norm, ctx, residual);
+      break;
   }
-  if (c.mlp_after_mixer) plain_sublayer(m, layer, state, ctx, w.mlp_norm, LayerKind::MLP, residual);
+  if (c.mlp_after_mixer && w.moe)  // the MLP sublayer with experts (Granite-4.0-H MoE)
+    moe_sublayer(m, w, w.mlp_norm, ctx, residual);
+  else if (c.mlp_after_mixer)
+    plain_sublayer(m, layer, state, ctx, w.mlp_norm, LayerKind::MLP, residual);
 }
 
 }  // namespace mambacpp

@@ -46,9 +46,13 @@ void mamba1_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const
     // FalconMamba: dt, B and C are each RMS-normalised over their own width, with no weight (transformers'
     // rms_forward), before dt_proj and the scan. In place: each row is read in full before it is written.
     const float eps = static_cast<float>(c.mixer_rms_eps);
+    // Jamba's norms have weights of their own (dt_norm, b_norm, c_norm).
+    const TensorView* own[] = {&w.dt_norm, &w.b_norm, &w.c_norm};
+    int i = 0;
     for (const auto& [begin, width] : {std::pair<int64_t, int64_t>{0, r}, {r, n}, {r + n, n}}) {
       TensorView part = dbc.cols(begin, width);
-      be.rmsnorm(part, w.mixer_norm.rows(0, width), eps, part);
+      const TensorView& mine = *own[i++];
+      be.rmsnorm(part, mine.empty() ? w.mixer_norm.rows(0, width) : mine, eps, part);
     }
   }
   TensorView dt = Workspace::f32(ws.dt, dev, T, di);

@@ -2,6 +2,7 @@
 // the blocks in pieces of at most `max_batch_tokens` tokens, so memory does not grow with L. A sequence that does
 // not fit in one piece continues in the next from the state the previous piece left in its slot.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdint>
 #include <cstdio>
@@ -14,6 +15,7 @@
 #include "model/decode_step.h"
 #include "model/layer_stack.h"
 #include "model/model_impl.h"
+#include "model/moe_layer.h"
 #include "model/pieces.h"
 #include "core/system_memory.h"
 
@@ -99,8 +101,23 @@ int64_t Model::weight_bytes() const {
     for (const Weight* t : {&l.in_proj, &l.out_proj, &l.x_proj, &l.dt_proj, &l.q_proj, &l.k_proj, &l.v_proj, &l.o_proj,
                             &l.mlp_up, &l.mlp_gate, &l.mlp_down})
       if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
+    if (l.moe) sum += moe_weight_bytes(*l.moe);
   }
   return sum;
+}
+
+int64_t Model::decode_weight_bytes(int64_t batch) const {
+  const MoeConfig& m = impl_->config.moe;
+  int64_t total = weight_bytes();
+  if (m.n_experts == 0) return total;
+  const double E = static_cast<double>(m.n_experts), k = static_cast<double>(m.top_k);
+  const double read = batch <= 1 ? k : E * (1.0 - std::pow(1.0 - k / E, static_cast<double>(batch)));
+  for (const LayerWeights& l : impl_->weights.layers)
+    if (l.moe) {
+      const int64_t experts = moe_expert_bytes(*l.moe);
+      total += std::llround(static_cast<double>(experts) / E * read) - experts;
+    }
+  return total;
 }
 
 DType Model::weight_dtype() const {
@@ -151,7 +168,7 @@ void check_state_fits(const ModelConfig& c, int64_t n_slots, DType state_dtype, 
   double slot = 0;
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerKind kind = c.layer_kind(l);
-    if (kind == LayerKind::Attention || kind == LayerKind::MLP) continue;
+    if (kind == LayerKind::Attention || kind == LayerKind::MLP || kind == LayerKind::MoE) continue;
     slot += static_cast<double>(c.conv_state_size() + c.ssm_state_size()) * static_cast<double>(dtype_size(state_dtype));
   }
   const double need = slot * static_cast<double>(n_slots);
@@ -204,7 +221,7 @@ std::unique_ptr<StateCache> Model::create_state(int64_t n_slots, DType state_dty
   for (int64_t l = 0; l < c.n_layer; ++l) {
     LayerCache lc;
     const LayerKind kind = c.layer_kind(l);
-    if (kind == LayerKind::Attention || kind == LayerKind::MLP) {
+    if (kind == LayerKind::Attention || kind == LayerKind::MLP || kind == LayerKind::MoE) {
       add_entry_without_tensors(kind == LayerKind::Attention);
       continue;
     }

@@ -158,6 +158,102 @@ ModelConfig falcon_h1(const FalconH1Shape& s) {
   return c;
 }
 
+// The mixture-of-experts hybrids, one row each. Values recalled without hub access; those marked (?) in the
+// comments are not confirmed: correct them here. Nemotron-H's routing: sigmoid with correction bias, n_group /
+// topk_group 1 (?), norm_topk_prob (?); Granite's: softmax over the top-k. Attention layers are NoPE in all of them.
+struct MoeShape {
+  const char* name;
+  Family family;
+  const char* layers;  // M Mamba-2, * attention, E MoE (Nemotron-H); Granite: M / * with experts in every layer
+  int64_t d_model, vocab, mamba_heads, mamba_head_dim, n_groups, chunk, attn_heads, kv_heads, attn_head_dim;
+  int64_t experts, top_k, expert_size, shared_size;
+  double routed_scaling;
+};
+constexpr MoeShape kMoeShapes[] = {
+    // nvidia/NVIDIA-Nemotron-3-Nano-30B-A3B: 23 Mamba-2, 23 MoE, 6 attention layers (the order of the pattern (?)),
+    // 128 experts top-6 of 1856, shared 3712, scaling 2.5, chunk 128 (?).
+    {"nemotron-3-nano-30b-a3b", Family::NemotronH, "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME", 2688, 131072,
+     64, 64, 8, 128, 32, 2, 128, 128, 6, 1856, 3712, 2.5},
+    // ibm-granite/granite-4.0-h-tiny: 40 layers, attention at every tenth (?), Mamba 48 heads of 64 (?), 12 / 4 (?)
+    // attention heads, 64 experts top-6 of 512 beside a shared_mlp of 1024.
+    {"granite-4.0-h-tiny", Family::GraniteHybrid, "MMMMM*MMMMMMMMM*MMMMMMMMM*MMMMMMMMM*MMMM", 1536, 100352, 48, 64, 1,
+     256, 12, 4, 128, 64, 6, 512, 1024, 1.0},
+    // ibm-granite/granite-4.0-h-small: 40 layers (?), attention at every tenth (?), Mamba 128 heads of 64 (?), 32 / 8
+    // attention heads (?), 72 experts top-10 of 768 beside a shared_mlp of 1536.
+    {"granite-4.0-h-small", Family::GraniteHybrid, "MMMMM*MMMMMMMMM*MMMMMMMMM*MMMMMMMMM*MMMM", 4096, 100352, 128, 64, 1,
+     256, 32, 8, 128, 72, 10, 768, 1536, 1.0},
+};
+
+ModelConfig moe_hybrid(const MoeShape& s) {
+  ModelConfig c = hybrid_base(s.family, s.d_model, s.vocab, s.family == Family::GraniteHybrid, s.mamba_heads,
+                              s.mamba_head_dim, s.n_groups, s.chunk);
+  for (const char* k = s.layers; *k; ++k)
+    c.layers.push_back(*k == 'M' ? LayerKind::Mamba2 : *k == '*' ? LayerKind::Attention : LayerKind::MoE);
+  c.n_layer = static_cast<int64_t>(c.layers.size());
+  c.n_attn_heads = s.attn_heads;
+  c.n_kv_heads = s.kv_heads;
+  c.attn_head_dim = s.attn_head_dim;
+  MoeConfig& m = c.moe;
+  m.n_experts = s.experts;
+  m.top_k = s.top_k;
+  m.expert_size = s.expert_size;
+  m.routed_scaling = s.routed_scaling;
+  if (s.family == Family::NemotronH) {
+    m.routing = MoeRouting::SigmoidGrouped;
+    m.act = MlpAct::Relu2;
+    m.norm_topk_prob = true;
+    m.shared_size = s.shared_size;
+    return c;
+  }
+  c.gated_norm_groups = 1;
+  c.attn_scale = 1.0 / static_cast<double>(c.attn_head_dim);  // Granite's attention_multiplier form (?)
+  c.mlp_after_mixer = true;
+  c.mlp_size = s.shared_size;
+  c.mlp_act = MlpAct::SiluGated;
+  c.embedding_multiplier = 12.0;
+  c.residual_multiplier = 0.22;
+  c.logits_scaling = 6.0;
+  m.routing = MoeRouting::SoftmaxChosen;
+  m.act = MlpAct::SiluGated;
+  c.moe_layer_period = 1;
+  return c;
+}
+
+// AI21 Jamba Mini (ai21labs/AI21-Jamba-Mini-1.5, as recalled here (?)): hidden 4096, 32 layers, attention every
+// 8th from layer 4 (32 / 8 heads of 128, NoPE), Mamba-1 with d_inner 8192, d_state 16, conv 4, dt_rank 256 and
+// dt/B/C RMSNorms; MoE every 2nd layer from 1 (16 experts top-2 of 14336, softmax over all), dense SwiGLU MLP of
+// 14336 elsewhere; vocab 65536, untied LM head.
+ModelConfig jamba_mini() {
+  ModelConfig c;
+  c.family = Family::Jamba;
+  c.arch = Arch::Mamba1;
+  c.d_model = 4096;
+  c.vocab_size = 65536;
+  c.tie_embeddings = false;
+  c.n_layer = 32;
+  c.norm_eps = 1e-6;
+  c.d_state = 16;
+  c.d_conv = 4;
+  c.d_inner = 8192;
+  c.dt_rank = 256;
+  c.mixer_rms_eps = 1e-6;
+  for (int64_t l = 0; l < c.n_layer; ++l) c.layers.push_back(l % 8 == 4 ? LayerKind::Attention : LayerKind::Mamba1);
+  c.n_attn_heads = 32;
+  c.n_kv_heads = 8;
+  c.attn_head_dim = 128;
+  c.mlp_after_mixer = true;
+  c.mlp_size = 14336;
+  c.mlp_act = MlpAct::SiluGated;
+  c.moe.n_experts = 16;
+  c.moe.top_k = 2;
+  c.moe.expert_size = 14336;
+  c.moe.routing = MoeRouting::SoftmaxAll;
+  c.moe.act = MlpAct::SiluGated;
+  c.moe_layer_period = 2;
+  c.moe_layer_offset = 1;
+  return c;
+}
+
 }  // namespace
 
 std::vector<std::string> named_shapes() {
@@ -167,6 +263,8 @@ std::vector<std::string> named_shapes() {
   names.emplace_back("nemotron-h-8b");
   names.emplace_back("bamba-9b");
   for (const FalconH1Shape& s : kFalconH1Shapes) names.emplace_back(s.name);
+  for (const MoeShape& s : kMoeShapes) names.emplace_back(s.name);
+  names.emplace_back("jamba-mini");
   return names;
 }
 
@@ -175,6 +273,9 @@ ModelConfig named_shape(const std::string& name) {
   if (name == "bamba-9b") return bamba_9b();
   for (const FalconH1Shape& s : kFalconH1Shapes)
     if (name == s.name) return falcon_h1(s);
+  for (const MoeShape& s : kMoeShapes)
+    if (name == s.name) return moe_hybrid(s);
+  if (name == "jamba-mini") return jamba_mini();
   for (const HybridShape& s : kGraniteShapes)
     if (name == s.name) return granite_hybrid(s);
   for (const Shape& s : kShapes) {

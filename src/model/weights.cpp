@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "mambacpp/error.h"
+#include "model/moe_layer.h"
 
 namespace mambacpp {
 
@@ -109,6 +110,27 @@ void bind_mamba2(Binder& b, const ModelConfig& c, const std::string& m, LayerWei
   l.gated_norm = b.bind(m + "norm.weight", {c.d_inner});
 }
 
+// The Mamba-1 mixer of a Jamba layer under `m` (".../mamba."), with its dt/B/C norms' weights.
+void bind_jamba_mamba1(Binder& b, const ModelConfig& c, const std::string& m, LayerWeights& l) {
+  const int64_t di = c.d_inner, n = c.d_state, r = c.dt_rank;
+  l.in_proj = b.matrix(m + "in_proj.weight", {2 * di, c.d_model});
+  l.conv = b.bind(m + "conv1d.weight", {di, 1, c.d_conv});
+  if (c.use_conv_bias) l.conv_bias = b.bind(m + "conv1d.bias", {di});
+  l.x_proj = b.matrix(m + "x_proj.weight", {r + 2 * n, di});
+  l.dt_proj = b.matrix(m + "dt_proj.weight", {di, r});
+  l.dt_bias = b.bind(m + "dt_proj.bias", {di});
+  l.A_log = b.bind(m + "A_log", {di, n});
+  l.D = b.bind(m + "D", {di});
+  l.out_proj = b.matrix(m + "out_proj.weight", {c.d_model, di});
+  if (c.use_bias) {
+    l.in_proj_bias = b.bind(m + "in_proj.bias", {2 * di});
+    l.out_proj_bias = b.bind(m + "out_proj.bias", {c.d_model});
+  }
+  l.dt_norm = b.bind(m + "dt_layernorm.weight", {r});
+  l.b_norm = b.bind(m + "b_layernorm.weight", {n});
+  l.c_norm = b.bind(m + "c_layernorm.weight", {n});
+}
+
 void bind_attention(Binder& b, const ModelConfig& c, const std::string& a, LayerWeights& l) {
   const int64_t q = c.q_dim(), kv = c.kv_dim();
   l.q_proj = b.matrix(a + "q_proj.weight", {q, c.d_model});
@@ -163,6 +185,12 @@ void bind_falcon_h1_layers(Binder& b, const ModelConfig& c, ModelWeights& w,
   }
 }
 
+MoeBinder moe_binder(Binder& b, const TensorLookup& lookup) {
+  return {[&b](const std::string& n, std::initializer_list<int64_t> s) { return b.matrix(n, s); },
+          [&b](const std::string& n, std::initializer_list<int64_t> s) { return b.bind(n, s); },
+          [&lookup](const std::string& n) { return lookup(n).has_value(); }};
+}
+
 // Nemotron-H ("model." in transformers 5, "backbone." in older checkpoints), Granite-4.0-H and Bamba layers.
 void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& lookup, ModelWeights& w,
                         const std::function<void(int64_t, int64_t)>& on_layer) {
@@ -177,7 +205,9 @@ void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& loo
     w.norm_f = b.bind(root + "norm_f.weight", {c.d_model});
   } else {
     w.embeddings = b.matrix("model.embed_tokens.weight", {c.vocab_size, c.d_model});
-    w.norm_f = b.bind(c.family == Family::Bamba ? "model.final_layernorm.weight" : "model.norm.weight", {c.d_model});
+    w.norm_f = b.bind(c.family == Family::Bamba || c.family == Family::Jamba ? "model.final_layernorm.weight"
+                                                                             : "model.norm.weight",
+                      {c.d_model});
   }
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string p = root + "layers." + std::to_string(i) + ".";
@@ -188,6 +218,7 @@ void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& loo
       const std::string mx = p + "mixer.";
       if (l.kind == LayerKind::Mamba2) bind_mamba2(b, c, mx, l);
       else if (l.kind == LayerKind::Attention) bind_attention(b, c, mx, l);
+      else if (l.kind == LayerKind::MoE) l.moe = bind_moe(moe_binder(b, lookup), c, mx);
       else {  // relu2 MLP layer
         l.mlp_up = b.matrix(mx + "up_proj.weight", {m, c.d_model});
         l.mlp_down = b.matrix(mx + "down_proj.weight", {c.d_model, m});
@@ -199,13 +230,21 @@ void bind_hybrid_layers(Binder& b, const ModelConfig& c, const TensorLookup& loo
     } else {
       l.norm = b.bind(p + "input_layernorm.weight", {c.d_model});
       if (l.kind == LayerKind::Mamba2) bind_mamba2(b, c, p + "mamba.", l);
+      else if (l.kind == LayerKind::Mamba1) bind_jamba_mamba1(b, c, p + "mamba.", l);
       else bind_attention(b, c, p + "self_attn.", l);
       if (c.family == Family::GraniteHybrid) {
         l.mlp_norm = b.bind(p + "post_attention_layernorm.weight", {c.d_model});
         l.mlp_up = b.matrix(p + "shared_mlp.input_linear.weight", {2 * m, c.d_model});
         l.mlp_down = b.matrix(p + "shared_mlp.output_linear.weight", {c.d_model, m});
+        if (c.mlp_has_experts(i)) l.moe = bind_moe(moe_binder(b, lookup), c, p + "block_sparse_moe.");
       } else {
         l.mlp_norm = b.bind(p + "pre_ff_layernorm.weight", {c.d_model});
+        if (c.mlp_has_experts(i)) {  // Jamba's sparse MoE block
+          l.moe = bind_moe(moe_binder(b, lookup), c, p + "feed_forward.");
+          w.layers.push_back(l);
+          if (on_layer) on_layer(i + 1, c.n_layer);
+          continue;
+        }
         l.mlp_gate = b.matrix(p + "feed_forward.gate_proj.weight", {m, c.d_model});
         l.mlp_up = b.matrix(p + "feed_forward.up_proj.weight", {m, c.d_model});
         l.mlp_down = b.matrix(p + "feed_forward.down_proj.weight", {c.d_model, m});
@@ -300,8 +339,14 @@ namespace {
 void check_all_used(const Binder& b, const ModelConfig& c, const std::vector<std::string>& all_names,
                     const std::string& source) {
   std::vector<std::string> unexpected;
-  for (const std::string& name : all_names)
+  for (const std::string& name : all_names) {
+    // Nemotron-H's multi-token-prediction layers are not run (ModelConfig::mtp_layers_ignored); their tensors'
+    // prefix is not confirmed here, so both spellings are skipped.
+    if (c.mtp_layers_ignored > 0 && (name.rfind("mtp.", 0) == 0 || name.rfind("model.mtp.", 0) == 0 ||
+                                     name.rfind("backbone.mtp.", 0) == 0))
+      continue;
     if (!b.used().count(name)) unexpected.push_back(name);
+  }
   if (!unexpected.empty()) {
     std::ostringstream os;
     for (size_t i = 0; i < unexpected.size() && i < 5; ++i) os << (i ? ", " : "") << "'" << unexpected[i] << "'";

@@ -15,6 +15,8 @@
 
 namespace mambacpp {
 
+struct MoeWeights;  // model/moe_layer.h
+
 struct LayerWeights {
   TensorView norm;          // [d_model] pre-norm of the block
   Weight in_proj;           // [in_proj_size, d_model]
@@ -30,6 +32,7 @@ struct LayerWeights {
   Weight x_proj;            // [dt_rank + 2 * d_state, d_inner]
   Weight dt_proj;           // [d_inner, dt_rank]
   TensorView mixer_norm;    // FalconMamba: ones [max(dt_rank, d_state)], the weight of its weightless dt/B/C norms
+  TensorView dt_norm, b_norm, c_norm;  // Jamba: the weights of its dt [dt_rank], B and C [d_state] RMSNorms
   // Mamba-2 only.
   TensorView gated_norm;    // [d_inner]
 
@@ -50,6 +53,8 @@ struct LayerWeights {
   TensorView mlp_up_bias;   // [mlp_size] or empty
   TensorView mlp_down_bias; // [d_model] or empty
   TensorView mlp_gate_bias; // [mlp_size] or empty (Falcon-H1's gate_proj with mlp_bias)
+  // Mixture of experts: a MoE layer's experts (LayerKind::MoE), or those of the MLP sublayer (mlp_has_experts).
+  std::shared_ptr<const MoeWeights> moe;
 };
 
 struct ModelWeights {

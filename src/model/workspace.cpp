@@ -1,5 +1,7 @@
 #include "model/workspace.h"
 
+#include <algorithm>
+
 namespace mambacpp {
 
 void Workspace::reserve(Backend& backend, const ModelConfig& c, int64_t tokens, int64_t rows_of_logits) {
@@ -30,6 +32,13 @@ void Workspace::reserve(Backend& backend, const ModelConfig& c, int64_t tokens, 
       mlp_act = f32(c.mlp_size);
     }
     if (c.family == Family::FalconH1) parallel_in = f32(c.d_model);
+    if (c.moe.n_experts > 0) {
+      moe_logits = f32(c.moe.n_experts);
+      moe_ids = f32(c.moe.top_k);
+      moe_weights = f32(c.moe.top_k);
+      moe_hidden = f32(std::max(c.moe.shared_size, c.mlp_after_mixer ? 2 * c.mlp_size : int64_t{0}));
+      moe_shared = f32(c.d_model);
+    }
     capacity = tokens;
     ++generation;
   }

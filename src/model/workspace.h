@@ -27,6 +27,12 @@ struct Workspace {
   DeviceBuffer mlp_h;     // [cap, 2 mlp_size] f32 (gate | up; relu2 uses the first mlp_size columns)
   DeviceBuffer mlp_act;   // [cap, mlp_size] f32
   DeviceBuffer parallel_in;  // [cap, d_model] f32: a parallel layer's attention input (Falcon-H1)
+  // Mixture of experts (moe_layer.cpp).
+  DeviceBuffer moe_logits;   // [cap, n_experts] f32 router logits
+  DeviceBuffer moe_ids;      // [cap, top_k] i32 chosen experts
+  DeviceBuffer moe_weights;  // [cap, top_k] f32
+  DeviceBuffer moe_hidden;   // [cap, max(shared_size, 2 mlp_size)] f32 shared expert's hidden rows
+  DeviceBuffer moe_shared;   // [cap, d_model] f32 shared expert's output
   DeviceBuffer logits;    // [logit_rows, vocab] f32
   int64_t logit_rows = 0;
   uint64_t generation = 0;  // bumped whenever a buffer moves (captured graphs hold the old pointers)

@@ -59,6 +59,11 @@ class CpuBackend final : public Backend {
   // Decode steps (fused_linear.cpp): the prologue norm, the streaming GEMV and the conv / residual epilogue.
   bool supports_fused_linear(const FusedLinearArgs& args, const BatchLayout& batch) const override;
   void fused_linear(const FusedLinearArgs& args, const BatchLayout& batch) override;
+  // Mixture of experts (moe_ops.cpp): routing threaded over tokens; each expert's tokens through the GEMM/GEMV
+  // kernels, threads over experts when enough of them have work.
+  void moe_route(const MoeRouteArgs& args) override;
+  void moe_experts(const MoeExpertsArgs& args) override;
+  bool moe_ops_capturable() const override { return true; }  // no graphs on the CPU; nothing to wait for
   void row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits, std::vector<float>& out) override;
   void select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
                     std::vector<TopKCandidates>& out) override;
