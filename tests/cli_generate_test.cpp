@@ -75,7 +75,7 @@ TEST(GenerateCommand, ClearErrors) {
   test::write_random_model(tmp.file("m"), test::tiny_mamba2_config(), 1);  // no tokenizer.json
   r = test::run_cli("generate --device cpu --model " + tmp.file("m") + " -p hello");
   EXPECT_NE(r.exit_code, 0);
-  EXPECT_THAT(r.err, AllOf(HasSubstr("no tokenizer.json"), HasSubstr("--tokens-file")));
+  EXPECT_THAT(r.err, AllOf(HasSubstr("has no tokenizer (tokenizer.json"), HasSubstr("--tokens-file")));
 
   r = test::run_cli("generate --device cpu --model " + tmp.file("nothing") + " -p hello");
   EXPECT_NE(r.exit_code, 0);

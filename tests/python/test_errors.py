@@ -83,7 +83,7 @@ def test_a_failed_call_leaves_the_state_alone(model):
 
 
 def test_bad_model_arguments(tmp_path):
-    with pytest.raises(FileNotFoundError, match="path: model directory '/no/such/dir' does not exist"):
+    with pytest.raises(FileNotFoundError, match="path: model directory or .gguf file '/no/such/dir' does not exist"):
         mambacpp.Model("/no/such/dir")
     with pytest.raises(mambacpp.FileError) as e:  # a directory that holds no checkpoint: the C++ message
         mambacpp.Model(tmp_path)
