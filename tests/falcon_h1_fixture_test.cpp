@@ -59,7 +59,8 @@ TEST(FalconH1Fixtures, AreTheThreeVariants) {
                              << "/falcon_h1 (scripts/make_falcon_h1_fixtures.py)";
   std::set<std::tuple<bool, bool, bool>> forms;
   for (const auto& d : dirs) {
-    const ModelConfig& c = load_cpu(d)->config();
+    const auto model = load_cpu(d);
+    const ModelConfig& c = model->config();
     EXPECT_EQ(c.family, Family::FalconH1);
     EXPECT_NE(c.d_inner, 2 * c.d_model) << d;
     EXPECT_NE(c.ssm_multipliers, std::vector<double>(5, 1.0)) << d;
