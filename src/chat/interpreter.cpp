@@ -186,8 +186,12 @@ void Interpreter::exec_set(const Stmt& s) {
     target.dict->set(s.attribute, std::move(v));
     return;
   }
+  bind_targets(s, *scope_, v, "names");
+}
+
+void Interpreter::bind_targets(const Stmt& s, Scope& scope, const Value& v, const char* what) {
   if (s.targets.size() == 1) {
-    scope_->set(s.targets[0], std::move(v));
+    scope.set(s.targets[0], v);
     return;
   }
   std::vector<Value> items;
@@ -198,8 +202,8 @@ void Interpreter::exec_set(const Stmt& s) {
   }
   if (items.size() != s.targets.size())
     error_at(s.offset, "cannot unpack " + std::to_string(items.size()) + " values into " +
-                           std::to_string(s.targets.size()) + " names");
-  for (size_t k = 0; k < items.size(); ++k) scope_->set(s.targets[k], std::move(items[k]));
+                           std::to_string(s.targets.size()) + " " + what);
+  for (size_t k = 0; k < items.size(); ++k) scope.set(s.targets[k], std::move(items[k]));
 }
 
 void Interpreter::exec_for(const Stmt& s, std::string& out) {
@@ -212,22 +216,7 @@ void Interpreter::exec_for(const Stmt& s, std::string& out) {
   } catch (const Error& e) {
     error_at(s.expr->offset, e.what());
   }
-  const auto bind = [&](Scope& scope, const Value& item) {
-    if (s.targets.size() == 1) {
-      scope.set(s.targets[0], item);
-      return;
-    }
-    std::vector<Value> parts;
-    try {
-      parts = iterate(*this, item);
-    } catch (const Error& e) {
-      error_at(s.offset, e.what());
-    }
-    if (parts.size() != s.targets.size())
-      error_at(s.offset, "cannot unpack " + std::to_string(parts.size()) + " values into " +
-                             std::to_string(s.targets.size()) + " loop variables");
-    for (size_t k = 0; k < parts.size(); ++k) scope.set(s.targets[k], parts[k]);
-  };
+  const auto bind = [&](Scope& scope, const Value& item) { bind_targets(s, scope, item, "loop variables"); };
   const std::shared_ptr<Scope> outer = scope_;
   // The loop filter (`for x in xs if cond`) runs first: loop.index, length and last count the kept items only.
   if (s.filter) {

@@ -55,6 +55,8 @@ class Interpreter {
   Flow exec(const Stmt& s, std::string& out);
   void exec_for(const Stmt& s, std::string& out);
   void exec_set(const Stmt& s);
+  // Binds s.targets in `scope` to v, unpacking v when there are several targets (`what` names them in errors).
+  void bind_targets(const Stmt& s, Scope& scope, const Value& v, const char* what);
   Value make_macro(const Stmt& s, std::shared_ptr<Scope> closure, Value caller);
   Value eval(const Expr& e);
   Value eval_inner(const Expr& e);
