@@ -14,6 +14,7 @@
 //   backend_attention.cpp  attention over the paged KV cache, rope
 //   backend_rows.cpp       embed, gather_rows, select_top_k, row_logsumexp
 //   backend_graphs.cpp     CUDA graph capture and replay
+//   backend_moe.cpp        moe_route, moe_experts (moe_kernels.cuh)
 #pragma once
 
 #include <cublas_v2.h>
@@ -29,6 +30,7 @@
 #include "backend/backend.h"
 #include "backend/cuda/cuda_ops.h"
 #include "backend/cuda/gemm_lt.h"
+#include "backend/cuda/moe_kernels.cuh"
 #include "backend/cuda/scratch_arena.h"
 #include "mambacpp/error.h"
 
@@ -100,6 +102,11 @@ class CudaBackend final : public Backend {
                     std::vector<TopKCandidates>& out) override;
   void row_logsumexp(const TensorView& logits, const std::vector<int64_t>& limits, std::vector<float>& out) override;
 
+  // ---- Mixture of experts (backend_moe.cpp) ----
+  void moe_route(const MoeRouteArgs& args) override;
+  void moe_experts(const MoeExpertsArgs& args) override;
+  bool moe_ops_capturable() const override { return true; }
+
  private:
   using Slot = cuda::ScratchArena::Slot;
 
@@ -117,6 +124,9 @@ class CudaBackend final : public Backend {
   void run_mamba2(cuda::Mamba2Launch& p, const BatchLayout& batch, cuda::Conv1dLaunch* conv);
   int64_t upload_chunk_table(const BatchLayout& b, int64_t chunk_size);
   void mark_prompt_scan();
+
+  // ---- Mixture of experts (backend_moe.cpp) ----
+  void moe_experts_prefill(const MoeExpertsArgs& a);  // many tokens: per-expert GEMMs (linear) over sorted rows
 
   // ---- Attention (backend_attention.cpp) ----
   void set_splits(cuda::AttentionLaunch& p, int64_t max_keys, bool decode_shaped);
@@ -163,6 +173,7 @@ class CudaBackend final : public Backend {
   cuda::LtMatmul lt_;                 // the GEMMs with 16-bit weights
   std::vector<void*> owned_;          // adopted weights
   cuda::ScratchArena scratch_;
+  cuda::MoePointerTables moe_tables_;  // expert weight pointers per MoE layer
 
   std::vector<unsigned char> uploaded_batch_;  // what the kBatch slot holds
   const int32_t* token_seq_ = nullptr;

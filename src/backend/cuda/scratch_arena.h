@@ -32,6 +32,10 @@ class ScratchArena {
     kAttnMeta,     // attention: sequences, tiles, page pointers
     kAttnPartial,  // attention: split-key partials
     kRopeMeta,     // rope: positions and inverse frequencies
+    kMoeSort,      // moe_experts: expert offsets, active experts, sorted pairs and their places
+    kMoeHidden,    // moe_experts: the experts' activations [pairs, I] (and [pairs, 2 I] before the prefill's act)
+    kMoeOut,       // moe_experts: the experts' outputs [pairs, d_model]
+    kMoeGather,    // moe_experts, prefill path: the gathered input rows [pairs, d_model]
     kSlotCount
   };
 
