@@ -10,6 +10,8 @@
 // - more tokens (prefill): rounds of kPrefillBlock tokens; the sort, one copy of the expert offsets to the host, the
 //   gathered rows through the backend's linear per active expert (cuBLAS / cuBLASLt GEMMs on the tensor cores), the
 //   activation over all rows at once, the down projections, the combine in slot order.
+// adopt_matrix: fused [E, out, in] expert tensors take the weight dtype (bf16 by default) like 2-D matrices, so the
+// experts' bytes are what the decode floor counts.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -43,6 +45,15 @@ struct SortBuffers {
 };
 
 }  // namespace
+
+Weight CudaBackend::adopt_matrix(const Weight& host) {
+  if (host.dense() && host.data.ndim == 3 && host.data.contiguous() && host.data.dtype != DType::F64) {
+    const TensorView& h = host.data;
+    const TensorView dev = adopt_weight(h.reshaped({h.dim(0) * h.dim(1), h.dim(2)}));
+    return Weight(dev.reshaped({h.dim(0), h.dim(1), h.dim(2)}));
+  }
+  return Backend::adopt_matrix(host);
+}
 
 void CudaBackend::moe_route(const MoeRouteArgs& a) {
   check_moe_route(a);

@@ -106,6 +106,9 @@ class CudaBackend final : public Backend {
   void moe_route(const MoeRouteArgs& args) override;
   void moe_experts(const MoeExpertsArgs& args) override;
   bool moe_ops_capturable() const override { return true; }
+  // A dense stack of matrices (a fused [E, out, in] expert tensor) in the weight dtype, as 2-D matrices are; the
+  // rest as Backend::adopt_matrix does.
+  Weight adopt_matrix(const Weight& host) override;
 
  private:
   using Slot = cuda::ScratchArena::Slot;
