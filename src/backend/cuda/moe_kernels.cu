@@ -14,110 +14,142 @@ namespace mambacpp::cuda {
 namespace {
 
 // ---- Routing ---------------------------------------------------------------------------------------------------
+// One warp per token. Lane l owns experts l, l + 32, ... (its taken flags in a register bit mask); the scores sit in
+// shared memory. Each pick is moe::first_max as a warp-wide arg-max under one strict order: a non-NaN score beats a
+// NaN one, a larger one a smaller one, and equal ones (or two NaNs) go to the lower index. The sequential scan picks
+// exactly that element (the lowest index among the largest non-NaN scores; all NaN: the first free index), so the
+// ids are the host's. The sums whose order shows in the bits (the softmax denominator over all experts, the weights'
+// sums) are taken by lane 0 in the host's order.
 
-struct TakenMask {
-  uint32_t bits[kMoeMaxExperts / 32];
-  __device__ void clear(int64_t n) {
-    for (int64_t w = 0; w < (n + 31) / 32; ++w) bits[w] = 0u;
-  }
-  __device__ bool get(int64_t i) const { return (bits[i >> 5] >> (i & 31)) & 1u; }
-  __device__ void set(int64_t i) { bits[i >> 5] |= 1u << (i & 31); }
-};
+constexpr int kRouteWarps = 4;  // tokens per block
 
-// moe::first_max: the largest of score(0 .. n) not taken; NaN never wins; all NaN or taken: the first free index.
-template <class Score, class Taken>
-__device__ int64_t first_max(int64_t n, const Score& score, const Taken& taken) {
-  int64_t best = -1;
-  float bv = 0.0f;
-  for (int64_t i = 0; i < n; ++i) {
-    if (taken(i)) continue;
-    const float v = score(i);
-    if (best < 0 || v > bv || (isnan(bv) && !isnan(v))) best = i, bv = v;
-  }
-  return best;
+__device__ __forceinline__ bool better(float v, int i, float bv, int bi) {
+  if (i < 0) return false;
+  if (bi < 0) return true;
+  const bool vn = isnan(v), bn = isnan(bv);
+  if (vn != bn) return bn;
+  if (!vn && v != bv) return v > bv;
+  return i < bi;
 }
 
-__device__ __forceinline__ float sigmoid_host_order(float l) { return 1.0f / (1.0f + expf(-l)); }
+// The best of score[e] over the experts e < n this lane owns whose bit in `taken` is clear, then over the warp.
+__device__ __forceinline__ int warp_first_max(const float* score, int n, uint32_t taken, int lane) {
+  float bv = 0.0f;
+  int bi = -1;
+  for (int m = 0; lane + 32 * m < n; ++m) {
+    const int e = lane + 32 * m;
+    if ((taken >> m) & 1u) continue;
+    if (better(score[e], e, bv, bi)) bv = score[e], bi = e;
+  }
+#pragma unroll
+  for (int d = 16; d >= 1; d >>= 1) {
+    const float ov = __shfl_xor_sync(0xffffffffu, bv, d);
+    const int oi = __shfl_xor_sync(0xffffffffu, bi, d);
+    if (better(ov, oi, bv, bi)) bv = ov, bi = oi;
+  }
+  return bi;
+}
 
-__global__ void moe_route_kernel(MoeRouteLaunch p) {
-  const int64_t t = blockIdx.x * int64_t(blockDim.x) + threadIdx.x;
-  if (t >= p.T) return;
+__global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteLaunch p) {
+  extern __shared__ float route_smem[];
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  const int64_t t = blockIdx.x * int64_t(kRouteWarps) + warp;
+  if (t >= p.T) return;  // warp-uniform
+  const int E = static_cast<int>(p.E), k = static_cast<int>(p.k);
+  float* s = route_smem + warp * 2 * E;  // scores whose values become the weights
+  float* c = s + E;                      // scores that rank the choice
   const float* l = p.logits + t * p.logits_stride;
-  const int64_t E = p.E, k = p.k;
   int32_t* ids = p.ids + t * k;
   float* w = p.weights + t * k;
-  TakenMask taken;
-  taken.clear(E);
-  auto is_taken = [&](int64_t e) { return taken.get(e); };
+  uint32_t taken = 0;  // bit m: expert lane + 32 m
 
   if (p.rule == MoeRouteRule::SigmoidGrouped) {
-    const float* bias = p.bias;
-    auto s = [&](int64_t e) { return sigmoid_host_order(l[e]); };
-    auto choice = [&](int64_t e) { return bias ? s(e) + bias[e] : s(e); };
-    const int64_t G = p.n_group, per = E / G;
+    for (int e = lane; e < E; e += 32) {
+      s[e] = 1.0f / (1.0f + expf(-l[e]));
+      c[e] = p.bias ? s[e] + p.bias[e] : s[e];
+    }
+    __syncwarp();
+    const int G = static_cast<int>(p.n_group), per = E / G;
     if (G > 1) {
-      float group[kMoeMaxGroups];
-      for (int64_t g = 0; g < G; ++g) {
+      // A group's score: its two best biased scores summed (the multiset's top two: any scan order gives them).
+      __shared__ float group_smem[kRouteWarps][kMoeMaxGroups];
+      float* group = group_smem[warp];
+      for (int g = lane; g < G; g += 32) {
         float b1 = -INFINITY, b2 = b1;
-        for (int64_t i = 0; i < per; ++i) {
-          const float c = choice(g * per + i);
-          if (c > b1) b2 = b1, b1 = c;
-          else if (c > b2) b2 = c;
+        for (int i = 0; i < per; ++i) {
+          const float v = c[g * per + i];
+          if (v > b1) b2 = b1, b1 = v;
+          else if (v > b2) b2 = v;
         }
         group[g] = b1 + b2;
       }
-      uint64_t group_taken = 0;
-      for (int64_t j = 0; j < p.topk_group; ++j) {
-        const int64_t g = first_max(
-            G, [&](int64_t i) { return group[i]; }, [&](int64_t i) { return ((group_taken >> i) & 1u) != 0; });
-        group_taken |= uint64_t(1) << g;
+      __syncwarp();
+      uint32_t group_taken = 0;  // groups lane + 32 m, as for the experts
+      uint32_t eligible_lane_mask[2] = {0u, 0u};
+      for (int j = 0; j < p.topk_group; ++j) {
+        const int g = warp_first_max(group, G, group_taken, lane);
+        if ((g & 31) == lane) group_taken |= 1u << (g >> 5);
+        eligible_lane_mask[g >> 5] |= 1u << (g & 31);
       }
-      for (int64_t g = 0; g < G; ++g)
-        if (!((group_taken >> g) & 1u))
-          for (int64_t i = 0; i < per; ++i) taken.set(g * per + i);  // not eligible
+      for (int m = 0; lane + 32 * m < E; ++m) {
+        const int g = (lane + 32 * m) / per;
+        if (!((eligible_lane_mask[g >> 5] >> (g & 31)) & 1u)) taken |= 1u << m;  // not eligible
+      }
     }
-    float sum = 0.0f;
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = first_max(E, choice, is_taken);
-      taken.set(e);
-      ids[j] = static_cast<int32_t>(e);
-      w[j] = s(e);
-      sum += w[j];
+    for (int j = 0; j < k; ++j) {
+      const int e = warp_first_max(c, E, taken, lane);
+      if ((e & 31) == lane) taken |= 1u << (e >> 5);
+      if (lane == 0) ids[j] = e, w[j] = s[e];
     }
-    const float denom = sum + 1e-20f;
-    for (int64_t j = 0; j < k; ++j) {
-      float v = w[j];
-      if (p.renormalize) v /= denom;
-      w[j] = v * p.scale;
+    if (lane == 0) {
+      float sum = 0.0f;
+      for (int j = 0; j < k; ++j) sum += w[j];
+      const float denom = sum + 1e-20f;
+      for (int j = 0; j < k; ++j) {
+        float v = w[j];
+        if (p.renormalize) v /= denom;
+        w[j] = v * p.scale;
+      }
     }
     return;
   }
   if (p.rule == MoeRouteRule::SoftmaxAll) {
-    float mx = -INFINITY;
-    for (int64_t e = 0; e < E; ++e) mx = mx < l[e] ? l[e] : mx;  // std::max(mx, l[e])
+    float mx = -INFINITY;  // the host's std::max scan: NaN never replaces, so it is the largest non-NaN logit
+    for (int e = lane; e < E; e += 32) mx = mx < l[e] ? l[e] : mx;
+#pragma unroll
+    for (int d = 16; d >= 1; d >>= 1) {
+      const float o = __shfl_xor_sync(0xffffffffu, mx, d);
+      mx = mx < o ? o : mx;
+    }
+    for (int e = lane; e < E; e += 32) s[e] = expf(l[e] - mx);
+    __syncwarp();
     float sum = 0.0f;
-    for (int64_t e = 0; e < E; ++e) sum += expf(l[e] - mx);
-    auto prob = [&](int64_t e) { return expf(l[e] - mx) / sum; };
-    for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = first_max(E, prob, is_taken);
-      taken.set(e);
-      ids[j] = static_cast<int32_t>(e);
-      w[j] = prob(e);
+    if (lane == 0)
+      for (int e = 0; e < E; ++e) sum += s[e];  // the host's order
+    sum = __shfl_sync(0xffffffffu, sum, 0);
+    for (int e = lane; e < E; e += 32) s[e] /= sum;
+    __syncwarp();
+    for (int j = 0; j < k; ++j) {
+      const int e = warp_first_max(s, E, taken, lane);
+      if ((e & 31) == lane) taken |= 1u << (e >> 5);
+      if (lane == 0) ids[j] = e, w[j] = s[e];
     }
     return;
   }
   // SoftmaxChosen: the k best logits, softmax over them.
-  auto logit = [&](int64_t e) { return l[e]; };
-  for (int64_t j = 0; j < k; ++j) {
-    const int64_t e = first_max(E, logit, is_taken);
-    taken.set(e);
-    ids[j] = static_cast<int32_t>(e);
-    w[j] = l[e];
+  for (int e = lane; e < E; e += 32) s[e] = l[e];
+  __syncwarp();
+  for (int j = 0; j < k; ++j) {
+    const int e = warp_first_max(s, E, taken, lane);
+    if ((e & 31) == lane) taken |= 1u << (e >> 5);
+    if (lane == 0) ids[j] = e, w[j] = s[e];
   }
-  const float mx = w[0];
-  float sum = 0.0f;
-  for (int64_t j = 0; j < k; ++j) sum += (w[j] = expf(w[j] - mx));
-  for (int64_t j = 0; j < k; ++j) w[j] /= sum;
+  if (lane == 0) {
+    const float mx = w[0];
+    float sum = 0.0f;
+    for (int j = 0; j < k; ++j) sum += (w[j] = expf(w[j] - mx));
+    for (int j = 0; j < k; ++j) w[j] /= sum;
+  }
 }
 
 // ---- Sort ------------------------------------------------------------------------------------------------------
@@ -322,8 +354,8 @@ unsigned rows_grid(int64_t T) { return static_cast<unsigned>(std::min<int64_t>(s
 void launch_moe_route(const MoeRouteLaunch& p, cudaStream_t stream) {
   if (p.T == 0) return;
   MAMBACPP_ASSERT(p.E <= kMoeMaxExperts && p.n_group <= kMoeMaxGroups);
-  constexpr int kThreads = 64;
-  moe_route_kernel<<<static_cast<unsigned>((p.T + kThreads - 1) / kThreads), kThreads, 0, stream>>>(p);
+  const size_t smem = size_t(kRouteWarps) * 2 * static_cast<size_t>(p.E) * sizeof(float);  // <= 32 KB
+  moe_route_kernel<<<static_cast<unsigned>((p.T + kRouteWarps - 1) / kRouteWarps), kRouteWarps * 32, smem, stream>>>(p);
   MAMBACPP_CUDA_LAUNCHED();
 }
 
