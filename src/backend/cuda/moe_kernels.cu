@@ -250,7 +250,8 @@ __global__ void __launch_bounds__(kGemvWarps * 32) moe_gemv_kernel(MoeGemvLaunch
     for (int q = 0; q < kRun; ++q) acc_a[q] = 0.0f, acc_b[q] = 0.0f;
     if constexpr (VEC) {
       constexpr int V = 16 / sizeof(W);
-      for (int64_t i = int64_t(lane) * V; i < in; i += 32 * V) {
+#pragma unroll 2
+      for (int64_t i = int64_t(lane) * V; i < in; i += 32 * V) {  // two loads in flight per lane and table
         float fa[V], fb[V];
         unpack16<W>(__ldg(reinterpret_cast<const uint4*>(wa + i)), fa);
         if constexpr (TWO) unpack16<W>(__ldg(reinterpret_cast<const uint4*>(wb + i)), fb);
