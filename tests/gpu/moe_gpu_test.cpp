@@ -5,7 +5,7 @@
 // - Experts: within f32 rounding of the CPU (both see the same stored weights: bf16 ones are rounded on the host
 //   for the CPU), on the grouped-GEMV path (few tokens) and the per-expert GEMM path (many); a token's output the
 //   same bits alone and in any batch on the GEMV path; an expert no token chose never read (NaN weights); the ops
-//   captured in a CUDA graph and replayed on new inputs give the eager result.
+//   captured in a CUDA graph and replayed on new inputs give the eager result; fast precision within its rounding.
 // - Models: logits within the dense hybrids' CPU-vs-GPU tolerance, split into calls / token by token / batched
 //   equal to one pass within the GPU's tolerance, decode steps with CUDA graphs equal to those without, bit for bit.
 #include <gtest/gtest.h>
@@ -290,6 +290,27 @@ TEST(GpuMoe, ExpertsMatchTheCpuOnBothPathsAndInEveryWeightDtype) {
         EXPECT_LE(gputest::rel_err(got, ref), 2e-5) << "T " << T;  // rel_err fails on NaN
       }
     }
+}
+
+// Fast precision: the grouped GEMVs are the exact ones; the per-expert GEMMs round the rows to bf16 (2^-9 relative)
+// as fast precision's dense GEMMs do.
+TEST(GpuMoe, ExpertsInFastPrecisionStayWithinItsRounding) {
+  MAMBACPP_REQUIRE_GPU();
+  for (const ExpertCase& c : expert_cases()) {
+    SCOPED_TRACE("E " + std::to_string(c.E) + " D " + std::to_string(c.D) + " act " +
+                 std::to_string(static_cast<int>(c.act)));
+    Rng rng(static_cast<uint64_t>(c.E * 17 + c.I));
+    const HostExperts h = make_experts(c, DType::BF16, rng, -1);
+    auto cpu_be = make_cpu_backend(1);
+    auto gpu_be = make_cuda_backend(DType::BF16, Precision::Fast);
+    ExpertRunner cpu(*cpu_be, c, h), gpu(*gpu_be, c, h);
+    for (int64_t T : {1, 37, 300}) {
+      const ExpertInputs in = make_inputs(c, T, rng, -1);
+      const std::vector<float> want = cpu.run(in), got = gpu.run(in);
+      std::vector<double> ref(want.begin(), want.end());
+      EXPECT_LE(gputest::rel_err(got, ref), T <= 256 ? 2e-5 : 1e-2) << "T " << T;
+    }
+  }
 }
 
 TEST(GpuMoe, ExpertsGiveATokenTheSameBitsInAnyBatch) {
