@@ -8,13 +8,15 @@
 //   Each (token, slot)'s dot products are summed in an order that does not depend on the other tokens, so a token's
 //   output is the same bits in any batch.
 // - more tokens (prefill): rounds of kPrefillBlock tokens; the sort, one copy of the expert offsets to the host, the
-//   gathered rows through the backend's linear per active expert (cuBLAS / cuBLASLt GEMMs on the tensor cores), the
-//   activation over all rows at once, the down projections, the combine in slot order.
+//   rows gathered in expert order and split once into bf16/f16 hi + lo halves, per active expert the cuBLASLt GEMMs
+//   on the plan pinned for its weight shape (so a row's result does not depend on how many rows its expert got), the
+//   activation over all rows at once, the down projections alike, the combine in slot order. f32 weights: linear.
 // adopt_matrix: fused [E, out, in] expert tensors take the weight dtype (bf16 by default) like 2-D matrices, so the
 // experts' bytes are what the decode floor counts.
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <climits>
 #include <cstdint>
 #include <vector>
 
@@ -190,7 +192,46 @@ void CudaBackend::moe_experts_prefill(const MoeExpertsArgs& a) {
   const bool gated = a.act == MoeExpertAct::SiluGated, separate_gate = !a.gate.empty();
   const int64_t hc = gated ? 2 * I : I;  // columns of the up output: [gate | up] or up
   const Device dev = Device::CUDA;
+  const DType wd = a.up[0].dense_view("moe_experts").dtype;
+  need(D <= INT_MAX && hc <= INT_MAX && kPrefillBlock * k <= INT_MAX, "moe_experts: dimensions beyond cuBLAS's "
+       "32-bit limits: d_model ", D, ", expert rows ", hc);
   std::vector<int32_t> offsets(static_cast<size_t>(E + 1));
+
+  // Each active expert's rows [o, o + n) of xs (in columns) through its weight w into y (rows ldy apart). 16-bit
+  // weights: the rows split once into hi + lo halves (as linear does: an f32-accurate product; fast precision: hi
+  // only), then per expert the cuBLASLt GEMMs on the plan pinned for the weight's shape, so a row's result does not
+  // depend on how many rows its expert received. f32 weights: linear (cuBLAS in f32).
+  auto project = [&](const TensorView& xs, int64_t in, const std::vector<Weight>& ws, const TensorView& yv) {
+    const int64_t P = xs.dim(0), out = yv.dim(1), ldy = yv.stride0();
+    if (wd == DType::F32) {
+      for (int64_t e = 0; e < E; ++e) {
+        const int64_t o = offsets[static_cast<size_t>(e)], n = offsets[static_cast<size_t>(e) + 1] - o;
+        if (n > 0) linear(xs.rows(o, n), ws[static_cast<size_t>(e)], {}, yv.rows(o, n));
+      }
+      return;
+    }
+    const size_t half = static_cast<size_t>(P * in) * 2;
+    char* hi = static_cast<char*>(grow(Slot::kSplit, fast_ ? half : 2 * half));
+    char* lo = fast_ ? nullptr : hi + half;
+    launch_split_hi_lo(crows(xs), P, in, wd, hi, lo, stream());
+    cublas();  // the shared workspace exists
+    const cudaDataType_t ab = wd == DType::BF16 ? CUDA_R_16BF : CUDA_R_16F;
+    for (int64_t e = 0; e < E; ++e) {
+      const int64_t o = offsets[static_cast<size_t>(e)], n = offsets[static_cast<size_t>(e) + 1] - o;
+      if (n == 0) continue;  // an expert no token chose: its weights are not read
+      const TensorView& w = ws[static_cast<size_t>(e)].dense_view("moe_experts");
+      need(w.dtype == wd && w.contiguous(), "moe_experts: expert ", e, " weight ", ws[static_cast<size_t>(e)].describe(),
+           ", expected contiguous ", dtype_name(wd));
+      const size_t at = static_cast<size_t>(o * in) * 2;
+      float* y = yv.ptr<float>() + o * ldy;
+      lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, hi + at, y, static_cast<int>(out),
+              static_cast<int>(n), static_cast<int>(in), ldy, 0.0f, LtMatmul::Pin::Decode);
+      if (lo)
+        lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, w.data, lo + at, y, static_cast<int>(out),
+                static_cast<int>(n), static_cast<int>(in), ldy, 1.0f, LtMatmul::Pin::Decode);
+    }
+  };
+
   for (int64_t t0 = 0; t0 < T; t0 += kPrefillBlock) {
     const int64_t nt = std::min(kPrefillBlock, T - t0), P = nt * k;
     char* sort_base = static_cast<char*>(grow(Slot::kMoeSort, align(size_t(E + 1) * 4) + align(size_t(E) * 4) +
@@ -209,19 +250,13 @@ void CudaBackend::moe_experts_prefill(const MoeExpertsArgs& a) {
     copy_to_host(offsets.data(), sb.offsets, offsets.size() * 4);  // waits: the per-expert GEMMs need the counts
     launch_moe_gather(a.x.ptr<float>() + t0 * a.x.stride0(), a.x.stride0(), sb.sorted, P, k, D, xs, D, stream());
 
-    TensorView xv(xs, DType::F32, {P, D}, dev), hv(hidden, DType::F32, {P, hc}, dev),
+    const TensorView xv(xs, DType::F32, {P, D}, dev), hv(hidden, DType::F32, {P, hc}, dev),
         av(hidden + align(size_t(P * hc) * 4), DType::F32, {P, I}, dev), yv(y, DType::F32, {P, D}, dev);
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t o = offsets[static_cast<size_t>(e)], n = offsets[static_cast<size_t>(e) + 1] - o;
-      if (n == 0) continue;  // an expert no token chose: its weights are not read
-      const auto ue = static_cast<size_t>(e);
-      const TensorView xe = xv.rows(o, n), he = hv.rows(o, n);
-      if (separate_gate) {
-        linear(xe, a.gate[ue], {}, he.cols(0, I));
-        linear(xe, a.up[ue], {}, he.cols(I, I));
-      } else {
-        linear(xe, a.up[ue], {}, he);
-      }
+    if (separate_gate) {
+      project(xv, D, a.gate, hv.cols(0, I));
+      project(xv, D, a.up, hv.cols(I, I));
+    } else {
+      project(xv, D, a.up, hv);
     }
     TensorView actv = av;
     if (gated) {
@@ -230,11 +265,7 @@ void CudaBackend::moe_experts_prefill(const MoeExpertsArgs& a) {
       relu2(hv);
       actv = hv;
     }
-    for (int64_t e = 0; e < E; ++e) {
-      const int64_t o = offsets[static_cast<size_t>(e)], n = offsets[static_cast<size_t>(e) + 1] - o;
-      if (n == 0) continue;
-      linear(actv.rows(o, n), a.down[static_cast<size_t>(e)], {}, yv.rows(o, n));
-    }
+    project(actv, I, a.down, yv);
     launch_moe_combine(y, D, sb.pos, a.weights.ptr<float>() + t0 * k, nt, k, D,
                        a.out.ptr<float>() + t0 * a.out.stride0(), a.out.stride0(), stream());
   }
