@@ -155,6 +155,7 @@ __global__ void __launch_bounds__(kRouteWarps * 32) moe_route_kernel(MoeRouteLau
 // ---- Sort ------------------------------------------------------------------------------------------------------
 
 constexpr int kSortThreads = 1024;
+static_assert(kSortThreads == kMoeMaxExperts, "the sort's scan gives each expert one thread");
 
 __global__ void __launch_bounds__(kSortThreads)
     moe_sort_kernel(const int32_t* ids, int64_t P, int64_t E, int32_t* offsets, int32_t* sorted, int32_t* pos,
@@ -168,17 +169,40 @@ __global__ void __launch_bounds__(kSortThreads)
     if (e >= 0 && e < E) atomicAdd(&count[e], 1);  // counts: the order of the additions does not matter
   }
   __syncthreads();
-  if (threadIdx.x == 0) {
-    int32_t at = 0, n_active = 0;
-    for (int64_t e = 0; e < E; ++e) {
-      offsets[e] = at;
-      cursor[e] = at;
-      if (count[e] > 0) active[n_active++] = static_cast<int32_t>(e);
-      at += count[e];
-    }
-    offsets[E] = at;
-    for (int64_t e = n_active; e < E; ++e) active[e] = -1;
+  // Offsets (exclusive prefix sum of the counts) and the active list (prefix sum of count > 0), thread e for expert e
+  // (kSortThreads == kMoeMaxExperts): warp scans, then a scan of the warp totals.
+  __shared__ int32_t warp_count[kSortThreads / 32], warp_active[kSortThreads / 32];
+  const int tid = threadIdx.x, tl = tid % 32, tw = tid / 32;
+  const int32_t mine = tid < E ? count[tid] : 0, flag = mine > 0 ? 1 : 0;
+  int32_t c = mine, f = flag;
+#pragma unroll
+  for (int d = 1; d < 32; d <<= 1) {
+    const int32_t uc = __shfl_up_sync(0xffffffffu, c, d), uf = __shfl_up_sync(0xffffffffu, f, d);
+    if (tl >= d) c += uc, f += uf;
   }
+  if (tl == 31) warp_count[tw] = c, warp_active[tw] = f;
+  __syncthreads();
+  if (tw == 0) {
+    int32_t wc = warp_count[tl], wf = warp_active[tl];
+#pragma unroll
+    for (int d = 1; d < 32; d <<= 1) {
+      const int32_t uc = __shfl_up_sync(0xffffffffu, wc, d), uf = __shfl_up_sync(0xffffffffu, wf, d);
+      if (tl >= d) wc += uc, wf += uf;
+    }
+    warp_count[tl] = wc;  // inclusive totals through warp tl
+    warp_active[tl] = wf;
+  }
+  __syncthreads();
+  const int32_t before_c = (tw > 0 ? warp_count[tw - 1] : 0) + c - mine;
+  const int32_t before_f = (tw > 0 ? warp_active[tw - 1] : 0) + f - flag;
+  const int32_t n_active = warp_active[kSortThreads / 32 - 1];
+  if (tid < E) {
+    offsets[tid] = before_c;
+    cursor[tid] = before_c;
+    if (flag) active[before_f] = tid;      // places 0 .. n_active - 1
+    if (tid >= n_active) active[tid] = -1;  // places n_active .. E - 1: disjoint from the above
+  }
+  if (tid == 0) offsets[E] = warp_count[kSortThreads / 32 - 1];
   __syncthreads();
   // The scatter: one warp, 32 pairs at a time in pair order; lanes with the same expert take consecutive places in
   // lane order, so the order within an expert is ascending pair index.
