@@ -178,6 +178,29 @@ std::vector<float> all_logits(const Model& model, StateCache& st, std::span<cons
   return model.forward(st, {&s, 1}, Output::AllLogits).values;
 }
 
+// A checkpoint converted whole to bf16 holds Nemotron's router correction bias (an f32 parameter in transformers)
+// narrowed: the routing widens it instead of refusing the model.
+TEST(MoeModel, Bf16StoredRouterBiasIsWidened) {
+  const ModelConfig c = parse(nemotron_moe_json());
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  lo.threads = 2;
+  lo.kv_page_tokens = 5;
+  auto model = Model::random(c, lo, 5, DType::BF16);
+  std::vector<int32_t> ids(23);
+  for (size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<int32_t>((i * 37 + 11) % c.vocab_size);
+  auto st = model->create_state(1);
+  const auto one = all_logits(*model, *st, ids);
+  for (float v : one) ASSERT_TRUE(std::isfinite(v));
+  auto st2 = model->create_state(1);
+  std::vector<float> steps;
+  for (size_t t = 0; t < ids.size(); ++t) {
+    const auto row = all_logits(*model, *st2, std::span<const int32_t>(ids).subspan(t, 1));
+    steps.insert(steps.end(), row.begin(), row.end());
+  }
+  EXPECT_LE(test::max_rel_diff(steps, one), kSelfTol) << "token by token";
+}
+
 TEST(MoeModel, RandomWeightsAreSplitAndBatchInvariant) {
   for (const nlohmann::json& j : {nemotron_moe_json(), granite_moe_json(), jamba_json()}) {
     const ModelConfig c = parse(j);

@@ -58,8 +58,11 @@ void check_moe_route(const MoeRouteArgs& a) {
       fail(op, ": n_group ", a.n_group, " / topk_group ", a.topk_group, " do not fit ", E, " experts with top_k ",
            a.top_k);
   }
-  if (!a.bias.empty() && (a.bias.dtype != DType::F32 || a.bias.numel() != E))
-    fail(op, ": bias must be f32 [", E, "], found ", dtype_name(a.bias.dtype), " ", a.bias.shape_string());
+  // The correction bias is an f32 parameter in transformers; checkpoints converted whole to bf16/f16 hold it narrowed.
+  if (!a.bias.empty() && (!(a.bias.dtype == DType::F32 || a.bias.dtype == DType::BF16 || a.bias.dtype == DType::F16) ||
+                           a.bias.numel() != E || !a.bias.contiguous()))
+    fail(op, ": bias must be a contiguous f32/f16/bf16 [", E, "], found ", dtype_name(a.bias.dtype), " ",
+         a.bias.shape_string());
   check_2d(op, "ids", a.ids, DType::I32, T, a.top_k);
   check_2d(op, "weights", a.weights, DType::F32, T, a.top_k);
   if (!a.ids.contiguous() || !a.weights.contiguous()) fail(op, ": ids and weights must be contiguous");
@@ -99,8 +102,10 @@ void Backend::moe_route(const MoeRouteArgs& a) {
   std::vector<float> logits(static_cast<size_t>(T * E)), bias;
   rows_to_host(*this, a.logits, 0, T, logits.data());
   if (!a.bias.empty()) {
+    std::vector<char> raw(static_cast<size_t>(E) * dtype_size(a.bias.dtype));
+    copy_to_host(raw.data(), a.bias.data, raw.size());
     bias.resize(static_cast<size_t>(E));
-    copy_to_host(bias.data(), a.bias.data, static_cast<size_t>(E) * 4);
+    convert_to_f32(raw.data(), a.bias.dtype, bias.data(), E);
   }
   std::vector<int32_t> ids(static_cast<size_t>(T * k));
   std::vector<float> weights(static_cast<size_t>(T * k));

@@ -42,7 +42,14 @@ void CpuBackend::moe_route(const MoeRouteArgs& a) {
   check_moe_route(a);
   const int64_t T = a.logits.dim(0), E = a.logits.dim(1), k = a.top_k, stride = a.logits.stride0();
   const float* logits = a.logits.ptr<float>();
-  const float* bias = a.bias.empty() ? nullptr : a.bias.ptr<float>();
+  std::vector<float> widened;
+  const float* bias = nullptr;
+  if (!a.bias.empty() && a.bias.dtype == DType::F32) bias = a.bias.ptr<float>();
+  else if (!a.bias.empty()) {
+    widened.resize(static_cast<size_t>(E));
+    convert_to_f32(a.bias.data, a.bias.dtype, widened.data(), E);
+    bias = widened.data();
+  }
   auto* ids = a.ids.ptr<int32_t>();
   auto* weights = a.weights.ptr<float>();
   cpu::parallel_tasks(threads_, (T + kRouteGrain - 1) / kRouteGrain, [&](int64_t task) {

@@ -67,6 +67,8 @@ void CudaBackend::moe_route(const MoeRouteArgs& a) {
   need(a.ids.device == Device::CUDA && a.weights.device == Device::CUDA &&
            (a.bias.empty() || a.bias.device == Device::CUDA),
        "moe_route: ids, weights and bias must be on cuda");
+  need(a.bias.empty() || a.bias.dtype == DType::F32, "moe_route: the CUDA routing reads an f32 bias, found ",
+       dtype_name(a.bias.dtype), " (adopt_weight widens vectors to f32)");
   MoeRouteLaunch p;
   p.logits = a.logits.ptr<float>();
   p.logits_stride = a.logits.stride0();
