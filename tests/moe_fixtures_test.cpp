@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <random>
 #include <set>
 
@@ -61,6 +62,12 @@ std::vector<float> all_logits(const Model& model, StateCache& st, std::span<cons
   return model.forward(st, {&s, 1}, Output::AllLogits).values;
 }
 
+std::string file_bytes(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  if (!f) ADD_FAILURE() << "cannot read " << path;
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
 std::vector<float> reference(const std::string& dir) {
   const NpyArray ref = read_npy(dir + "/logits.npy");
   return std::vector<float>(ref.values.begin(), ref.values.end());
@@ -72,20 +79,34 @@ TEST(MoeFixtures, CoverTheThreeFamiliesAndTheRoutingCases) {
   std::set<Family> families;
   for (const auto& d : dirs) families.insert(load_cpu(d)->config().family);
   EXPECT_EQ(families, (std::set<Family>{Family::NemotronH, Family::GraniteHybrid, Family::Jamba}));
-  // What the references exercise, from the routing the script recorded: an expert no token chose, and (where
-  // router rows tie) torch choosing the lower index, which is the rule mambacpp implements.
-  bool idle_expert = false;
-  for (const auto& [name, m] : manifest()["models"].items()) {
+  // What the references exercise, from the routing the script recorded: an expert no token chose, top-k = the number
+  // of experts (every expert gets every token), and exact router ties at the top-k boundary. At those ties torch.topk
+  // (CPU) does not always keep the lower index (the manifest's torch_equals_lowest_index_rule is false there); the
+  // routing mirrors torch's selection (moe_routing.h, torch_top_k), and LogitsMatchTransformers tells the two apart.
+  bool idle_expert = false, every_expert = false;
+  int64_t tie_layers = 0, ties_off_lowest_index = 0;
+  const nlohmann::json man = manifest();  // a named object: the range-for must not iterate a destroyed temporary
+  for (const auto& [name, m] : man["models"].items()) {
     if (!m.contains("routing")) continue;
     for (const auto& [layer, st] : m["routing"].items()) {
-      if (!st.contains("tokens_per_expert")) continue;
-      for (const auto& n : st["tokens_per_expert"]) idle_expert |= n.get<int64_t>() == 0;
-      if (st["ties_at_boundary"].get<int64_t>() > 0 && st.contains("torch_equals_lowest_index_rule")) {
-        EXPECT_TRUE(st["torch_equals_lowest_index_rule"].get<bool>()) << name << " " << layer;
+      ASSERT_TRUE(st.contains("tokens_per_expert")) << name << " " << layer << ": " << st.dump();
+      bool all_tokens = true;
+      for (const auto& n : st["tokens_per_expert"]) {
+        idle_expert |= n.get<int64_t>() == 0;
+        all_tokens &= n.get<int64_t>() == st["tokens"].get<int64_t>();
+      }
+      every_expert |= all_tokens;
+      if (st["ties_at_boundary"].get<int64_t>() > 0) {
+        ++tie_layers;
+        ties_off_lowest_index += st.value("torch_equals_lowest_index_rule", true) ? 0 : 1;
       }
     }
   }
   EXPECT_TRUE(idle_expert) << "no fixture has an expert that received no token";
+  EXPECT_TRUE(every_expert) << "no fixture routes every token to every expert (top-k = number of experts)";
+  EXPECT_GT(tie_layers, 0) << "no fixture has router ties at the top-k boundary";
+  std::printf("[moe] %lld layers with ties at the top-k boundary, %lld where torch kept a higher index\n",
+              static_cast<long long>(tie_layers), static_cast<long long>(ties_off_lowest_index));
 }
 
 TEST(MoeFixtures, LogitsMatchTransformers) {
@@ -106,11 +127,19 @@ TEST(MoeFixtures, LogitsMatchTransformers) {
 
 TEST(MoeFixtures, TheOtherExpertLayoutGivesTheSameLogits) {
   int copies = 0;
-  for (const auto& [name, m] : manifest()["models"].items()) {
+  const nlohmann::json man = manifest();  // a named object: the range-for must not iterate a destroyed temporary
+  for (const auto& [name, m] : man["models"].items()) {
     if (!m.contains("same_reference_as")) continue;
     SCOPED_TRACE(name);
     ++copies;
-    const std::string dir = (moe_root() / name).string(), base = (moe_root() / m["same_reference_as"].get<std::string>()).string();
+    const std::string base_name = m["same_reference_as"].get<std::string>();
+    const std::string dir = (moe_root() / name).string(), base = (moe_root() / base_name).string();
+    // The copy carries the base's reference files (the same model), with its experts' tensors stored the other way.
+    for (const char* f : {"logits.npy", "tokens.txt", "greedy.json"})
+      EXPECT_EQ(file_bytes(dir + "/" + f), file_bytes(base + "/" + f)) << f;
+    ASSERT_TRUE(man["models"].contains(base_name));
+    EXPECT_NE(m["saved_tensor_names"], man["models"][base_name]["saved_tensor_names"])
+        << "the copy stores its experts as the base does (" << m["expert_layout"] << ")";
     const auto ids = test::read_token_ids(base + "/tokens.txt");
     auto a = load_cpu(dir);
     auto b = load_cpu(base);

@@ -1,7 +1,7 @@
 // The mixture-of-experts ops (backend.h: moe_route, moe_experts) against plain double-precision references written
 // here from the definitions (transformers' routers and experts), on the CPU backend and through the default
 // implementations every backend starts from (Backend::moe_route / Backend::moe_experts, called explicitly).
-// Routing: ids exactly (ties to the lower index), weights within f32 rounding. Experts: within f32 rounding of the
+// Routing: ids exactly (ties where torch.topk on the CPU puts them), weights within f32 rounding. Experts: within f32 rounding of the
 // reference; the CPU and default paths bit for bit equal; a token's output bit for bit the same alone, in any batch
 // and with any thread count; an expert no token chose is never read (its weights are NaN here).
 #include <gtest/gtest.h>
@@ -12,6 +12,8 @@
 #include <limits>
 #include <numeric>
 #include <random>
+#include <set>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -149,13 +151,42 @@ TEST(MoeRoute, MatchesTheReferenceOnRandomLogits) {
   }
 }
 
-TEST(MoeRoute, TiesGoToTheLowerIndexAndABiasOfMinusTenIsNeverChosen) {
+// torch.topk on the CPU (ATen's topk_impl_loop): (value, index) pairs by value alone; std::partial_sort of the first
+// k when k * 64 <= n, else std::nth_element at k - 1 and std::sort of the first k - 1. At exact ties this is not the
+// lowest index (transformers' granite_moe_f32 fixture, whose router rows tie, shows torch keeping higher ones).
+std::vector<int32_t> aten_cpu_top_k(const std::vector<float>& v, int64_t k) {
+  std::vector<std::pair<float, int64_t>> q;
+  for (int64_t i = 0; i < static_cast<int64_t>(v.size()); ++i) q.emplace_back(v[static_cast<size_t>(i)], i);
+  auto gt = [](const auto& x, const auto& y) { return x.first > y.first; };
+  if (k * 64 <= static_cast<int64_t>(q.size())) {
+    std::partial_sort(q.begin(), q.begin() + k, q.end(), gt);
+  } else {
+    std::nth_element(q.begin(), q.begin() + (k - 1), q.end(), gt);
+    std::sort(q.begin(), q.begin() + (k - 1), gt);
+  }
+  std::vector<int32_t> ids;
+  for (int64_t j = 0; j < k; ++j) ids.push_back(static_cast<int32_t>(q[static_cast<size_t>(j)].second));
+  return ids;
+}
+
+TEST(MoeRoute, TiesGoWhereTorchTopkPutsThemAndABiasOfMinusTenIsNeverChosen) {
   auto be = make_cpu_backend(1);
-  // Every logit equal: the k lowest indices, in order.
+  // Every logit equal: torch.topk's choice among equal values (of the groups first, then of the eligible experts).
   for (const RouteCase& rc : kRouteCases) {
     std::vector<float> logits(static_cast<size_t>(2 * rc.E), 0.5f), bias(static_cast<size_t>(rc.E), 0.0f);
     const Routed r = run_route(*be, rc, logits, bias, 2, false);
-    for (int64_t j = 0; j < rc.k; ++j) EXPECT_EQ(r.ids[static_cast<size_t>(rc.k + j)], j);
+    std::vector<float> choice(static_cast<size_t>(rc.E), 1.0f);
+    if (rc.scoring == MoeScoring::SigmoidGrouped && rc.n_group > 1) {
+      const int64_t per = rc.E / rc.n_group;
+      std::vector<bool> kept(static_cast<size_t>(rc.n_group), false);
+      for (int32_t g : aten_cpu_top_k(std::vector<float>(static_cast<size_t>(rc.n_group), 1.0f), rc.topk_group))
+        kept[static_cast<size_t>(g)] = true;
+      for (int64_t e = 0; e < rc.E; ++e)
+        if (!kept[static_cast<size_t>(e / per)]) choice[static_cast<size_t>(e)] = -std::numeric_limits<float>::infinity();
+    }
+    const std::vector<int32_t> got(r.ids.begin() + rc.k, r.ids.end());
+    EXPECT_EQ(got, aten_cpu_top_k(choice, rc.k)) << "E " << rc.E << " k " << rc.k;
+    EXPECT_EQ(std::set<int32_t>(got.begin(), got.end()).size(), static_cast<size_t>(rc.k));
   }
   // A tie across the top-k boundary: experts 1 and 4 share the second-best logit; 1 wins.
   RouteCase granite{MoeScoring::SoftmaxChosen, 6, 2};

@@ -1,12 +1,13 @@
 // The routing of one token (MoeRouteArgs in backend.h) and its combine, on the host, in f32 as transformers computes it (its routers
 // run in f32 even in a float64 model): shared by the default moe_route and the CPU backend's, so both give the same
-// bits. Top-k picks are made one at a time by a first-maximum scan, so ties go to the lower expert index.
+// bits. Every top-k is torch.topk's on the CPU (torch_top_k below), so exact ties go where torch puts them.
 #pragma once
 
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
+#include <utility>
 #include <vector>
 
 #include "backend/backend.h"
@@ -26,26 +27,41 @@ inline void combine_token(const float* const* y, const float* w, int64_t k, int6
     for (int64_t c = 0; c < D; ++c) out[c] += w[j] * y[j][c];
 }
 
-// Index of the largest of v[0..n) not yet taken (NaN never wins; all NaN or taken: the first free index).
-inline int64_t first_max(const float* v, int64_t n, const std::vector<uint8_t>& taken) {
-  int64_t best = -1;
-  for (int64_t i = 0; i < n; ++i) {
-    if (taken[static_cast<size_t>(i)]) continue;
-    if (best < 0 || v[i] > v[best] || (std::isnan(v[best]) && !std::isnan(v[i]))) best = i;
+// torch.topk(v, k) on the CPU as ATen's topk_impl_loop computes it: (value, index) pairs compared by value alone (NaN
+// above everything), std::partial_sort of the first k when k * 64 <= n, else std::nth_element at k - 1 and std::sort
+// of the first k - 1. Which of several equal values are kept is whatever that selection leaves in front, not the
+// lowest index: transformers' granite_moe_f32 fixture (router rows that tie exactly) has torch keeping the higher
+// index at some ties, and mambacpp mirrors it. torch's CPU wheels are built against libstdc++; the ties equal
+// torch's where mambacpp is too (GCC, or clang with libstdc++). out[0..k): best first (ties in the selection's
+// order); callers that pass sorted=False in transformers (Nemotron-H) choose the same set.
+inline void torch_top_k(const float* v, int64_t n, int64_t k, std::vector<std::pair<float, int64_t>>& q,
+                        int64_t* out) {
+  q.resize(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) q[static_cast<size_t>(i)] = {v[i], i};
+  const auto greater = [](const std::pair<float, int64_t>& x, const std::pair<float, int64_t>& y) {
+    return (std::isnan(x.first) && !std::isnan(y.first)) || x.first > y.first;
+  };
+  if (k * 64 <= n) {
+    std::partial_sort(q.begin(), q.begin() + k, q.end(), greater);
+  } else {
+    std::nth_element(q.begin(), q.begin() + (k - 1), q.end(), greater);
+    std::sort(q.begin(), q.begin() + (k - 1), greater);
   }
-  return best;
+  for (int64_t j = 0; j < k; ++j) out[j] = q[static_cast<size_t>(j)].second;
 }
 
 // Scratch of one routing thread: sized once for E experts and G groups.
 struct RouteScratch {
   std::vector<float> s, choice, group;
-  std::vector<uint8_t> taken, group_taken;
+  std::vector<uint8_t> group_kept;
+  std::vector<int64_t> picked;
+  std::vector<std::pair<float, int64_t>> pairs;
   void fit(int64_t E, int64_t G) {
     s.resize(static_cast<size_t>(E));
     choice.resize(static_cast<size_t>(E));
     group.resize(static_cast<size_t>(G));
-    taken.resize(static_cast<size_t>(E));
-    group_taken.resize(static_cast<size_t>(G));
+    group_kept.resize(static_cast<size_t>(G));
+    picked.resize(static_cast<size_t>(std::max(E, G)));
   }
 };
 
@@ -54,7 +70,7 @@ inline void route_token(const MoeRouteArgs& a, int64_t E, const float* logits, c
                         float* weights, RouteScratch& sc) {
   const int64_t k = a.top_k;
   sc.fit(E, a.n_group);
-  std::fill(sc.taken.begin(), sc.taken.end(), uint8_t{0});
+  int64_t* picked = sc.picked.data();
   if (a.scoring == MoeScoring::SigmoidGrouped) {
     for (int64_t e = 0; e < E; ++e) {
       sc.s[e] = 1.0f / (1.0f + std::exp(-logits[e]));
@@ -72,19 +88,22 @@ inline void route_token(const MoeRouteArgs& a, int64_t E, const float* logits, c
         }
         sc.group[g] = b1 + b2;
       }
-      std::fill(sc.group_taken.begin(), sc.group_taken.end(), uint8_t{0});
-      for (int64_t j = 0; j < a.topk_group; ++j) sc.group_taken[first_max(sc.group.data(), G, sc.group_taken)] = 1;
+      torch_top_k(sc.group.data(), G, a.topk_group, sc.pairs, picked);
+      std::fill(sc.group_kept.begin(), sc.group_kept.end(), uint8_t{0});
+      for (int64_t j = 0; j < a.topk_group; ++j) sc.group_kept[static_cast<size_t>(picked[j])] = 1;
+      // The other groups' experts are out of the running (-inf). Some transformers versions mask them with 0.0,
+      // which lets one outrank an eligible expert whose biased score is negative; the 5.17 fixture
+      // (nemotron_h_moe_f32, a dead expert biased by -10 in an eligible group) matches -inf, not 0.0.
       for (int64_t g = 0; g < G; ++g)
-        if (!sc.group_taken[g])
-          for (int64_t i = 0; i < per; ++i) sc.taken[g * per + i] = 1;  // not eligible
+        if (!sc.group_kept[static_cast<size_t>(g)])
+          for (int64_t i = 0; i < per; ++i) sc.choice[g * per + i] = -std::numeric_limits<float>::infinity();
     }
+    torch_top_k(sc.choice.data(), E, k, sc.pairs, picked);
     float sum = 0.0f;
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = first_max(sc.choice.data(), E, sc.taken);
-      sc.taken[e] = 1;
-      ids[j] = static_cast<int32_t>(e);
-      weights[j] = sc.s[e];
-      sum += sc.s[e];
+      ids[j] = static_cast<int32_t>(picked[j]);
+      weights[j] = sc.s[picked[j]];
+      sum += weights[j];
     }
     const float denom = sum + 1e-20f;
     for (int64_t j = 0; j < k; ++j) {
@@ -99,20 +118,18 @@ inline void route_token(const MoeRouteArgs& a, int64_t E, const float* logits, c
     float sum = 0.0f;
     for (int64_t e = 0; e < E; ++e) sum += (sc.s[e] = std::exp(logits[e] - mx));
     for (int64_t e = 0; e < E; ++e) sc.s[e] /= sum;
+    torch_top_k(sc.s.data(), E, k, sc.pairs, picked);
     for (int64_t j = 0; j < k; ++j) {
-      const int64_t e = first_max(sc.s.data(), E, sc.taken);
-      sc.taken[e] = 1;
-      ids[j] = static_cast<int32_t>(e);
-      weights[j] = sc.s[e];
+      ids[j] = static_cast<int32_t>(picked[j]);
+      weights[j] = sc.s[picked[j]];
     }
     return;
   }
   // SoftmaxChosen: the k best logits, softmax over them.
+  torch_top_k(logits, E, k, sc.pairs, picked);
   for (int64_t j = 0; j < k; ++j) {
-    const int64_t e = first_max(logits, E, sc.taken);
-    sc.taken[e] = 1;
-    ids[j] = static_cast<int32_t>(e);
-    weights[j] = logits[e];
+    ids[j] = static_cast<int32_t>(picked[j]);
+    weights[j] = logits[picked[j]];
   }
   const float mx = weights[0];  // the best comes first
   float sum = 0.0f;

@@ -178,6 +178,10 @@ ModelConfig parse_transformers_nemotron_h(const nlohmann::json& j, const std::st
   ModelConfig c;
   c.family = Family::NemotronH;
   read_common(r, c);
+  // transformers' NemotronHForCausalLM declares no tied weights (_tied_weights_keys = {}): its lm_head is always its
+  // own lm_head.weight, even under tie_word_embeddings = true (a surprise, mirrored here; a checkpoint without
+  // lm_head.weight is refused naming that tensor, where transformers would initialise a random head).
+  c.tie_embeddings = false;
   // Layers: layers_block_type (or its alias layer_types) wins over the legacy hybrid_override_pattern, as in
   // NemotronHConfig.
   const std::string list_key = r.has("layers_block_type") ? "layers_block_type" : "layer_types";
