@@ -1,7 +1,8 @@
 // The CUDA backend's mixture-of-experts ops (backend_moe.cpp, moe_kernels.cu) against the CPU backend's, and MoE
 // models (Nemotron-H, Granite-4.0-H, Jamba; tiny random weights) on the GPU against the same models on the CPU.
-// - Routing: ids exactly the CPU's (logits drawn from a few values, so that ties at the top-k boundary and between
-//   groups are everywhere: they must go to the lower index on both), weights within f32 rounding.
+// - Routing: without ties, ids exactly the CPU's and weights within f32 rounding; with logits drawn from a few values
+//   (ties at the top-k boundary and between groups everywhere), a valid top k (the CPU breaks exact ties in torch's
+//   CPU order, the GPU by the lower index).
 // - Experts: within f32 rounding of the CPU (both see the same stored weights: bf16 ones are rounded on the host
 //   for the CPU), on the grouped-GEMV path (few tokens) and the per-expert GEMM path (many); a token's output the
 //   same bits alone and in any batch on the GEMV path; an expert no token chose never read (NaN weights); the ops
@@ -109,9 +110,46 @@ TEST(GpuMoe, RoutingMatchesTheCpuTiesIncluded) {
       for (float& v : bias) v = ties ? std::round(rng.uniform(-1.0f, 1.0f) * 4.0f) / 8.0f : rng.uniform(-0.3f, 0.3f);
       const Routed want = route_cpu(rc, logits, bias, T);
       const Routed got = route_gpu(*be, rc, logits, bias, T);
-      EXPECT_EQ(got.ids, want.ids) << (ties ? "with ties" : "without ties");
-      std::vector<double> ref(want.weights.begin(), want.weights.end());
-      EXPECT_LE(gputest::rel_err(got.weights, ref), 1e-6) << (ties ? "with ties" : "without ties");
+      if (!ties) {
+        EXPECT_EQ(got.ids, want.ids) << "without ties";
+        std::vector<double> ref(want.weights.begin(), want.weights.end());
+        EXPECT_LE(gputest::rel_err(got.weights, ref), 1e-6) << "without ties";
+        continue;
+      }
+      // At exact ties the CPU follows torch's CPU top-k order (to reproduce transformers' CPU references) and the
+      // GPU keeps the lower index: both choose a valid top k. Softmax rules: per token, the chosen logits and the
+      // weights are the same multisets. Grouped sigmoid (a tie between groups may select other experts): distinct
+      // ids in range, weights finite and, renormalised, summing to the scale.
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> lw, lg, ww, wg;
+        std::vector<int32_t> ids;
+        for (int64_t j = 0; j < rc.k; ++j) {
+          const size_t i = static_cast<size_t>(t * rc.k + j);
+          ASSERT_TRUE(got.ids[i] >= 0 && got.ids[i] < rc.E) << "token " << t;
+          ASSERT_TRUE(std::isfinite(got.weights[i])) << "token " << t;
+          ids.push_back(got.ids[i]);
+          lw.push_back(logits[static_cast<size_t>(t * rc.E + want.ids[i])]);
+          lg.push_back(logits[static_cast<size_t>(t * rc.E + got.ids[i])]);
+          ww.push_back(want.weights[i]);
+          wg.push_back(got.weights[i]);
+        }
+        std::sort(ids.begin(), ids.end());
+        ASSERT_EQ(std::adjacent_find(ids.begin(), ids.end()), ids.end()) << "an expert chosen twice, token " << t;
+        if (rc.scoring == MoeScoring::SigmoidGrouped) {
+          if (rc.renormalize) {
+            double sum = 0;
+            for (float w : wg) sum += w;
+            ASSERT_NEAR(sum, rc.scale, 1e-5 * rc.scale) << "token " << t;
+          }
+          continue;
+        }
+        for (auto* v : {&lw, &lg, &ww, &wg}) std::sort(v->begin(), v->end());
+        ASSERT_EQ(lg, lw) << "with ties, token " << t;
+        for (int64_t j = 0; j < rc.k; ++j)
+          ASSERT_NEAR(wg[static_cast<size_t>(j)], ww[static_cast<size_t>(j)],
+                      1e-6 * std::abs(ww[static_cast<size_t>(j)]) + 1e-7)
+              << "with ties, token " << t;
+      }
     }
   }
 }

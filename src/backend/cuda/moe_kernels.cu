@@ -15,11 +15,11 @@ namespace {
 
 // ---- Routing ---------------------------------------------------------------------------------------------------
 // One warp per token. Lane l owns experts l, l + 32, ... (its taken flags in a register bit mask); the scores sit in
-// shared memory. Each pick is moe::first_max as a warp-wide arg-max under one strict order: a non-NaN score beats a
-// NaN one, a larger one a smaller one, and equal ones (or two NaNs) go to the lower index. The sequential scan picks
-// exactly that element (the lowest index among the largest non-NaN scores; all NaN: the first free index), so the
-// ids are the host's. The sums whose order shows in the bits (the softmax denominator over all experts, the weights'
-// sums) are taken by lane 0 in the host's order.
+// shared memory. Each pick is a warp-wide arg-max under one strict order: a non-NaN score beats a NaN one, a larger
+// one a smaller one, and equal ones (or two NaNs) go to the lower index. Without exact ties the ids are the host's;
+// at exact ties the host follows torch's CPU top-k order instead (moe::torch_top_k), and both are a valid top k.
+// The sums whose order shows in the bits (the softmax denominator over all experts, the weights' sums) are taken by
+// lane 0 in the host's order.
 
 constexpr int kRouteWarps = 4;  // tokens per block
 
