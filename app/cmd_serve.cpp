@@ -18,6 +18,7 @@
 #include "mambacpp/shapes.h"
 #include "mambacpp/tokenizer.h"
 #include "server/chat_template.h"
+#include "server/http_connections.h"
 #include "server/server.h"
 
 namespace mambacpp::cli {
@@ -130,6 +131,20 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
       ->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0: parallel + max-queue + 8)")
       ->check(IntRange(0, server::kMaxHttpThreads))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", s.max_connections,
+                  "connections open at once; more get 503 (0: the HTTP worker threads, each open connection holds one)")
+      ->check(IntRange(0, server::kMaxHttpThreads))
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", s.keep_alive_timeout, "seconds an idle connection stays open")
+      ->check(IntRange(1, server::kMaxTimeoutSeconds))
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", s.read_timeout,
+                  "seconds a request's head and body may take to arrive, from its first byte (slow clients are cut off)")
+      ->check(IntRange(1, server::kMaxTimeoutSeconds))
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", s.write_timeout, "seconds a send to a client that does not read may stall")
+      ->check(IntRange(1, server::kMaxTimeoutSeconds))
       ->capture_default_str();
   cmd->add_option("--chat-template", o->chat_template,
                   "auto (the model's own Jinja template, from tokenizer_config.json or chat_template.jinja), "
