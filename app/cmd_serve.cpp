@@ -29,6 +29,8 @@ struct ServeCliOptions {
   ModelOptions model;
   server::ServerOptions server;
   int64_t state_cache_mb = 1024;
+  std::string state_cache_dir;
+  int64_t state_cache_disk_mb = 4096;
   std::string chat_template = "auto";
   std::string shape;  // random weights of a released model's shape (load tests); no tokenizer: token-id prompts only
 };
@@ -83,6 +85,8 @@ void run_serve(const ServeCliOptions& o) {
   eo.max_prompt = o.server.max_prompt;
   eo.max_new_tokens = o.server.max_tokens;
   eo.state_cache_mb = o.state_cache_mb;
+  eo.state_cache_dir = o.state_cache_dir;
+  eo.state_cache_disk_mb = o.state_cache_dir.empty() ? 0 : o.state_cache_disk_mb;
   eo.state_dtype = o.model.state();
   server.attach(std::move(model), std::move(tokenizer), std::move(chat_template), eo, name);
 
@@ -119,6 +123,12 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--api-key", s.api_key, "require 'Authorization: Bearer KEY' on every route but /health");
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
       ->check(IntRange(0, kMaxStateCacheMb))
+      ->capture_default_str();
+  cmd->add_option("--state-cache-dir", o->state_cache_dir,
+                  "keep the prefix cache's states in this directory too: they outlive the process (a restart serves "
+                  "them)");
+  cmd->add_option("--state-cache-disk-mb", o->state_cache_disk_mb, "the disk tier's budget, MiB (with --state-cache-dir)")
+      ->check(IntRange(1, kMaxStateCacheMb))
       ->capture_default_str();
   cmd->add_option("--max-prompt", s.max_prompt, "refuse prompts longer than this many tokens")
       ->check(IntRange(1, kMaxCliCount))
