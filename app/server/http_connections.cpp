@@ -10,6 +10,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <string>
@@ -29,6 +30,16 @@ enum class Admission { Serve, Refuse, Drop };
 thread_local Admission t_admission = Admission::Serve;
 // Set by a read that ran out of the request's time, for the error handler of that request (408).
 thread_local bool t_read_timed_out = false;
+
+class ConnectionStream;
+// The request this worker is serving: where its body starts on the connection and how long it is (-1: unknown, a
+// chunked body or a head that did not parse), so that an answer given before the body was read can say it closes.
+struct CurrentRequest {
+  const ConnectionStream* stream = nullptr;
+  uint64_t body_start = 0;
+  int64_t body_length = -1;
+};
+thread_local CurrentRequest t_request;
 
 // Refusals waiting for their thread beyond this are closed without an answer: a flood must not grow a queue.
 constexpr int64_t kMaxPendingRefusals = 1024;
@@ -75,6 +86,8 @@ class ConnectionStream final : public httplib::Stream {
   ConnectionStream(int sock, milliseconds write_timeout, std::function<bool()> stopping)
       : sock_(sock), write_timeout_(write_timeout), stopping_(std::move(stopping)) {}
 
+  uint64_t consumed() const { return consumed_; }
+
   void set_read_deadline(Clock::time_point t) {
     read_deadline_ = t;
     t_read_timed_out = false;
@@ -100,6 +113,7 @@ class ConnectionStream final : public httplib::Stream {
     const size_t n = std::min(size, len_ - pos_);
     std::memcpy(ptr, buf_ + pos_, n);
     pos_ += n;
+    consumed_ += n;
     return static_cast<ssize_t>(n);
   }
 
@@ -160,6 +174,7 @@ class ConnectionStream final : public httplib::Stream {
   Clock::time_point read_deadline_ = Clock::now();
   char buf_[4096];
   size_t pos_ = 0, len_ = 0;
+  uint64_t consumed_ = 0;  // bytes handed to cpp-httplib
 };
 
 // Worker threads for the admitted connections, and two for refusals.
@@ -202,6 +217,12 @@ class ConnectionQueue final : public httplib::TaskQueue {
   std::atomic<int64_t> pending_refusals_{0};
 };
 
+}  // namespace
+
+bool request_body_unread();
+
+namespace {
+
 class LimitedServer final : public httplib::Server {
  public:
   explicit LimitedServer(const ConnectionOptions& o) : o_(o) {
@@ -219,17 +240,32 @@ class LimitedServer final : public httplib::Server {
     bool ok = true;
     if (t_admission == Admission::Refuse) refuse(sock);
     if (t_admission == Admission::Serve) {
+      struct Release {  // the connection's place, given back however the loop ends
+        std::atomic<int64_t>& open;
+        ~Release() { open -= 1; }
+      } release{open_};
       const auto stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
       ConnectionStream strm(sock, std::chrono::seconds(o_.write_timeout), stopping);
       while (strm.wait_for_request(std::chrono::seconds(o_.keep_alive_timeout))) {
         strm.set_read_deadline(Clock::now() + std::chrono::seconds(o_.read_timeout));
         bool connection_closed = false;
         const bool close_connection = stopping();
-        ok = process_request(strm, close_connection, connection_closed, nullptr);
+        // A request answered without reading its body (401, 405 before routing; 413) leaves it on the connection,
+        // where it must not be parsed as the next request: the connection closes (and the answer says so).
+        t_request = CurrentRequest{&strm, 0, -1};
+        const auto note_body = [&](httplib::Request& req) {
+          t_request.body_start = strm.consumed();
+          t_request.body_length =
+              req.get_header_value("Transfer-Encoding").find("chunked") != std::string::npos
+                  ? -1
+                  : std::strtoll(req.get_header_value("Content-Length").c_str(), nullptr, 10);
+        };
+        ok = process_request(strm, close_connection, connection_closed, note_body);
+        const bool body_left = request_body_unread();
+        t_request = CurrentRequest{};
         // A request that did not arrive in time was answered 408; the rest of it must not be read as the next one.
-        if (!ok || connection_closed || close_connection || t_read_timed_out) break;
+        if (!ok || connection_closed || close_connection || t_read_timed_out || body_left) break;
       }
-      open_ -= 1;
     }
     ::shutdown(sock, SHUT_RDWR);
     ::close(sock);
@@ -278,6 +314,12 @@ class LimitedServer final : public httplib::Server {
 
 bool request_read_timed_out() { return t_read_timed_out; }
 
+bool request_body_unread() {
+  if (!t_request.stream) return false;
+  const uint64_t read = t_request.stream->consumed() - t_request.body_start;
+  return t_request.body_length < 0 || read < static_cast<uint64_t>(t_request.body_length);
+}
+
 std::unique_ptr<httplib::Server> make_http_server(const ConnectionOptions& options) {
   ConnectionOptions o = options;
   if (o.worker_threads < 1) fail("the HTTP worker threads must be at least 1, found ", o.worker_threads);
@@ -293,6 +335,9 @@ std::unique_ptr<httplib::Server> make_http_server(const ConnectionOptions& optio
   check("--write-timeout", o.write_timeout);
   auto server = std::make_unique<LimitedServer>(o);
   server->set_tcp_nodelay(true);  // SSE events are small: send each at once
+  // What the Keep-Alive header of each answer tells clients (the loop above enforces it).
+  server->set_keep_alive_timeout(o.keep_alive_timeout);
+  server->set_keep_alive_max_count(1000000);
   return server;
 }
 

@@ -31,5 +31,8 @@ std::unique_ptr<httplib::Server> make_http_server(const ConnectionOptions& optio
 // In cpp-httplib's error handler: whether the request being answered (400, cpp-httplib's answer to a request it could
 // not read) ran out of its read timeout, so that it is answered 408 instead.
 bool request_read_timed_out();
+// Also there: whether the request's body is still unread (an answer before routing, 413, 400): the connection then
+// closes after the answer, which must say so (Connection: close) or a client would send its next request on it.
+bool request_body_unread();
 
 }  // namespace mambacpp::server

@@ -130,6 +130,7 @@ void Server::add_routes() {
   });
   // cpp-httplib's own refusals (no route: 404, body over the limit: 413, unparsable request: 400) get a body too.
   h.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (request_body_unread()) res.set_header("Connection", "close");
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
     if (res.status == 400 && request_read_timed_out()) res.status = 408;
     std::string message = "HTTP " + std::to_string(res.status);
