@@ -128,6 +128,21 @@ describe('serve with the default connection settings', () => {
     c.socket.destroy();
   });
 
+  test('an answer given before the body was read (405) says Connection: close and closes; the next one is clean', async () => {
+    const c = await Connection.open(server.url);
+    const r = await c.request('POST', '/v1/models', { prompt: 'x'.repeat(10000) });
+    assert.equal(r.status, 405);
+    assert.equal(r.headers.connection, 'close');
+    await Promise.race([c.closed, sleep(3000)]);
+    assert.notEqual(c.closedAt, null, 'the connection stayed open with an unread body on it');
+    // On a connection whose body was read, an error answer keeps the connection.
+    const k = await Connection.open(server.url);
+    const bad = await k.request('POST', '/tokenize', { content: 7 });
+    assert.equal(bad.status, 400);
+    assert.equal((await k.request('GET', '/health')).status, 200);
+    k.socket.destroy();
+  });
+
   test('pipelined requests on one connection are all answered', async () => {
     const c = await Connection.open(server.url);
     c.socket.write('GET /health HTTP/1.1\r\nHost: test\r\n\r\nGET /v1/models HTTP/1.1\r\nHost: test\r\n\r\n');
