@@ -41,6 +41,32 @@ test('a restart after kill -9 serves the previous conversation from the disk tie
   await kill9(server);
 });
 
+test('kill -9 under load: the restart serves what was cached before, and nothing half-written is left or served', async () => {
+  const dir = mkdtempSync(path.join(tmpdir(), 'mambacpp-disk-cache-'));
+  const args = ['--state-cache-dir', dir, '--state-cache-disk-mb', '256'];
+  let server = await startServer(args);
+  const first = await complete(server.url, PROMPT, 16);
+  // 16 requests generating (each caches states as it goes), killed in the middle.
+  const load = Array.from({ length: 16 }, (_, i) =>
+    postJson(server.url, '/v1/completions', { prompt: `def handler_${i}(request, `, max_tokens: 4000, ignore_eos: true })
+      .catch(() => null),
+  );
+  await new Promise((r) => setTimeout(r, 1500));
+  await kill9(server);
+  await Promise.all(load);
+
+  const turn = PROMPT + first.choices[0].text + '\n    return ';
+  const [ref] = generate(['-p', turn, '-n', '12', '--temp', '0']);
+  server = await startServer(args);
+  assert.doesNotMatch(server.stderr(), /skipping/, 'a file written before the kill was refused');
+  const left = readdirSync(dir).filter((f) => !/^[0-9a-f]{16}-[0-9a-f]{16}\.state$/.test(f));
+  assert.deepEqual(left, [], 'leftovers of the killed process are still in the directory');
+  const second = await complete(server.url, turn, 12);
+  assert.ok(second.usage.prompt_tokens_details.cached_tokens > 0, JSON.stringify(second.usage));
+  assert.equal(second.choices[0].text, ref.text);
+  await kill9(server);
+});
+
 test('a damaged file and a foreign file in the directory are skipped with a warning and deleted', async () => {
   const dir = mkdtempSync(path.join(tmpdir(), 'mambacpp-disk-cache-'));
   const args = ['--state-cache-dir', dir, '--state-cache-disk-mb', '64'];
