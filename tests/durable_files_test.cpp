@@ -343,7 +343,8 @@ ls -a "$D" >"$O/listing"
 }
 
 // The rows go to the file as each piece finishes: ten times the positions, about the same peak memory. Holding the
-// logits (twice, as before) would add 2 x 7200 rows x 16 KiB = 225 MiB.
+// logits (twice, as before) would add 2 x 7200 rows x 16 KiB = 225 MiB. (A child's peak counts the image it was forked
+// from, this test process, a few MB under ctest: it can only hide growth, never invent it.)
 TEST(DurableFiles, LogitsPeakMemoryDoesNotGrowWithTheSequence) {
   test::TempDir tmp;
   const auto peak_kb = [&](int64_t L) {
