@@ -1,5 +1,6 @@
 // `mambacpp logits`: one sequence's logits at every position, as a float32 .npy [L, vocab_rows] — the stable
 // interface outside checks rely on. With --chunks the sequence runs as consecutive calls carrying the state.
+#include <algorithm>
 #include <iostream>
 
 #include "cli_common.h"
@@ -28,7 +29,7 @@ CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--embeddings-file", opts->embeddings_file, "input embeddings instead of ids: .npy [L, d_model]");
   cmd->add_option("--chunks", opts->chunks, "run as consecutive chunks of these lengths (N,N,...; must sum to L)");
   cmd->add_option("-o,--out", opts->out, "output .npy file (float32 [L, vocab_rows])")->required();
-  cmd->add_option("--max-out-mb", opts->max_out_mb, "refuse inputs whose logits would exceed this many MiB (held in memory)")
+  cmd->add_option("--max-out-mb", opts->max_out_mb, "refuse inputs whose logits file would exceed this many MiB")
       ->check(IntRange(1, kMaxStateCacheMb))
       ->capture_default_str();
   cmd->callback([opts, &run] {
@@ -53,7 +54,7 @@ CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run) {
         L = a.shape[0];
       }
       if (L == 0) fail("logits: the input holds no tokens (L == 0); expected at least one");
-      // The logits are held in memory before they are written: bound them before running (L <= 2^31, V <= 2^30).
+      // The file's size, bounded before running (L <= 2^31, V <= 2^30): a typo in a length should not fill a disk.
       const double out_mb = static_cast<double>(L) * static_cast<double>(model->config().vocab_size) * 4.0 / (1 << 20);
       if (out_mb > static_cast<double>(o.max_out_mb))
         fail("logits: ", L, " tokens x vocab ", model->config().vocab_size, " logits would take ", out_mb,
@@ -70,18 +71,26 @@ CLI::App* add_logits_command(CLI::App& app, std::function<void()>& run) {
       if (sum != L) fail("--chunks: the lengths ", sum > L ? "sum to more than " : "sum to ", sum > L ? L : sum, ", expected L = ", L,
              " (the number of input tokens)");
       auto state = model->create_state(1, o.model.state());
-      std::vector<float> logits;
-      logits.reserve(static_cast<size_t>(L * model->config().vocab_size));
+      const int64_t V = model->config().vocab_size;
+      // Rows go to the file as each piece finishes: memory holds one piece's logits whatever L is. Pieces are the
+      // model's own (max_batch_tokens, counted from each chunk's start), so the numbers are those of one call per
+      // chunk. The file appears whole at commit(); an error before leaves any previous file as it was.
+      const int64_t piece = std::max<int64_t>(1, model->load_options().max_batch_tokens);
+      NpyF32Writer out(o.out, {L, V});
       int64_t at = 0;
       for (int64_t c : chunks) {
-        Sequence s = ids.empty()
-                         ? Sequence::embeds(TensorView(emb.data() + at * D, DType::F32, {c, D}))
-                         : Sequence::tokens(std::span<const int32_t>(ids.data() + at, static_cast<size_t>(c)));
-        ForwardResult r = model->forward(*state, {&s, 1}, Output::AllLogits);
-        logits.insert(logits.end(), r.values.begin(), r.values.end());
-        at += c;
+        for (int64_t done = 0; done < c;) {
+          const int64_t n = std::min(piece, c - done);
+          Sequence s = ids.empty()
+                           ? Sequence::embeds(TensorView(emb.data() + at * D, DType::F32, {n, D}))
+                           : Sequence::tokens(std::span<const int32_t>(ids.data() + at, static_cast<size_t>(n)));
+          ForwardResult r = model->forward(*state, {&s, 1}, Output::AllLogits);
+          out.append(r.values.data(), static_cast<int64_t>(r.values.size()));
+          at += n;
+          done += n;
+        }
       }
-      write_npy_f32(o.out, logits.data(), {L, model->config().vocab_size});
+      out.commit();
     };
   });
   return cmd;

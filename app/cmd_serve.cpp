@@ -18,6 +18,7 @@
 #include "mambacpp/shapes.h"
 #include "mambacpp/tokenizer.h"
 #include "server/chat_template.h"
+#include "server/http_connections.h"
 #include "server/server.h"
 
 namespace mambacpp::cli {
@@ -28,6 +29,8 @@ struct ServeCliOptions {
   ModelOptions model;
   server::ServerOptions server;
   int64_t state_cache_mb = 1024;
+  std::string state_cache_dir;
+  int64_t state_cache_disk_mb = 4096;
   std::string chat_template = "auto";
   std::string shape;  // random weights of a released model's shape (load tests); no tokenizer: token-id prompts only
 };
@@ -82,6 +85,8 @@ void run_serve(const ServeCliOptions& o) {
   eo.max_prompt = o.server.max_prompt;
   eo.max_new_tokens = o.server.max_tokens;
   eo.state_cache_mb = o.state_cache_mb;
+  eo.state_cache_dir = o.state_cache_dir;
+  eo.state_cache_disk_mb = o.state_cache_dir.empty() ? 0 : o.state_cache_disk_mb;
   eo.state_dtype = o.model.state();
   server.attach(std::move(model), std::move(tokenizer), std::move(chat_template), eo, name);
 
@@ -119,6 +124,12 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
       ->check(IntRange(0, kMaxStateCacheMb))
       ->capture_default_str();
+  cmd->add_option("--state-cache-dir", o->state_cache_dir,
+                  "keep the prefix cache's states in this directory too: they outlive the process (a restart serves "
+                  "them)");
+  cmd->add_option("--state-cache-disk-mb", o->state_cache_disk_mb, "the disk tier's budget, MiB (with --state-cache-dir)")
+      ->check(IntRange(1, kMaxStateCacheMb))
+      ->capture_default_str();
   cmd->add_option("--max-prompt", s.max_prompt, "refuse prompts longer than this many tokens")
       ->check(IntRange(1, kMaxCliCount))
       ->capture_default_str();
@@ -130,6 +141,20 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
       ->capture_default_str();
   cmd->add_option("--http-threads", s.http_threads, "HTTP worker threads (0: parallel + max-queue + 8)")
       ->check(IntRange(0, server::kMaxHttpThreads))
+      ->capture_default_str();
+  cmd->add_option("--max-connections", s.max_connections,
+                  "connections open at once; more get 503 (0: the HTTP worker threads, each open connection holds one)")
+      ->check(IntRange(0, server::kMaxHttpThreads))
+      ->capture_default_str();
+  cmd->add_option("--keep-alive-timeout", s.keep_alive_timeout, "seconds an idle connection stays open")
+      ->check(IntRange(1, server::kMaxTimeoutSeconds))
+      ->capture_default_str();
+  cmd->add_option("--read-timeout", s.read_timeout,
+                  "seconds a request's head and body may take to arrive, from its first byte (slow clients are cut off)")
+      ->check(IntRange(1, server::kMaxTimeoutSeconds))
+      ->capture_default_str();
+  cmd->add_option("--write-timeout", s.write_timeout, "seconds a send to a client that does not read may stall")
+      ->check(IntRange(1, server::kMaxTimeoutSeconds))
       ->capture_default_str();
   cmd->add_option("--chat-template", o->chat_template,
                   "auto (the model's own Jinja template, from tokenizer_config.json or chat_template.jinja), "

@@ -1,5 +1,6 @@
 // mambacpp: one binary, subcommands. Errors from the library arrive as mambacpp::Error and end the process with a
 // message on stderr and exit code 1; bad command lines get CLI11's message and its exit code.
+#include <csignal>
 #include <iostream>
 #include <new>
 
@@ -7,6 +8,9 @@
 #include "mambacpp/error.h"
 
 int main(int argc, char** argv) {
+  // Past a file-size limit (ulimit -f) a write fails with EFBIG, which the writers report (the previous file kept),
+  // instead of the signal ending the process without a word.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"mambacpp: Mamba-1 / Mamba-2 inference"};
   app.require_subcommand(1);
   std::function<void()> run;

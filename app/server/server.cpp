@@ -10,6 +10,7 @@
 #include "mambacpp/error.h"
 #include "server/api_error.h"
 #include "server/completion_response.h"
+#include "server/http_connections.h"
 #include "server/request_channel.h"
 
 namespace mambacpp::server {
@@ -69,7 +70,19 @@ void guarded(httplib::Response& res, F&& f) {
 
 }  // namespace
 
-Server::Server(const ServerOptions& options) : options_(options), http_(std::make_unique<httplib::Server>()) {
+namespace {
+ConnectionOptions connection_options(const ServerOptions& o) {
+  ConnectionOptions c;
+  c.worker_threads = o.http_threads > 0 ? o.http_threads : o.parallel + o.max_queue + 8;
+  c.max_connections = o.max_connections;
+  c.keep_alive_timeout = o.keep_alive_timeout;
+  c.read_timeout = o.read_timeout;
+  c.write_timeout = o.write_timeout;
+  return c;
+}
+}  // namespace
+
+Server::Server(const ServerOptions& options) : options_(options) {
   if (options_.parallel < 1 || options_.parallel > kMaxParallel)
     fail("--parallel must be in [1, ", kMaxParallel, "], found ", options_.parallel);
   if (options_.max_queue < 0 || options_.max_queue > kMaxQueue)
@@ -84,6 +97,7 @@ Server::Server(const ServerOptions& options) : options_(options), http_(std::mak
     fail("--parallel ", options_.parallel, " + --max-queue ", options_.max_queue, " + 8 = ",
          options_.parallel + options_.max_queue + 8, " HTTP worker threads, more than the limit of ", kMaxHttpThreads,
          "; lower --max-queue or give --http-threads (at most ", kMaxHttpThreads, ")");
+  http_ = make_http_server(connection_options(options_));
   add_routes();
 }
 
@@ -91,12 +105,7 @@ Server::~Server() { stop(); }
 
 void Server::add_routes() {
   httplib::Server& h = *http_;
-  const size_t threads = options_.http_threads > 0 ? static_cast<size_t>(options_.http_threads)
-                                                   : static_cast<size_t>(options_.parallel + options_.max_queue + 8);
-  h.new_task_queue = [threads] { return new httplib::ThreadPool(threads); };
   h.set_payload_max_length(static_cast<size_t>(options_.max_body_mb) << 20);
-  h.set_tcp_nodelay(true);  // SSE events are small: send each at once
-  h.set_keep_alive_timeout(2);
 
   h.set_pre_routing_handler([this](const httplib::Request& req, httplib::Response& res) {
     for (const auto& [path, method] : kRoutes) {
@@ -121,8 +130,11 @@ void Server::add_routes() {
   });
   // cpp-httplib's own refusals (no route: 404, body over the limit: 413, unparsable request: 400) get a body too.
   h.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (request_body_unread()) res.set_header("Connection", "close");
     if (!res.body.empty() || res.is_chunked_content_provider_) return;
+    if (res.status == 400 && request_read_timed_out()) res.status = 408;
     std::string message = "HTTP " + std::to_string(res.status);
+    if (res.status == 408) message = "the request did not arrive within the server's --read-timeout";
     if (res.status == 404) message = "no route " + req.method + " " + req.path;
     if (res.status == 413) message = "the request body is too large (the server's --max-body-mb)";
     send_json(res, res.status, ApiError(res.status, message).to_json());

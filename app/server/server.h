@@ -47,6 +47,12 @@ struct ServerOptions {
   int64_t max_body_mb = 16;      // request bodies over this: 413
   int64_t http_threads = 0;      // 0: parallel + max_queue + 8 (each waiting or streaming request holds one);
                                  // either way at most kMaxHttpThreads
+  // Connections (server/http_connections.h): open at once (0: the HTTP worker threads; past it 503), seconds idle
+  // before the next request, for a request to arrive, for a stalled send.
+  int64_t max_connections = 0;
+  int64_t keep_alive_timeout = 10;
+  int64_t read_timeout = 10;
+  int64_t write_timeout = 10;
 };
 
 class Server {

@@ -108,6 +108,10 @@ struct EngineOptions {
   int64_t max_prompt = 65536;  // longer prompts are refused
   int64_t max_new_tokens = 1 << 20;  // larger requests are refused
   int64_t state_cache_mb = 1024;     // prefix cache budget, MiB, in the backend's memory (device memory on a GPU); 0: off
+  // The prefix cache's disk tier (src/engine/prefix_cache.h): a directory of state files that outlives the process,
+  // and its budget in MiB; empty: none. Needs state_cache_mb > 0 (a snapshot goes to disk as it enters memory).
+  std::string state_cache_dir;
+  int64_t state_cache_disk_mb = 0;
   // Prompt positions (multiples of this) whose state is cached; 0: none. A multiple of batch_tokens keeps the
   // prefill's chunk boundaries where they are (docs/engine.md).
   int64_t state_checkpoint_interval = 2048;

@@ -5,11 +5,11 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
 #include <sstream>
 
 #include "mambacpp/dtype.h"
 #include "mambacpp/error.h"
+#include "core/atomic_file.h"
 #include "core/file_bytes.h"
 
 namespace mambacpp {
@@ -103,14 +103,15 @@ int64_t NpyArray::numel() const {
   return n;
 }
 
-void write_npy_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+NpyF32Writer::NpyF32Writer(const std::string& path, const std::vector<int64_t>& shape) {
   std::ostringstream dict;
   dict << "{'descr': '<f4', 'fortran_order': False, 'shape': (";
   int64_t n = 1;
   for (size_t i = 0; i < shape.size(); ++i) {
+    if (shape[i] < 0) fail("npy writer '", path, "': dimension ", i, " is negative (", shape[i], ")");
     dict << shape[i] << (shape.size() == 1 || i + 1 < shape.size() ? "," : "");
     if (i + 1 < shape.size()) dict << ' ';
-    n *= shape[i];
+    if (__builtin_mul_overflow(n, shape[i], &n)) fail("npy writer '", path, "': the shape overflows 64 bits");
   }
   dict << "), }";
   std::string header = dict.str();
@@ -118,15 +119,36 @@ void write_npy_f32(const std::string& path, const float* data, const std::vector
   size_t total = 10 + header.size() + 1;
   header.append((64 - total % 64) % 64, ' ');
   header.push_back('\n');
-  std::ofstream out(path, std::ios::binary);
-  if (!out) fail("cannot open '", path, "' for writing");
-  const char magic[] = "\x93NUMPY\x01\x00";
-  out.write(magic, 8);
-  uint16_t len = static_cast<uint16_t>(header.size());
-  out.write(reinterpret_cast<const char*>(&len), 2);
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(reinterpret_cast<const char*>(data), static_cast<std::streamsize>(n * sizeof(float)));
-  if (!out) fail("failed writing '", path, "'");
+  expected_ = n;
+  file_ = std::make_unique<AtomicFile>(path, ".npy file");
+  file_->write("\x93NUMPY\x01\x00", 8);
+  const uint16_t len = static_cast<uint16_t>(header.size());
+  file_->write(&len, 2);
+  file_->write(header);
+}
+
+NpyF32Writer::~NpyF32Writer() = default;
+
+void NpyF32Writer::append(const float* data, int64_t n) {
+  if (n < 0 || n > expected_ - appended_)
+    fail("npy writer '", file_->path(), "': appending ", n, " elements to the ", appended_, " written, more than the ",
+         expected_, " of its shape");
+  file_->write(data, static_cast<size_t>(n) * sizeof(float));
+  appended_ += n;
+}
+
+void NpyF32Writer::commit() {
+  if (appended_ != expected_)
+    fail("npy writer '", file_->path(), "': ", appended_, " elements written, the shape holds ", expected_);
+  file_->commit();
+}
+
+void write_npy_f32(const std::string& path, const float* data, const std::vector<int64_t>& shape) {
+  NpyF32Writer w(path, shape);
+  int64_t n = 1;
+  for (int64_t d : shape) n *= d;  // checked by the writer
+  w.append(data, n);
+  w.commit();
 }
 
 NpyArray parse_npy(std::string_view bytes, const std::string& source) {

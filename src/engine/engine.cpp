@@ -153,6 +153,8 @@ struct Engine::Impl {
     vocab = m.config().vocab_size;
     sample_limit = t ? std::min<int64_t>(vocab, t->vocab_size()) : vocab;
     state = m.create_state(options.max_seqs, options.state_dtype);
+    if (!options.state_cache_dir.empty())
+      cache.enable_disk(options.state_cache_dir, state_cache_bytes(options.state_cache_disk_mb), *state);
     for (int64_t s = options.max_seqs - 1; s >= 0; --s) free_slots.push_back(s);
   }
 

@@ -1,13 +1,8 @@
 #include "io/gguf_writer.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
-#include <cerrno>
-#include <cstdio>
-#include <cstring>
 #include <set>
 
+#include "core/atomic_file.h"
 #include "mambacpp/error.h"
 
 namespace mambacpp {
@@ -55,18 +50,6 @@ GgufValue scalar_value(GgufType t) {
   GgufValue v;
   v.type = t;
   return v;
-}
-
-void write_all(int fd, const uint8_t* p, size_t n, const std::string& path) {
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0) {
-      if (errno == EINTR) continue;
-      fail(path, ": write failed: ", std::strerror(errno));
-    }
-    p += w;
-    n -= static_cast<size_t>(w);
-  }
 }
 
 }  // namespace
@@ -174,33 +157,20 @@ void GgufWriter::write(const std::string& path) const {
   }
   head.resize((head.size() + kAlignment - 1) / kAlignment * kAlignment, 0);
 
-  const std::string tmp = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) fail(path, ": cannot create ", tmp, ": ", std::strerror(errno));
-  try {
-    write_all(fd, head.data(), head.size(), tmp);
-    std::vector<uint8_t> buf;
-    static const uint8_t zeros[kAlignment] = {};
-    for (size_t i = 0; i < tensors_.size(); ++i) {
-      const Tensor& t = tensors_[i];
-      buf.assign(static_cast<size_t>(t.nbytes), 0);
-      t.produce(buf.data());
-      write_all(fd, buf.data(), buf.size(), tmp);
-      const uint64_t end = offsets[i] + t.nbytes;
-      if (i + 1 < tensors_.size()) write_all(fd, zeros, static_cast<size_t>(offsets[i + 1] - end), tmp);
-    }
-    if (::fsync(fd) != 0) fail(tmp, ": fsync failed: ", std::strerror(errno));
-    if (::close(fd) != 0) fail(tmp, ": close failed: ", std::strerror(errno));
-  } catch (...) {
-    ::close(fd);
-    ::unlink(tmp.c_str());
-    throw;
+  // Replaced whole or not at all (core/atomic_file.h): quantizing over an older output keeps it until the end.
+  AtomicFile out(path, "GGUF file");
+  out.write(head.data(), head.size());
+  std::vector<uint8_t> buf;
+  static const uint8_t zeros[kAlignment] = {};
+  for (size_t i = 0; i < tensors_.size(); ++i) {
+    const Tensor& t = tensors_[i];
+    buf.assign(static_cast<size_t>(t.nbytes), 0);
+    t.produce(buf.data());
+    out.write(buf.data(), buf.size());
+    const uint64_t end = offsets[i] + t.nbytes;
+    if (i + 1 < tensors_.size()) out.write(zeros, static_cast<size_t>(offsets[i + 1] - end));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    const std::string err = std::strerror(errno);
-    ::unlink(tmp.c_str());
-    fail(path, ": cannot rename ", tmp, " over it: ", err);
-  }
+  out.commit();
 }
 
 }  // namespace mambacpp

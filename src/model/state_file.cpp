@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "core/atomic_file.h"
 #include "mambacpp/error.h"
 #include "model/state_slots.h"
 
@@ -83,11 +84,11 @@ void StateCache::save_snapshot(const SlotSnapshot& snap, const std::string& path
 
   std::vector<char> data(snap.bytes());
   impl_->backend->copy_to_host(data.data(), snap.impl_->buffer.data(), data.size());
-  std::ofstream out(path, std::ios::binary);
-  if (!out) fail("cannot open state file '", path, "' for writing");
-  out.write(header.data(), static_cast<std::streamsize>(header.size()));
-  out.write(data.data(), static_cast<std::streamsize>(data.size()));
-  if (!out) fail("failed writing state file '", path, "'");
+  // Replaced whole or not at all: a save that fails (full disk, file-size limit, a kill) keeps the previous state.
+  AtomicFile out(path, "state file");
+  out.write(header);
+  out.write(data.data(), data.size());
+  out.commit();
 }
 
 SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int32_t>* tokens) const {

@@ -165,6 +165,9 @@ describe('serve --parallel 64 --max-queue 0', () => {
     const refs = generate(['--prompts-file', writeScratch('prompts.txt', prompts.join('\n') + '\n'), '--max-seqs', '1', '-n',
       '24', '--temp', '0', '--ignore-eos']);
     assert.equal(refs.length, 64);
+    // generate blocked the event loop (15 s on a loaded 2-core machine), longer than the server keeps idle
+    // connections (--keep-alive-timeout 10): let the client see the ones it closed before reusing them.
+    await new Promise((r) => setTimeout(r, 100));
     const texts = await Promise.all(
       prompts.map(async (prompt) => {
         const stream = await client.completions.create({
