@@ -1,5 +1,7 @@
 #include "io/gguf_vocab_export.h"
 
+#include <algorithm>
+#include <cctype>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -48,6 +50,24 @@ std::string pre_name(const nlohmann::json& pre, const std::string& path) {
        "llama.cpp would split text differently");
 }
 
+nlohmann::ordered_json read_ordered_json(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) fail(path, ": cannot open");
+  try {
+    return nlohmann::ordered_json::parse(in);
+  } catch (const std::exception& e) {
+    fail(path, ": invalid JSON: ", e.what());
+  }
+}
+
+std::string read_text(const std::filesystem::path& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path.string(), ": cannot open");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
 }  // namespace
 
 void gguf_add_vocab(const std::string& path, const ModelConfig& config, GgufWriter& w) {
@@ -91,6 +111,7 @@ void gguf_add_vocab(const std::string& path, const ModelConfig& config, GgufWrit
   }
   w.set_string("tokenizer.ggml.model", "gpt2");
   w.set_string("tokenizer.ggml.pre", pre);
+  gguf_add_chat_template(std::filesystem::path(path).parent_path().string(), tokens, w);
   w.set_strings("tokenizer.ggml.tokens", std::move(tokens));
   w.set_ints("tokenizer.ggml.token_type", GgufType::I32, std::move(toktypes));
   w.set_strings("tokenizer.ggml.merges", std::move(merges));
@@ -101,11 +122,71 @@ void gguf_add_vocab(const std::string& path, const ModelConfig& config, GgufWrit
     add_bos = pp["single"][0].contains("SpecialToken");
   w.set_bool("tokenizer.ggml.add_bos_token", add_bos);
   w.set_bool("tokenizer.ggml.add_eos_token", false);
-  const std::string cfg = (std::filesystem::path(path).parent_path() / "tokenizer_config.json").string();
-  if (std::filesystem::exists(cfg)) {
-    const nlohmann::json tc = read_json(cfg);
-    if (tc.contains("chat_template") && tc["chat_template"].is_string())
-      w.set_string("tokenizer.chat_template", tc["chat_template"].get<std::string>());
+}
+
+void gguf_add_chat_template(const std::string& model_dir, const std::vector<std::string>& tokens, GgufWriter& w) {
+  namespace fs = std::filesystem;
+  const fs::path dir(model_dir);
+  nlohmann::ordered_json config;
+  if (fs::exists(dir / "tokenizer_config.json")) config = read_ordered_json((dir / "tokenizer_config.json").string());
+  // (name, template) in the order found; "default" is the one a chat uses unless told otherwise. transformers takes
+  // chat_template.jinja (and additional_chat_templates/*.jinja) over tokenizer_config.json's chat_template.
+  std::vector<std::pair<std::string, std::string>> templates;
+  if (fs::is_regular_file(dir / "chat_template.jinja")) {
+    templates.emplace_back("default", read_text(dir / "chat_template.jinja"));
+    std::error_code ec;
+    std::vector<fs::path> more;
+    for (const auto& e : fs::directory_iterator(dir / "additional_chat_templates", ec))
+      if (e.path().extension() == ".jinja") more.push_back(e.path());
+    std::sort(more.begin(), more.end());
+    for (const fs::path& p : more) templates.emplace_back(p.stem().string(), read_text(p));
+  } else if (config.is_object() && config.contains("chat_template")) {
+    const auto& t = config["chat_template"];
+    if (t.is_string()) {
+      templates.emplace_back("default", t.get<std::string>());
+    } else if (t.is_array()) {
+      for (const auto& e : t)
+        if (e.is_object() && e.contains("name") && e["name"].is_string() && e.contains("template") &&
+            e["template"].is_string())
+          templates.emplace_back(e["name"].get<std::string>(), e["template"].get<std::string>());
+    } else if (!t.is_null()) {
+      fail((dir / "tokenizer_config.json").string(), ": chat_template: expected a string or a list of {name, template}");
+    }
+  }
+  // As llama.cpp's gguf writer stores them: the default under tokenizer.chat_template, the others under
+  // tokenizer.chat_template.<name> (characters other than letters and digits replaced by '_'), listed in
+  // tokenizer.chat_templates.
+  std::vector<std::string> names;
+  for (const auto& [raw_name, text] : templates) {
+    std::string name = raw_name;
+    for (char& c : name)
+      if (!std::isalnum(static_cast<unsigned char>(c))) c = '_';
+    if (name == "default") {
+      w.set_string("tokenizer.chat_template", text);
+    } else if (!name.empty()) {
+      w.set_string("tokenizer.chat_template." + name, text);
+      names.push_back(name);
+    }
+  }
+  if (!names.empty()) w.set_strings("tokenizer.chat_templates", names);
+  // The special tokens a template reads (bos_token, eos_token, ...) are the texts of the file's special token ids
+  // (llama.cpp's converter also takes tokenizer_config.json's over config.json's ids), so a template renders from
+  // the GGUF as it does from the directory.
+  if (!config.is_object() || tokens.empty()) return;
+  static const std::pair<const char*, const char*> kSpecial[] = {
+      {"bos_token", "tokenizer.ggml.bos_token_id"},       {"eos_token", "tokenizer.ggml.eos_token_id"},
+      {"unk_token", "tokenizer.ggml.unknown_token_id"},   {"pad_token", "tokenizer.ggml.padding_token_id"},
+      {"sep_token", "tokenizer.ggml.seperator_token_id"}, {"cls_token", "tokenizer.ggml.cls_token_id"},
+      {"mask_token", "tokenizer.ggml.mask_token_id"}};
+  for (const auto& [field, key] : kSpecial) {
+    if (!config.contains(field)) continue;
+    const auto& v = config[field];
+    const std::string text = v.is_string()                                                        ? v.get<std::string>()
+                             : v.is_object() && v.contains("content") && v["content"].is_string() ? v["content"].get<std::string>()
+                                                                                                  : std::string();
+    if (text.empty()) continue;
+    const auto it = std::find(tokens.begin(), tokens.end(), text);
+    if (it != tokens.end()) w.set_u32(key, static_cast<uint32_t>(it - tokens.begin()));
   }
 }
 
