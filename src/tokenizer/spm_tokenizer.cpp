@@ -2,6 +2,7 @@
 #include "tokenizer/spm_tokenizer.h"
 
 #include <algorithm>
+#include <cmath>
 #include <queue>
 
 #include "mambacpp/error.h"
@@ -49,6 +50,9 @@ SpmTokenizer::SpmTokenizer(SpmVocab vocab, const std::string& source) : v_(std::
   if (!v_.token_types.empty() && v_.token_types.size() != n)
     fail(source_, ": tokenizer.ggml.token_type has ", v_.token_types.size(), " entries for ", n, " tokens");
   if (v_.scores.empty()) v_.scores.assign(n, 0.0f);
+  // A NaN score would break the merge queue's ordering; a file cannot mean anything by it.
+  for (size_t i = 0; i < n; ++i)
+    if (std::isnan(v_.scores[i])) fail(source_, ": tokenizer.ggml.scores[", i, "] is NaN");
   if (v_.token_types.empty()) v_.token_types.assign(n, kNormal);
   ids_.reserve(n);
   for (size_t i = 0; i < n; ++i) {
@@ -218,9 +222,10 @@ std::string SpmTokenizer::piece(int32_t id, bool skip_special) const {
       return out;
     }
     case kByte: {
-      // "<0xNN>"; llama.cpp's fallback byte tokens are the byte itself.
-      if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>')
-        return std::string(1, static_cast<char>(std::stoi(text.substr(3, 2), nullptr, 16)));
+      // "<0xNN>"; llama.cpp's fallback byte tokens are the byte itself. Anything else decodes to nothing.
+      auto hex = [](char c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1; };
+      if (text.size() == 6 && text.compare(0, 3, "<0x") == 0 && text[5] == '>' && hex(text[3]) >= 0 && hex(text[4]) >= 0)
+        return std::string(1, static_cast<char>(hex(text[3]) * 16 + hex(text[4])));
       return text.size() == 1 ? text : std::string();
     }
     default:
