@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <set>
@@ -186,6 +187,12 @@ TEST(SpmTokenizer, RefusesInconsistentVocabularies) {
   v = small_vocab();
   v.scores.pop_back();
   EXPECT_NE(test::error_of([&] { tok::SpmTokenizer t(v, "f.gguf"); }).find("tokenizer.ggml.scores"), std::string::npos);
+  v = small_vocab();
+  v.scores[7] = std::nanf("");
+  EXPECT_NE(test::error_of([&] { tok::SpmTokenizer t(v, "f.gguf"); }).find("scores[7] is NaN"), std::string::npos);
+  v = small_vocab();
+  v.tokens[11] = "<0xZZ>";  // a byte token that names no byte decodes to nothing
+  EXPECT_EQ(tok::SpmTokenizer(v, "f.gguf").decode(std::vector<int32_t>{4, 11, 5}), "ab");
 }
 
 }  // namespace
