@@ -30,6 +30,7 @@ SPECIAL_TOKENS = {
     "meta": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
     "falcon": {"bos_token": None, "eos_token": "<|end_of_text|>"},
     "jamba": {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>"},
+    "ai21labs": {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>"},  # Jamba
 }
 
 TOOLS = [

@@ -66,6 +66,10 @@ ChatOutputFormat chat_output_format(const std::string& source, const std::string
       f.call_open = "<TOOLCALL>";
       f.call_close = "</TOOLCALL>";
       f.call_list = true;
+    } else if (source.find("<tool_calls>") != std::string::npos) {  // Jamba: <tool_calls>[{name, arguments}, ...]
+      f.call_open = "<tool_calls>";
+      f.call_close = "</tool_calls>";
+      f.call_list = true;
     } else if (source.find("<tool_call>") != std::string::npos) {
       f.call_open = "<tool_call>";
       f.call_close = "</tool_call>";

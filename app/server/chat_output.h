@@ -1,6 +1,7 @@
 // The assistant's text split into what OpenAI's chat API returns separately: reasoning (`<think>...</think>`) as
 // reasoning_content, tool calls in the model's own syntax as tool_calls, and the rest as content. The syntax is
-// chosen from the chat template: Nemotron's `<TOOLCALL>[{"name", "arguments"}, ...]</TOOLCALL>`, or the Hermes /
+// chosen from the chat template: Nemotron's `<TOOLCALL>[{"name", "arguments"}, ...]</TOOLCALL>`, Jamba's
+// `<tool_calls>[...]</tool_calls>` (the same list), or the Hermes /
 // Qwen / Granite 4.0 `<tool_call>{"name", "arguments"}</tool_call>` blocks. Streaming holds back text that may be
 // the start of a tag, so that no piece of a tag reaches the client as content.
 #pragma once

@@ -49,8 +49,10 @@ struct ChatTemplateFiles {
 
 // Reads `model_dir`: chat_template.jinja if present, else tokenizer_config.json's chat_template (a string, or a
 // list of {name, template} from which `name` is taken, "default" unless told). Special tokens come from
-// tokenizer_config.json (a string, or an AddedToken object's "content"). nullopt when the directory has no template;
-// Error for a file that cannot be read or a named template that is not there.
+// tokenizer_config.json (a string, or an AddedToken object's "content"). A path ending in .gguf is a GGUF file:
+// tokenizer.chat_template (tokenizer.chat_template.<name> for another name), the special tokens being the texts of
+// its tokenizer.ggml.*_token_id tokens. nullopt when the model has no template; Error for a file that cannot be
+// read or a named template that is not there.
 std::optional<ChatTemplateFiles> load_chat_template(const std::string& model_dir, const std::string& name = "default");
 
 // One conversation to render, as transformers' apply_chat_template takes it.

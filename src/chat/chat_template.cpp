@@ -7,6 +7,7 @@
 #include "chat/interpreter.h"
 #include "chat/lexer.h"
 #include "chat/parser.h"
+#include "io/gguf_file.h"
 #include "mambacpp/chat.h"
 #include "mambacpp/error.h"
 
@@ -62,9 +63,59 @@ nlohmann::ordered_json token_text(const nlohmann::ordered_json& v) {
   return nullptr;
 }
 
+bool is_gguf_path(const std::string& path) {
+  return path.size() > 5 && path.compare(path.size() - 5, 5, ".gguf") == 0;
+}
+
+// A GGUF file's template, as llama.cpp's converter writes tokenizer_config.json's chat_template: the default one
+// under tokenizer.chat_template, each other named one under tokenizer.chat_template.<name> (their names listed in
+// tokenizer.chat_templates). The special tokens are the texts of the file's special token ids, which is what
+// llama.cpp passes to a template too.
+std::optional<ChatTemplateFiles> load_gguf_chat_template(const std::string& path, const std::string& name) {
+  const GgufFile f(path);
+  const std::string key = name == "default" ? "tokenizer.chat_template" : "tokenizer.chat_template." + name;
+  const GgufValue* t = f.find(key);
+  if (!t) {
+    if (name == "default") return std::nullopt;
+    std::string names;
+    if (const GgufValue* list = f.find("tokenizer.chat_templates"); list && list->type == GgufType::STRING)
+      for (const std::string& n : list->strings) names += (names.empty() ? "" : ", ") + n;
+    fail(path, ": no chat template named '", name, "' (no key '", key, "'; the file names: ",
+         names.empty() ? std::string("none") : names, ")");
+  }
+  if (t->is_array || t->type != GgufType::STRING)
+    fail(path, ": key '", key, "' must be a string (a Jinja template), found ", t->is_array ? "an array of " : "",
+         gguf_type_name(t->type));
+  ChatTemplateFiles files;
+  files.source = t->strings.at(0);
+  files.origin = path + " (" + key + ")";
+  const GgufValue* tokens = f.find("tokenizer.ggml.tokens");
+  if (!tokens || !tokens->is_array || tokens->type != GgufType::STRING || f.get_bool("mambacpp.vocab_placeholder", false))
+    return files;  // no real vocabulary: no token texts to give the template
+  // llama.cpp's key names (its "seperator" spelling included) and transformers' variable names.
+  static const std::pair<const char*, const char*> kSpecial[] = {
+      {"tokenizer.ggml.bos_token_id", "bos_token"},       {"tokenizer.ggml.eos_token_id", "eos_token"},
+      {"tokenizer.ggml.unknown_token_id", "unk_token"},   {"tokenizer.ggml.padding_token_id", "pad_token"},
+      {"tokenizer.ggml.seperator_token_id", "sep_token"}, {"tokenizer.ggml.cls_token_id", "cls_token"},
+      {"tokenizer.ggml.mask_token_id", "mask_token"}};
+  for (const auto& [id_key, var] : kSpecial) {
+    const GgufValue* id = f.find(id_key);
+    if (!id) continue;
+    if (id->is_array || !id->is_int()) fail(path, ": key '", id_key, "' must be an integer token id");
+    const int64_t i = id->ints.at(0);
+    if (i < 0 || i >= static_cast<int64_t>(tokens->strings.size()))
+      fail(path, ": key '", id_key, "' is ", i, "; expected a token id below ", tokens->strings.size());
+    files.special_tokens[var] = tokens->strings[static_cast<size_t>(i)];
+  }
+  return files;
+}
+
 }  // namespace
 
 std::optional<ChatTemplateFiles> load_chat_template(const std::string& model_dir, const std::string& name) {
+  std::error_code gguf_ec;
+  if (is_gguf_path(model_dir) && std::filesystem::is_regular_file(model_dir, gguf_ec))
+    return load_gguf_chat_template(model_dir, name);
   const std::filesystem::path dir(model_dir);
   ChatTemplateFiles files;
   nlohmann::ordered_json config;

@@ -2,6 +2,7 @@
 #include "mambacpp/model_tokenizer.h"
 
 #include <filesystem>
+#include <optional>
 
 #include "io/gguf_file.h"
 #include "mambacpp/error.h"
@@ -32,8 +33,20 @@ std::unique_ptr<Tokenizer> load_model_tokenizer(const std::string& path) {
     if (!t->is_array || !t->is_int()) fail(path, ": key 'tokenizer.ggml.token_type' must be an array of integers");
     v.token_types = t->ints;
   }
-  v.add_bos = f.get_bool("tokenizer.ggml.add_bos_token", false);
+  if (const GgufValue* s = f.find("tokenizer.ggml.scores")) {
+    if (!s->is_array || !s->is_float()) fail(path, ": key 'tokenizer.ggml.scores' must be an array of floats");
+    v.scores.assign(s->floats.begin(), s->floats.end());
+  }
+  auto flag = [&](const char* key) -> std::optional<bool> {
+    if (!f.find(key)) return std::nullopt;
+    return f.get_bool(key, false);
+  };
+  v.add_bos = flag("tokenizer.ggml.add_bos_token");
+  v.add_eos = flag("tokenizer.ggml.add_eos_token");
+  v.add_space_prefix = flag("tokenizer.ggml.add_space_prefix");
   v.bos_id = f.get_int("tokenizer.ggml.bos_token_id", -1);
+  v.eos_id = f.get_int("tokenizer.ggml.eos_token_id", -1);
+  v.unk_id = f.get_int("tokenizer.ggml.unknown_token_id", -1);
   return tokenizer_from_gguf_vocab(v, path);
 }
 

@@ -50,6 +50,7 @@ QuantizeReport quantize_to_gguf(const std::string& model_path, const std::string
     w.set_ints("tokenizer.ggml.token_type", GgufType::I32, std::vector<int64_t>(static_cast<size_t>(config.vocab_size), 1));
     w.set_strings("tokenizer.ggml.merges", {});
     w.set_bool("mambacpp.vocab_placeholder", true);
+    gguf_add_chat_template(model_path, {}, w);
   }
   w.write(out_path);
   QuantizeReport r;

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "io/gguf_file.h"
 #include "io/gguf_writer.h"
@@ -12,9 +13,15 @@
 namespace mambacpp {
 
 // tokenizer.ggml.model "gpt2", .pre (the llama.cpp pre-tokenizer of the same split regex), .tokens padded to the
-// embedding's rows with [PAD<i>] tokens, .token_type, .merges, the add-bos flag, and tokenizer.chat_template from
-// the tokenizer_config.json beside it. Throws naming the part of the tokenizer.json llama.cpp has no equivalent for.
+// embedding's rows with [PAD<i>] tokens, .token_type, .merges, the add-bos flag, and the chat template beside it
+// (gguf_add_chat_template). Throws naming the part of the tokenizer.json llama.cpp has no equivalent for.
 void gguf_add_vocab(const std::string& tokenizer_json_path, const ModelConfig& config, GgufWriter& writer);
+// The chat templates of `model_dir` (chat_template.jinja and additional_chat_templates/*.jinja, else
+// tokenizer_config.json's chat_template: a string or a list of {name, template}) as llama.cpp stores them
+// (tokenizer.chat_template, tokenizer.chat_template.<name>, tokenizer.chat_templates), and the ids of
+// tokenizer_config.json's special tokens (bos_token, eos_token, ...) in `tokens` (the written vocabulary; empty for
+// none) as tokenizer.ggml.*_token_id.
+void gguf_add_chat_template(const std::string& model_dir, const std::vector<std::string>& tokens, GgufWriter& writer);
 // Every tokenizer.* key of `from`.
 void gguf_copy_vocab(const GgufFile& from, GgufWriter& writer);
 

@@ -5,6 +5,7 @@
 
 #include "mambacpp/error.h"
 #include "tokenizer/bpe_tokenizer.h"
+#include "tokenizer/spm_tokenizer.h"
 
 namespace mambacpp {
 
@@ -32,8 +33,22 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf_vocab(const GgufVocab& v, const s
   if (v.model == "none" || v.model == "no_vocab" || v.tokens.empty())
     fail(source, ": the file has no vocabulary (tokenizer.ggml.model '", v.model,
          "'), so text cannot be encoded; give token ids (--tokens-file)");
+  if (v.model == "llama") {
+    tok::SpmVocab spm;
+    spm.tokens = v.tokens;
+    spm.scores = v.scores;
+    spm.token_types = v.token_types;
+    spm.add_space_prefix = v.add_space_prefix.value_or(true);  // llama.cpp's defaults for its SPM model
+    spm.add_bos = v.add_bos.value_or(true);
+    spm.add_eos = v.add_eos.value_or(false);
+    spm.bos_id = v.bos_id;
+    spm.eos_id = v.eos_id;
+    spm.unk_id = v.unk_id;
+    return std::make_unique<tok::SpmTokenizer>(std::move(spm), source + ": tokenizer.ggml");
+  }
   if (v.model != "gpt2")
-    fail(source, ": tokenizer.ggml.model '", v.model, "' is not supported (supported: gpt2, byte-level BPE)");
+    fail(source, ": tokenizer.ggml.model '", v.model,
+         "' is not supported (supported: gpt2, byte-level BPE; llama, SentencePiece-style)");
   std::vector<tok::PreTokenizerStep> pre;
   if (v.pre.empty() || v.pre == "gpt-2" || v.pre == "default") {
     pre.push_back(byte_level(true));
@@ -78,7 +93,7 @@ std::unique_ptr<Tokenizer> tokenizer_from_gguf_vocab(const GgufVocab& v, const s
   tok::Pipeline pipeline;
   pipeline.pre_tokenizer = tok::PreTokenizer(std::move(pre));
   pipeline.decoder = tok::Decoder({tok::DecoderStep(tok::DecoderStep::ByteLevel)});
-  if (v.add_bos && v.bos_id >= 0 && v.bos_id < static_cast<int64_t>(v.tokens.size()))
+  if (v.add_bos.value_or(false) && v.bos_id >= 0 && v.bos_id < static_cast<int64_t>(v.tokens.size()))
     pipeline.post_processing.before.push_back(static_cast<int32_t>(v.bos_id));
   auto model = std::make_unique<tok::BpeModel>(std::move(vocab), merges, tok::BpeOptions{}, source + ": tokenizer.ggml");
   return std::make_unique<tok::BpeTokenizer>(std::move(model), std::move(pipeline), std::move(added));

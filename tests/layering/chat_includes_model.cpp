@@ -1,2 +1,3 @@
-// Must NOT compile against the chat layer's include root: chat templates build on core only, never on the model.
+// Must NOT compile against the chat layer's include root: chat templates build on core and io (a GGUF file's
+// tokenizer.chat_template), never on the model.
 #include "mambacpp/model.h"
