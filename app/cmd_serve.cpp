@@ -27,6 +27,7 @@ namespace {
 struct ServeCliOptions {
   ModelOptions model;
   server::ServerOptions server;
+  SpeculativeCliOptions speculative;  // requests' defaults; a request's draft_* fields override them
   int64_t state_cache_mb = 1024;
   std::string chat_template = "auto";
   std::string shape;  // random weights of a released model's shape (load tests); no tokenizer: token-id prompts only
@@ -59,7 +60,10 @@ void run_serve(const ServeCliOptions& o) {
   });
   signal_thread.detach();  // it ends with the process
 
-  server::Server server(o.server);
+  std::unique_ptr<Model> draft_model;  // declared before the server: its engine's draft slots outlive it
+  server::ServerOptions so = o.server;
+  so.speculative = o.speculative.params();
+  server::Server server(so);
   server.start();
   std::fprintf(stderr, "serve: loading the model (GET /health answers 503 until it is ready)\n");
 
@@ -83,6 +87,8 @@ void run_serve(const ServeCliOptions& o) {
   eo.max_new_tokens = o.server.max_tokens;
   eo.state_cache_mb = o.state_cache_mb;
   eo.state_dtype = o.model.state();
+  draft_model = load_draft_model(o.speculative, o.model);
+  eo.draft_model = draft_model.get();
   server.attach(std::move(model), std::move(tokenizer), std::move(chat_template), eo, name);
 
   std::printf("mambacpp serve: http://%s:%d/v1 ready (model %s on %s, %lld parallel, chat template %s)\n",
@@ -103,6 +109,7 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
   auto o = std::make_shared<ServeCliOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "serve the model over HTTP with an OpenAI-compatible API");
   add_model_options(*cmd, o->model);
+  add_speculative_options(*cmd, o->speculative);
   server::ServerOptions& s = o->server;
   cmd->add_option("--host", s.host, "address to listen on (loopback by default; 0.0.0.0 for every interface)")
       ->capture_default_str();

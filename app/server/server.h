@@ -47,6 +47,7 @@ struct ServerOptions {
   int64_t max_body_mb = 16;      // request bodies over this: 413
   int64_t http_threads = 0;      // 0: parallel + max_queue + 8 (each waiting or streaming request holds one);
                                  // either way at most kMaxHttpThreads
+  SpeculativeParams speculative;  // requests' defaults (serve --draft-*); draft_model needs EngineOptions::draft_model
 };
 
 class Server {
