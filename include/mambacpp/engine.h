@@ -92,9 +92,11 @@ struct RequestEvent {
 };
 
 // Speculative decoding of one request: each step drafts up to k tokens cheaply, the model verifies them in one forward
-// over [last token, drafts], and the state lands exactly on the accepted prefix (rejected tokens leave no trace in
-// the state, the KV rows or the prefix cache). Greedy: the tokens are those of plain decoding. Sampling: the rejection
-// rule keeps the model's distribution (the draws differ from plain decoding's for the same seed).
+// over [last token, drafts], and the state lands on the accepted prefix (rejected tokens leave no trace in the state,
+// the KV rows or the prefix cache). A verify row is a prefill piece, equal to decode steps up to rounding (as a
+// prefix-cache hit), so greedy tokens are those of plain decoding but at near-ties. Sampling: the rejection rule
+// keeps the model's distribution (the draws differ from plain decoding's for the same seed; a seed still gives the
+// same tokens in any batch). The first token is always a plain decode step's.
 struct SpeculativeParams {
   int draft_ngram = 0;       // > 0: prompt lookup, continuing the last this many tokens' earlier occurrence
   bool draft_model = false;  // draft with the engine's draft model (EngineOptions::draft_model)

@@ -17,8 +17,9 @@
 // forward verifies every such row [next, d1..dk] with logits at every position. The target's tokens are chosen row
 // by row as decode would choose them; a request keeps the matching prefix plus the target's next token. Its slot was
 // snapshotted before the verify: when a draft was refused, the snapshot is restored and the kept tokens are run
-// again (any split of a sequence gives the state of one pass), so the state, the KV rows and everything cached from
-// them stand for committed tokens only.
+// again, so the state, the KV rows and everything cached from them stand for committed tokens only. A verify row is
+// a split of the sequence like any prefill piece: its logits and states are those of decode steps up to rounding
+// (CPU fp32: within 1e-5, tests/model_invariance_test.cpp), so greedy tokens are the plain ones but at near-ties.
 #include "mambacpp/engine.h"
 
 #include <algorithm>
@@ -632,9 +633,11 @@ struct Engine::Impl {
   }
 
   // The tokens `r` may draft this step: its draft length, bounded so that the verify row's tokens stay within
-  // max_new_tokens (the target adds one of its own) and the context limit.
+  // max_new_tokens (the target adds one of its own) and the context limit. The first token is always a decode
+  // step's: whether the last prompt token runs in the prefill's step or the next one depends on the batch, and what
+  // a request drafts must depend on the request alone (a seed then gives the same tokens in any batch).
   int draft_budget(Run& r) const {
-    if (!r.req.speculative.enabled() || r.req.max_new_tokens == 0) return 0;
+    if (!r.req.speculative.enabled() || r.req.max_new_tokens == 0 || r.first_token == Clock::time_point{}) return 0;
     int64_t k = r.draft_length.next();
     k = std::min<int64_t>(k, r.req.max_new_tokens - static_cast<int64_t>(r.result.tokens.size()) - 1);
     const int64_t limit = model.context_limit();
