@@ -93,6 +93,25 @@ TEST(SpeculativeParts, DraftLengthAdaptsAndPauses) {
   EXPECT_EQ(d.next(), 1);
   d.record(1, 1);
   EXPECT_EQ(d.next(), 2);
+  DraftLength partial(8, true);
+  partial.record(8, 3);  // fewer than half kept: halve
+  EXPECT_EQ(partial.next(), 4);
+  partial.record(4, 2);  // half: keep
+  EXPECT_EQ(partial.next(), 4);
+  partial.record(4, 1);
+  partial.record(2, 0);
+  partial.record(1, 0);  // pause 1
+  EXPECT_EQ(partial.next(), 0);
+  EXPECT_EQ(partial.next(), 1);
+  partial.record(1, 0);  // pause 2
+  EXPECT_EQ(partial.next(), 0);
+  EXPECT_EQ(partial.next(), 0);
+  EXPECT_EQ(partial.next(), 1);
+  partial.record(1, 1);  // kept: the pauses start at 1 again
+  partial.record(2, 0);
+  partial.record(1, 0);
+  EXPECT_EQ(partial.next(), 0);
+  EXPECT_EQ(partial.next(), 1);
   DraftLength fixed(3, false);
   fixed.record(3, 0);
   EXPECT_EQ(fixed.next(), 3);

@@ -82,10 +82,10 @@ int DraftLength::next() {
 
 void DraftLength::record(int drafted, int accepted) {
   if (!adaptive_ || drafted <= 0) return;
-  if (accepted > 0) backoff_ = 1;
+  if (2 * accepted >= drafted) backoff_ = 1;  // a verify that kept half its drafts paid for itself
   if (accepted >= drafted) {
     k_ = std::min(max_, k_ + 1);
-  } else if (accepted == 0) {
+  } else if (2 * accepted < drafted) {
     if (k_ == 1) {
       pause_ = backoff_;
       backoff_ = std::min(64, backoff_ * 2);

@@ -42,8 +42,9 @@ SpeculativeChoice speculative_choice(std::span<const TokenProb> p, std::span<con
                                      std::mt19937_64& rng);
 
 // The number of tokens a request drafts next. Adaptive: after every draft was accepted the length grows by one (up
-// to the maximum); after none was, it halves; at one token with nothing accepted, speculation pauses for a number of
-// steps that doubles while drafts keep failing (up to 64), so that low acceptance costs at most a verify now and then.
+// to the maximum); after fewer than half were, it halves; at one token with nothing accepted, speculation pauses for a
+// number of steps that doubles while verifies keep fewer than half their drafts (up to 64), so that low acceptance
+// costs a verify now and then rather than every step.
 class DraftLength {
  public:
   DraftLength() = default;
