@@ -5,6 +5,7 @@
 // the target's distribution (exact probabilities against counts, chi-square).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
@@ -323,6 +324,61 @@ TEST_F(SpeculativeTest, StateAndPrefixCacheSeeOnlyCommittedTokens) {
   for (uint64_t s = 0; s < 4; ++s)
     refused += expect_state_of_committed_tokens(*model, draft.get(), repetitive_prompt(47, 90 + s), s);
   EXPECT_GT(refused, 0) << "no draft was refused: the rollback went untested";
+}
+
+// A stop token inside a verify row ends the request there: the state it caches and saves is that of the tokens before
+// the stop (the row's rest is rolled back before finalize), and logprobs are those of plain decoding.
+TEST_F(SpeculativeTest, StopInsideAVerifyRowLandsTheStateFirst) {
+  test::TempDir tmp("mambacpp_spec_stop");
+  // A prompt whose greedy run first generates some token at position 2..6: the first token is a decode step's, the
+  // next verify row (7 drafts, all kept when the model drafts for itself) carries positions 1..8, so the stop
+  // falls inside it.
+  std::vector<int32_t> prompt;
+  GenerateResult free_run;
+  size_t at = 0;
+  for (uint64_t seed = 160; seed < 200 && at == 0; ++seed) {
+    prompt = test::random_tokens(6, 47, seed);
+    free_run = test::run_alone(*model, request(prompt, 30));
+    for (size_t i = 2; i <= 6 && i < free_run.tokens.size() && at == 0; ++i)
+      if (std::find(free_run.tokens.begin(), free_run.tokens.begin() + static_cast<std::ptrdiff_t>(i),
+                    free_run.tokens[i]) == free_run.tokens.begin() + static_cast<std::ptrdiff_t>(i))
+        at = i;
+  }
+  ASSERT_GT(at, 0u) << "no prompt found whose run generates a new token at positions 2..6";
+  GenerateRequest plain = request(prompt, 30);
+  plain.stop_tokens = {free_run.tokens[at]};
+  plain.logprobs = 3;
+  plain.save_state = tmp.file("plain.state");
+  const GenerateResult want = test::run_alone(*model, plain);
+  ASSERT_EQ(want.finish_reason, FinishReason::Eos);
+  GenerateRequest spec = with_draft_model(plain, 7, /*adaptive=*/false);
+  spec.save_state = tmp.file("spec.state");
+  EngineOptions o = with_draft(*model);
+  Engine engine(*model, nullptr, o);
+  const GenerateResult got = engine.run({spec}).front();
+  EXPECT_EQ(got.tokens, want.tokens);
+  EXPECT_EQ(got.finish_reason, FinishReason::Eos);
+  // One verify row of 7 drafts: those up to the stop token were kept (it counts among them); it ended the request.
+  EXPECT_EQ(got.draft_tokens, 7);
+  EXPECT_EQ(got.accepted_draft_tokens, static_cast<int64_t>(at));
+  ASSERT_EQ(got.token_info.size(), want.token_info.size());
+  for (size_t i = 0; i < got.token_info.size(); ++i) {
+    EXPECT_NEAR(got.token_info[i].logprob, want.token_info[i].logprob, 1e-4) << "token " << i;
+    ASSERT_EQ(got.token_info[i].top.size(), 3u);
+    for (size_t j = 0; j < 3; ++j) EXPECT_EQ(got.token_info[i].top[j].id, want.token_info[i].top[j].id);
+  }
+  std::vector<int32_t> spec_tokens, plain_tokens;
+  const std::vector<float> a = state_in_file(*model, tmp.file("spec.state"), &spec_tokens);
+  const std::vector<float> b = state_in_file(*model, tmp.file("plain.state"), &plain_tokens);
+  EXPECT_EQ(spec_tokens, plain_tokens);
+  EXPECT_LT(test::max_rel_diff(a, b), 1e-5);
+  // The cached state is that of the committed tokens: a prompt continuing them is a hit that changes nothing.
+  std::vector<int32_t> next = prompt;
+  next.insert(next.end(), got.tokens.begin(), got.tokens.end());
+  next.push_back(free_run.tokens[at]);
+  const GenerateResult turn2 = engine.run({request(next, 6)}).front();
+  EXPECT_EQ(turn2.cached_prompt_tokens, static_cast<int64_t>(prompt.size() + got.tokens.size()));
+  EXPECT_EQ(turn2.tokens, test::run_alone(*model, request(next, 6)).tokens);
 }
 
 TEST(SpeculativeHybrid, KvRowsRollBackToTheCommittedTokens) {
