@@ -193,6 +193,41 @@ std::unique_ptr<Model> load_model(const ModelOptions& opts) {
   return model;
 }
 
+SpeculativeParams SpeculativeCliOptions::params() const {
+  SpeculativeParams p;
+  p.draft_model = !draft_model.empty();
+  p.draft_ngram = draft_ngram;
+  p.draft_max = draft_max;
+  p.adaptive = !no_adaptive;
+  return p;
+}
+
+void add_speculative_options(CLI::App& cmd, SpeculativeCliOptions& opts) {
+  cmd.add_option("--draft-model", opts.draft_model,
+                 "speculative decoding: a smaller model of the same vocabulary drafts tokens that the model verifies")
+      ->check(CLI::ExistingPath);
+  cmd.add_option("--draft-ngram", opts.draft_ngram,
+                 "speculative decoding by prompt lookup: draft the continuation of the last N tokens' earlier "
+                 "occurrence in the prompt and output (0: off)")
+      ->check(IntRange(0, 16))
+      ->capture_default_str();
+  cmd.add_option("--draft-max", opts.draft_max,
+                 "speculative decoding: tokens drafted per step at most (0: " + std::to_string(kDefaultDraftMax) + ")")
+      ->check(IntRange(0, 32))
+      ->capture_default_str();
+  cmd.add_flag("--draft-fixed", opts.no_adaptive,
+               "speculative decoding: always draft --draft-max tokens (default: fewer, and pauses, while drafts are "
+               "rejected)");
+}
+
+std::unique_ptr<Model> load_draft_model(const SpeculativeCliOptions& spec, const ModelOptions& model) {
+  if (spec.draft_model.empty()) return nullptr;
+  if (spec.draft_ngram > 0) fail("--draft-model and --draft-ngram: drafts come from one source, give one of them");
+  ModelOptions d = model;
+  d.model_dir = spec.draft_model;
+  return load_model(d);
+}
+
 std::string read_input_file(const std::string& path, const std::string& option) {
   std::ifstream in = open_input(path, option);
   std::stringstream ss;

@@ -7,6 +7,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "mambacpp/engine.h"
 #include "mambacpp/model.h"
 
 namespace mambacpp::cli {
@@ -43,6 +44,20 @@ constexpr int64_t kMaxBenchBatch = 65536;
 constexpr int64_t kMaxBenchRequests = 1 << 20;
 // bench: prompt tokens drawn up front (batch x prompt, requests x longest prompt): 2^28, a GiB of int32 ids.
 constexpr int64_t kMaxBenchTokens = int64_t{1} << 28;
+
+// Speculative decoding (generate, serve's defaults): where drafts come from and how many per step.
+struct SpeculativeCliOptions {
+  std::string draft_model;  // --draft-model DIR: loaded with the model's device options
+  int draft_ngram = 0;      // --draft-ngram N: prompt lookup
+  int draft_max = 0;        // --draft-max K; 0: the engine's default
+  bool no_adaptive = false;  // --draft-fixed: always draft --draft-max tokens
+
+  // The request's parameters (draft_model: whether a draft model was given).
+  SpeculativeParams params() const;
+};
+void add_speculative_options(CLI::App& cmd, SpeculativeCliOptions& opts);
+// The draft model of --draft-model, loaded as `model` was (device, dtype, threads); null without one.
+std::unique_ptr<Model> load_draft_model(const SpeculativeCliOptions& spec, const ModelOptions& model);
 
 // Adds --model, --device, --dtype, --threads, --batch-tokens to a subcommand.
 void add_model_options(CLI::App& cmd, ModelOptions& opts);

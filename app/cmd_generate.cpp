@@ -27,6 +27,7 @@ namespace {
 
 struct GenerateCliOptions {
   ModelOptions model;
+  SpeculativeCliOptions speculative;
   std::string prompt;
   bool prompt_given = false;
   std::string tokens_file;
@@ -93,6 +94,8 @@ nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateRes
           {"stop_reason", finish_reason_name(r.finish_reason)},
           {"cached_prompt_tokens", r.cached_prompt_tokens},
           {"seed", r.seed},
+          {"draft_tokens", r.draft_tokens},
+          {"accepted_draft_tokens", r.accepted_draft_tokens},
           {"timings",
            {{"queue_ms", r.timings.queue_ms},
             {"prompt_ms", r.timings.prompt_ms},
@@ -112,6 +115,7 @@ void run_generate(const GenerateCliOptions& o) {
   if (o.chat && (!o.tokens_file.empty() || !o.prompts_file.empty()))
     fail("generate --chat: the conversation comes from -p (with --system) or --chat-file");
   auto model = load_model(o.model);
+  const std::unique_ptr<Model> draft_model = load_draft_model(o.speculative, o.model);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(model->directory());
   if (!tokenizer && o.tokens_file.empty())
     fail("model '", model->directory(), "' has no tokenizer (tokenizer.json, or a GGUF vocabulary), so text prompts ",
@@ -148,6 +152,7 @@ void run_generate(const GenerateCliOptions& o) {
     requests[i].stop_strings = stops;
     requests[i].ignore_eos = o.ignore_eos;
     requests[i].save_state = o.save_state;
+    requests[i].speculative = o.speculative.params();
   }
   if (o.seed >= 0) assign_batch_seeds(requests, static_cast<uint64_t>(o.seed));
 
@@ -178,6 +183,7 @@ void run_generate(const GenerateCliOptions& o) {
   eo.state_dtype = o.model.state();
   eo.state_cache_mb = o.state_cache_mb;
   eo.state_checkpoint_interval = o.checkpoint_interval;
+  eo.draft_model = draft_model.get();
   Engine engine(*model, tokenizer.get(), eo);
   if (!o.load_state.empty()) {
     const std::vector<int32_t> restored = engine.load_state(o.load_state);
@@ -225,6 +231,11 @@ void run_generate(const GenerateCliOptions& o) {
     std::fprintf(stderr, "\nprompt: %zu tokens in %.1f ms (%.1f tokens/s); generation: %zu tokens in %.1f ms (%.1f tokens/s) on %s\n",
                  prompt_tokens, prompt_ms, prompt_ms > 0 ? prompt_tokens / (prompt_ms / 1000) : 0.0, gen_tokens, gen_ms,
                  gen_ms > 0 ? gen_tokens / (gen_ms / 1000) : 0.0, model->device_description().c_str());
+    int64_t drafted = 0, accepted = 0;
+    for (const GenerateResult& r : results) drafted += r.draft_tokens, accepted += r.accepted_draft_tokens;
+    if (o.speculative.params().enabled())
+      std::fprintf(stderr, "speculative: %lld drafted tokens, %lld accepted (%.1f%%)\n", static_cast<long long>(drafted),
+                   static_cast<long long>(accepted), drafted > 0 ? 100.0 * accepted / drafted : 0.0);
   }
   if (n_failed > 0) fail(errors);
 }
@@ -235,6 +246,7 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
   auto o = std::make_shared<GenerateCliOptions>();
   CLI::App* cmd = app.add_subcommand("generate", "generate text from a prompt (streamed to stdout)");
   add_model_options(*cmd, o->model);
+  add_speculative_options(*cmd, o->speculative);
   cmd->add_option_function<std::string>("-p,--prompt", [o](const std::string& p) { o->prompt = p, o->prompt_given = true; },
                                         "prompt text");
   cmd->add_option("--tokens-file", o->tokens_file, "prompt as token ids (spaces or commas)");

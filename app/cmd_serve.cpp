@@ -28,6 +28,7 @@ namespace {
 struct ServeCliOptions {
   ModelOptions model;
   server::ServerOptions server;
+  SpeculativeCliOptions speculative;  // requests' defaults; a request's draft_* fields override them
   int64_t state_cache_mb = 1024;
   std::string state_cache_dir;
   int64_t state_cache_disk_mb = 4096;
@@ -62,7 +63,10 @@ void run_serve(const ServeCliOptions& o) {
   });
   signal_thread.detach();  // it ends with the process
 
-  server::Server server(o.server);
+  std::unique_ptr<Model> draft_model;  // declared before the server: its engine's draft slots outlive it
+  server::ServerOptions so = o.server;
+  so.speculative = o.speculative.params();
+  server::Server server(so);
   server.start();
   std::fprintf(stderr, "serve: loading the model (GET /health answers 503 until it is ready)\n");
 
@@ -88,6 +92,8 @@ void run_serve(const ServeCliOptions& o) {
   eo.state_cache_dir = o.state_cache_dir;
   eo.state_cache_disk_mb = o.state_cache_dir.empty() ? 0 : o.state_cache_disk_mb;
   eo.state_dtype = o.model.state();
+  draft_model = load_draft_model(o.speculative, o.model);
+  eo.draft_model = draft_model.get();
   server.attach(std::move(model), std::move(tokenizer), std::move(chat_template), eo, name);
 
   std::printf("mambacpp serve: http://%s:%d/v1 ready (model %s on %s, %lld parallel, chat template %s)\n",
@@ -108,6 +114,7 @@ CLI::App* add_serve_command(CLI::App& app, std::function<void()>& run) {
   auto o = std::make_shared<ServeCliOptions>();
   CLI::App* cmd = app.add_subcommand("serve", "serve the model over HTTP with an OpenAI-compatible API");
   add_model_options(*cmd, o->model);
+  add_speculative_options(*cmd, o->speculative);
   server::ServerOptions& s = o->server;
   cmd->add_option("--host", s.host, "address to listen on (loopback by default; 0.0.0.0 for every interface)")
       ->capture_default_str();

@@ -98,6 +98,26 @@ std::vector<int32_t> encode_text(const std::string& text, const Tokenizer* token
   return ids;
 }
 
+// Speculative decoding's extension fields: draft_ngram (prompt lookup), draft_model (the server's draft model),
+// draft_max, draft_adaptive; absent fields keep the server's defaults. One source per request: a request naming one
+// turns the other default off.
+void read_speculative(const json& body, const RequestLimits& limits, SpeculativeParams& sp) {
+  sp = limits.speculative;
+  const bool ngram_given = present(body, "draft_ngram"), model_given = present(body, "draft_model");
+  if (ngram_given) sp.draft_ngram = static_cast<int>(read_int(body, "draft_ngram", 0, 0, 16));
+  if (model_given) sp.draft_model = read_bool(body, "draft_model", false);
+  if (ngram_given && model_given && sp.draft_ngram > 0 && sp.draft_model)
+    throw bad_request("draft_model", "drafts come from the draft model or from prompt lookup (draft_ngram), not both");
+  if (ngram_given && sp.draft_ngram > 0) sp.draft_model = model_given && sp.draft_model;
+  if (model_given && sp.draft_model) {
+    if (!limits.draft_model_loaded)
+      throw bad_request("draft_model", "the server has no draft model (serve --draft-model DIR)");
+    sp.draft_ngram = 0;
+  }
+  sp.draft_max = static_cast<int>(read_int(body, "draft_max", sp.draft_max, 0, 32));
+  sp.adaptive = read_bool(body, "draft_adaptive", sp.adaptive);
+}
+
 // Everything /v1/completions and /v1/chat/completions share: length, sampling, stop, stream.
 void read_generation(const json& body, const RequestLimits& limits, CompletionRequest& out) {
   if (present(body, "model") && !body["model"].is_string())
@@ -136,6 +156,7 @@ void read_generation(const json& body, const RequestLimits& limits, CompletionRe
   }
   g.stop_strings = read_stop(body);
   g.ignore_eos = read_bool(body, "ignore_eos", false);
+  read_speculative(body, limits, g.speculative);
 
   out.stream = read_bool(body, "stream", false);
   if (present(body, "stream_options")) {

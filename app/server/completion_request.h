@@ -21,6 +21,8 @@ struct RequestLimits {
   int64_t max_prompt = 65536;        // tokens per prompt (--max-prompt)
   int64_t max_new_tokens = 1 << 20;  // largest max_tokens
   int64_t max_prompts = 64;          // prompts (choices) in one request
+  SpeculativeParams speculative;     // the server's defaults (serve --draft-*); a request's draft_* fields override
+  bool draft_model_loaded = false;   // whether requests may ask for "draft_model": true
 };
 
 struct CompletionRequest {

@@ -61,16 +61,21 @@ json CompletionResponse::logprobs_json(const std::vector<GeneratedToken>& tokens
 }
 
 json CompletionResponse::usage() const {
-  int64_t prompt = 0, completion = 0, cached = 0;
+  int64_t prompt = 0, completion = 0, cached = 0, drafted = 0, accepted = 0;
   for (size_t i = 0; i < results_.size(); ++i) {
     prompt += static_cast<int64_t>(request_->prompts[i].size());
     completion += static_cast<int64_t>(results_[i].tokens.size());
     cached += results_[i].cached_prompt_tokens;
+    drafted += results_[i].draft_tokens;
+    accepted += results_[i].accepted_draft_tokens;
   }
+  // draft_tokens / accepted_draft_tokens: speculative decoding's drafts and those the model agreed with (0 without).
   return {{"prompt_tokens", prompt},
           {"completion_tokens", completion},
           {"total_tokens", prompt + completion},
-          {"prompt_tokens_details", {{"cached_tokens", cached}}}};
+          {"prompt_tokens_details", {{"cached_tokens", cached}}},
+          {"draft_tokens", drafted},
+          {"accepted_draft_tokens", accepted}};
 }
 
 json CompletionResponse::chunk(json choices) const {

@@ -197,6 +197,8 @@ void Server::attach(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok
   limits_.max_prompt = engine_options.max_prompt;
   limits_.max_new_tokens = engine_options.max_new_tokens;
   limits_.max_prompts = std::max<int64_t>(1, std::min<int64_t>(64, options_.parallel + options_.max_queue));
+  limits_.speculative = options_.speculative;
+  limits_.draft_model_loaded = engine_options.draft_model != nullptr;
   created_ = unix_now();
   step_thread_ = std::thread([this] { step_loop(); });
   ready_ = true;
@@ -462,6 +464,11 @@ void Server::handle_metrics(httplib::Response& res) const {
   metric("cache_entries", "gauge", "States in the prefix cache.", s.cache_entries);
   metric("cache_bytes", "gauge", "Bytes held by the prefix cache.", s.cache_bytes);
   metric("cache_budget_bytes", "gauge", "The prefix cache budget (--state-cache-mb).", s.cache_budget_bytes);
+  metric("draft_tokens_total", "counter", "Tokens drafted for speculative decoding.", s.draft_tokens);
+  metric("accepted_draft_tokens_total", "counter", "Drafted tokens the model agreed with.", s.accepted_draft_tokens);
+  m << "# HELP mambacpp_draft_acceptance_rate Accepted drafted tokens / drafted tokens (0 before any draft).\n"
+    << "# TYPE mambacpp_draft_acceptance_rate gauge\nmambacpp_draft_acceptance_rate "
+    << (s.draft_tokens > 0 ? double(s.accepted_draft_tokens) / double(s.draft_tokens) : 0.0) << "\n";
   m << "# HELP mambacpp_step_seconds Engine step latency (one forward over every active row).\n"
     << "# TYPE mambacpp_step_seconds summary\n"
     << "mambacpp_step_seconds_sum " << double(step_ns_total_) * 1e-9 << "\n"

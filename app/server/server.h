@@ -53,6 +53,7 @@ struct ServerOptions {
   int64_t keep_alive_timeout = 10;
   int64_t read_timeout = 10;
   int64_t write_timeout = 10;
+  SpeculativeParams speculative;  // requests' defaults (serve --draft-*); draft_model needs EngineOptions::draft_model
 };
 
 class Server {

@@ -74,6 +74,8 @@ struct GenerateResult {
   int64_t prompt_tokens = 0;
   int64_t cached_prompt_tokens = 0;  // prompt tokens served from the prefix cache (not recomputed)
   uint64_t seed = 0;                 // the sampler's seed (the drawn one when none was given)
+  int64_t draft_tokens = 0;           // tokens drafted for verification (speculative decoding)
+  int64_t accepted_draft_tokens = 0;  // drafted tokens the target model agreed with (part of `tokens`, or a stop token)
   RequestTimings timings;
   std::string error;  // set when the request failed while running (e.g. the model produced NaN); reason Cancelled
 };
@@ -89,6 +91,22 @@ struct RequestEvent {
   int64_t prompt_done = 0;  // prompt tokens in the state so far (cached ones included); progress of a long prefill
 };
 
+// Speculative decoding of one request: each step drafts up to k tokens cheaply, the model verifies them in one forward
+// over [last token, drafts], and the state lands on the accepted prefix (rejected tokens leave no trace in the state,
+// the KV rows or the prefix cache). A verify row is a prefill piece, equal to decode steps up to rounding (as a
+// prefix-cache hit), so greedy tokens are those of plain decoding but at near-ties. Sampling: the rejection rule
+// keeps the model's distribution (the draws differ from plain decoding's for the same seed; a seed still gives the
+// same tokens in any batch). The first token is always a plain decode step's.
+struct SpeculativeParams {
+  int draft_ngram = 0;       // > 0: prompt lookup, continuing the last this many tokens' earlier occurrence
+  bool draft_model = false;  // draft with the engine's draft model (EngineOptions::draft_model)
+  int draft_max = 0;         // drafted tokens per step at most, in [0, 32]; 0: kDefaultDraftMax
+  bool adaptive = true;      // shorten (and pause) drafting while drafts are rejected
+  bool enabled() const { return draft_ngram > 0 || draft_model; }
+};
+// The draft length when none is given (docs/benchmarks.md, "Speculative decoding").
+constexpr int kDefaultDraftMax = 4;
+
 struct GenerateRequest {
   std::vector<int32_t> prompt;            // >= 1 token (start with BOS when there is no text)
   int max_new_tokens = 128;               // 0 .. EngineOptions::max_new_tokens
@@ -98,6 +116,7 @@ struct GenerateRequest {
   bool ignore_eos = false;                // false: the model config's eos_token_id (when set) also stops
   int logprobs = -1;                      // -1: none; 0..20: each token's logprob and this many top alternatives
   std::string save_state;                 // when set: the state at the request's end is written to this file
+  SpeculativeParams speculative;          // off by default
   std::function<void(const RequestEvent&)> on_event;  // may be empty; called on the stepping thread
 };
 
@@ -117,6 +136,9 @@ struct EngineOptions {
   int64_t state_checkpoint_interval = 2048;
   DType state_dtype = DType::F32;
   bool device_sampling = true;  // sample from top candidates selected next to the logits when the chain allows
+  // A smaller model drafting for requests that ask for it (SpeculativeParams::draft_model): same vocabulary size,
+  // any family; it keeps its own state slot per request, in step with the request's. Must outlive the engine.
+  const Model* draft_model = nullptr;
 };
 
 struct EngineStats {
@@ -125,6 +147,7 @@ struct EngineStats {
   int64_t cache_entries = 0, cache_bytes = 0, cache_budget_bytes = 0;
   int64_t cache_hits = 0, cache_misses = 0, cached_tokens = 0;  // over every admitted request
   int64_t steps = 0;
+  int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // over every verification since the engine started
 };
 
 class Engine {

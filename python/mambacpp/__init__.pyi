@@ -99,6 +99,8 @@ class GenerateResult:
     prompt_tokens: int
     cached_prompt_tokens: int
     seed: int
+    draft_tokens: int  # speculative decoding: tokens drafted, and those the model agreed with
+    accepted_draft_tokens: int
     queue_ms: float
     prompt_ms: float
     generate_ms: float
@@ -118,13 +120,15 @@ class Engine:
     def __init__(self, model: Model, *, max_seqs: int | None = None, max_queue: int | None = None,
                  batch_tokens: int | None = None, max_prompt: int | None = None, max_new_tokens: int | None = None,
                  state_cache_mb: int | None = None, state_checkpoint_interval: int | None = None,
-                 state_dtype: str | None = None, device_sampling: bool | None = None) -> None: ...
+                 state_dtype: str | None = None, device_sampling: bool | None = None,
+                 draft_model: Model | None = None) -> None: ...
     def submit(self, prompt: _Prompt, max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
                top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
                stop: str | Sequence[str] | None = None, *, repeat_last_n: int = 64, presence_penalty: float = 0.0,
                frequency_penalty: float = 0.0, stop_tokens: Sequence[int] | None = None, ignore_eos: bool = False,
                logprobs: int | None = None, save_state: _Path | None = None,
-               on_event: Callable[[RequestEvent], None] | None = None) -> int: ...
+               on_event: Callable[[RequestEvent], None] | None = None, draft_ngram: int = 0, draft_model: bool = False,
+               draft_max: int = 0, draft_adaptive: bool = True) -> int: ...
     def cancel(self, request_id: int) -> bool: ...
     def step(self) -> bool: ...
     def pop_result(self, request_id: int) -> GenerateResult | None: ...

@@ -17,14 +17,19 @@ class Engine:
 
     def __init__(self, model, *, max_seqs=None, max_queue=None, batch_tokens=None, max_prompt=None,
                  max_new_tokens=None, state_cache_mb=None, state_checkpoint_interval=None, state_dtype=None,
-                 device_sampling=None):
+                 device_sampling=None, draft_model=None):
         """Options left at None take the C++ defaults (mambacpp/engine.h: EngineOptions): max_seqs 32 requests at
         once, max_queue 1024 waiting, batch_tokens per step (0: the model's batch_tokens), max_prompt 65536,
         state_cache_mb 1024 (0: no prefix cache), state_checkpoint_interval (prompt positions whose state is
-        cached), state_dtype "f32", device_sampling True."""
+        cached), state_dtype "f32", device_sampling True. ``draft_model``: a smaller ``Model`` of the same
+        vocabulary that drafts tokens for requests submitted with ``draft_model=True`` (speculative decoding)."""
         from ._model import Model
         if not isinstance(model, Model):
             raise InvalidArgumentError(f"model: expected a mambacpp.Model, found {type(model).__name__}")
+        if draft_model is not None and not isinstance(draft_model, Model):
+            raise InvalidArgumentError(
+                f"draft_model: expected a mambacpp.Model or None, found {type(draft_model).__name__}")
+        self.draft_model = draft_model
         self.model = model
         o = _engine_defaults()
         given = dict(max_seqs=max_seqs, max_queue=max_queue, batch_tokens=batch_tokens, max_prompt=max_prompt,
@@ -39,7 +44,8 @@ class Engine:
         tok = model.tokenizer._native if model.tokenizer is not None else None
         self._native = _Engine(model._native, tok, o["max_seqs"], o["max_queue"], o["batch_tokens"], o["max_prompt"],
                                o["max_new_tokens"], o["state_cache_mb"], o["state_checkpoint_interval"],
-                               str(o["state_dtype"]), bool(o["device_sampling"]))
+                               str(o["state_dtype"]), bool(o["device_sampling"]),
+                               None if draft_model is None else draft_model._native)
         self.options = o
         self._step_lock = threading.Lock()
         self._handlers_lock = threading.Lock()
@@ -49,12 +55,17 @@ class Engine:
     # ---- requests --------------------------------------------------------------------------------------------
     def submit(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
                seed=None, stop=None, *, repeat_last_n=64, presence_penalty=0.0, frequency_penalty=0.0,
-               stop_tokens=None, ignore_eos=False, logprobs=None, save_state=None, on_event=None):
+               stop_tokens=None, ignore_eos=False, logprobs=None, save_state=None, on_event=None, draft_ngram=0,
+               draft_model=False, draft_max=0, draft_adaptive=True):
         """Queues a request and returns its id. ``prompt``: a str (needs the model's tokenizer) or token ids.
         ``on_event(event)`` (optional) is called after the step that produced each ``RequestEvent`` (new text, a
         token, and a last one with ``finished`` and ``result``); without it only the result is kept, for
         ``pop_result``. ``logprobs``: None, or 0..20 alternatives per token. ``save_state``: a path the state at the
-        request's end is written to. Raises InvalidArgumentError (and queues nothing) on a bad request."""
+        request's end is written to. Speculative decoding: ``draft_ngram`` N > 0 drafts by prompt lookup (the
+        continuation of the last N tokens' earlier occurrence), ``draft_model=True`` with the engine's draft model;
+        ``draft_max`` tokens per step at most (0: the default), ``draft_adaptive`` shortens drafts while they are
+        rejected. Greedy output is unchanged by it; sampling keeps the model's distribution. Raises
+        InvalidArgumentError (and queues nothing) on a bad request."""
         ids = self._prompt_ids(prompt)
         sampling = _SamplingParams()
         sampling.temperature = _checks.number(temperature, "temperature")
@@ -74,6 +85,8 @@ class Engine:
                                                                   allow_batch=False)[0][0].tolist()
         logprobs = -1 if logprobs is None else _checks.integer(logprobs, "logprobs", 0, 20)
         max_tokens = _checks.integer(max_tokens, "max_tokens", 0, 2**31 - 1)
+        draft_ngram = _checks.integer(draft_ngram, "draft_ngram", 0, 16)
+        draft_max = _checks.integer(draft_max, "draft_max", 0, 32)
         if on_event is not None and not callable(on_event):
             raise InvalidArgumentError(f"on_event: expected a callable, found {type(on_event).__name__}")
         # Nobody else holds the id until submit returns, so an exception after the engine took the request (Ctrl-C
@@ -83,7 +96,8 @@ class Engine:
         try:
             with self._handlers_lock:  # held across submit: the request's first event finds its handler
                 self._native.submit(ids, max_tokens, sampling, stop_ids, stops, bool(ignore_eos), logprobs,
-                                    "" if save_state is None else os.fspath(save_state), on_event is not None,
+                                    "" if save_state is None else os.fspath(save_state), draft_ngram,
+                                    bool(draft_model), draft_max, bool(draft_adaptive), on_event is not None,
                                     submitted)
                 if on_event is not None:
                     self._handlers[submitted[0]] = on_event

@@ -26,6 +26,7 @@ struct Event {
 
 struct PyEngine {
   std::shared_ptr<Model> model;          // declared before the engine: destroyed after it
+  std::shared_ptr<Model> draft_model;    // may be null; as `model`
   std::shared_ptr<Tokenizer> tokenizer;  // may be null
   std::mutex mu;
   std::vector<Event> events;
@@ -71,6 +72,8 @@ void bind_engine(py::module_& m) {
       .def_readonly("prompt_tokens", &GenerateResult::prompt_tokens)
       .def_readonly("cached_prompt_tokens", &GenerateResult::cached_prompt_tokens)
       .def_readonly("seed", &GenerateResult::seed)
+      .def_readonly("draft_tokens", &GenerateResult::draft_tokens)
+      .def_readonly("accepted_draft_tokens", &GenerateResult::accepted_draft_tokens)
       .def_property_readonly("queue_ms", [](const GenerateResult& r) { return r.timings.queue_ms; })
       .def_property_readonly("prompt_ms", [](const GenerateResult& r) { return r.timings.prompt_ms; })
       .def_property_readonly("generate_ms", [](const GenerateResult& r) { return r.timings.generate_ms; })
@@ -102,7 +105,8 @@ void bind_engine(py::module_& m) {
       .def(py::init([](const std::shared_ptr<Model>& model, const std::shared_ptr<Tokenizer>& tokenizer,
                        int64_t max_seqs, int64_t max_queue, int64_t batch_tokens, int64_t max_prompt,
                        int64_t max_new_tokens, int64_t state_cache_mb, int64_t state_checkpoint_interval,
-                       const std::string& state_dtype, bool device_sampling) {
+                       const std::string& state_dtype, bool device_sampling,
+                       const std::shared_ptr<Model>& draft_model) {
              EngineOptions o;
              o.max_seqs = max_seqs;
              o.max_queue = max_queue;
@@ -115,6 +119,8 @@ void bind_engine(py::module_& m) {
              auto e = std::make_unique<PyEngine>();
              e->model = model;
              e->tokenizer = tokenizer;
+             e->draft_model = draft_model;
+             o.draft_model = draft_model.get();
              input_errors([&] {
                o.state_dtype = parse_dtype(state_dtype);
                e->engine = std::make_unique<Engine>(*model, tokenizer.get(), o);
@@ -123,14 +129,16 @@ void bind_engine(py::module_& m) {
            }),
            py::arg("model"), py::arg("tokenizer"), py::arg("max_seqs"), py::arg("max_queue"), py::arg("batch_tokens"),
            py::arg("max_prompt"), py::arg("max_new_tokens"), py::arg("state_cache_mb"),
-           py::arg("state_checkpoint_interval"), py::arg("state_dtype"), py::arg("device_sampling"))
+           py::arg("state_checkpoint_interval"), py::arg("state_dtype"), py::arg("device_sampling"),
+           py::arg("draft_model"))
       // stream: every event is queued (tokens and text); otherwise only the finished one. The id is appended to
       // `submitted` before this returns, so that Python holds it even when Ctrl-C is raised as the call returns
       // (CPython checks for signals then): Engine.submit cancels it.
       .def("submit",
            [](PyEngine& e, std::vector<int32_t> prompt, int max_new_tokens, const SamplingParams& sampling,
               std::vector<int32_t> stop_tokens, std::vector<std::string> stop_strings, bool ignore_eos, int logprobs,
-              const std::string& save_state, bool stream, py::list submitted) {
+              const std::string& save_state, int draft_ngram, bool draft_model, int draft_max, bool draft_adaptive,
+              bool stream, py::list submitted) {
              GenerateRequest r;
              r.prompt = std::move(prompt);
              r.max_new_tokens = max_new_tokens;
@@ -140,6 +148,10 @@ void bind_engine(py::module_& m) {
              r.ignore_eos = ignore_eos;
              r.logprobs = logprobs;
              r.save_state = save_state;
+             r.speculative.draft_ngram = draft_ngram;
+             r.speculative.draft_model = draft_model;
+             r.speculative.draft_max = draft_max;
+             r.speculative.adaptive = draft_adaptive;
              PyEngine* self = &e;
              r.on_event = [self, stream](const RequestEvent& ev) {
                if (!stream && !ev.finished) return;
@@ -162,6 +174,7 @@ void bind_engine(py::module_& m) {
            },
            py::arg("prompt"), py::arg("max_new_tokens"), py::arg("sampling"), py::arg("stop_tokens"),
            py::arg("stop_strings"), py::arg("ignore_eos"), py::arg("logprobs"), py::arg("save_state"),
+           py::arg("draft_ngram"), py::arg("draft_model"), py::arg("draft_max"), py::arg("draft_adaptive"),
            py::arg("stream"), py::arg("submitted"))
       .def("cancel", [](PyEngine& e, RequestId id) { return input_errors([&] { return e.engine->cancel(id); }); },
            py::arg("id"))
@@ -185,6 +198,7 @@ void bind_engine(py::module_& m) {
         d["cache_entries"] = s.cache_entries;
         d["cache_bytes"] = s.cache_bytes, d["cache_budget_bytes"] = s.cache_budget_bytes;
         d["cache_hits"] = s.cache_hits, d["cache_misses"] = s.cache_misses, d["cached_tokens"] = s.cached_tokens;
+        d["draft_tokens"] = s.draft_tokens, d["accepted_draft_tokens"] = s.accepted_draft_tokens;
         d["steps"] = s.steps;
         return d;
       });

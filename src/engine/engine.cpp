@@ -11,6 +11,15 @@
 //
 // A step is one forward call over every row, or two when the backend replays decode steps as graphs: the
 // prefill chunks first, then the one-token rows as a decode step.
+//
+// Speculating requests (SpeculativeParams) leave the one-token rows: each drafts k tokens (prompt lookup, or the
+// draft model's own slot run k one-token steps from the committed tokens and restored afterwards), then one more
+// forward verifies every such row [next, d1..dk] with logits at every position. The target's tokens are chosen row
+// by row as decode would choose them; a request keeps the matching prefix plus the target's next token. Its slot was
+// snapshotted before the verify: when a draft was refused, the snapshot is restored and the kept tokens are run
+// again, so the state, the KV rows and everything cached from them stand for committed tokens only. A verify row is
+// a split of the sequence like any prefill piece: its logits and states are those of decode steps up to rounding
+// (CPU fp32: within 1e-5, tests/model_invariance_test.cpp), so greedy tokens are the plain ones but at near-ties.
 #include "mambacpp/engine.h"
 
 #include <algorithm>
@@ -22,11 +31,13 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <set>
 #include <unordered_set>
 
 #include "engine/prefix_cache.h"
 #include "engine/sampler.h"
+#include "engine/speculative.h"
 #include "engine/utf8_stream.h"
 #include "mambacpp/error.h"
 #include "mambacpp/model.h"
@@ -99,6 +110,17 @@ struct Run {
   GenerateResult result;
   Clock::time_point submitted, admitted, first_token;
 
+  // Speculative decoding.
+  DraftLength draft_length;
+  std::vector<int32_t> draft;                   // this step's drafted tokens
+  std::vector<std::vector<TokenProb>> draft_q;  // draft model, sampling: the distribution each draft was drawn from
+  int draft_want = 0;                           // draft model: tokens to draft this step
+  int64_t draft_fed = 0;                        // draft model: the tokens of `fed` its slot stands for
+  std::optional<Sampler> draft_sampler;         // draft model, sampling: the request's chain without its penalties
+  std::mt19937_64 spec_rng;                     // sampling: the drafts' and the rejection rule's draws
+  bool landing = false;                         // verifying: finish() leaves the state's uses to finalize()
+  const GeneratedToken* final_token = nullptr;  // the token finish() was given while landing
+
   int64_t prompt_len() const { return static_cast<int64_t>(req.prompt.size()); }
 };
 
@@ -124,6 +146,7 @@ struct Engine::Impl {
   int64_t vocab = 0;
   int64_t sample_limit = 0;  // ids at or above (padding rows of the embedding) are never sampled
   std::unique_ptr<StateCache> state;
+  std::unique_ptr<StateCache> draft_state;  // the draft model's slots, one per state slot
   PrefixCache cache;
 
   // Shared with submit()/cancel() on other threads.
@@ -156,6 +179,12 @@ struct Engine::Impl {
     if (!options.state_cache_dir.empty())
       cache.enable_disk(options.state_cache_dir, state_cache_bytes(options.state_cache_disk_mb), *state);
     for (int64_t s = options.max_seqs - 1; s >= 0; --s) free_slots.push_back(s);
+    if (const Model* d = options.draft_model) {
+      if (d->config().vocab_size != vocab)
+        fail("engine: the draft model '", d->directory(), "' has a vocabulary of ", d->config().vocab_size,
+             " ids, the model ", vocab, "; a draft model must share the model's vocabulary");
+      draft_state = d->create_state(options.max_seqs, options.state_dtype);
+    }
   }
 
   // ---- Validation (before anything changes) -------------------------------------------------------------------
@@ -186,6 +215,16 @@ struct Engine::Impl {
     for (int32_t t : r.stop_tokens)
       if (t < 0 || t >= vocab) fail("request: stop token ", t, " outside the vocabulary [0, ", vocab, ")");
     r.sampling.validate();
+    const SpeculativeParams& sp = r.speculative;
+    if (sp.draft_ngram < 0 || sp.draft_ngram > kMaxDraftNgram)
+      fail("request: draft_ngram must be in [0, ", kMaxDraftNgram, "] (0: no prompt lookup), found ", sp.draft_ngram);
+    if (sp.draft_max < 0 || sp.draft_max > kMaxDraftTokens)
+      fail("request: draft_max must be in [0, ", kMaxDraftTokens, "] (0: the default ", kDefaultDraftMax,
+           "), found ", sp.draft_max);
+    if (sp.draft_model && sp.draft_ngram > 0)
+      fail("request: drafts come from the draft model or from prompt lookup (draft_ngram), not both");
+    if (sp.draft_model && !options.draft_model)
+      fail("request: draft_model asks for the engine's draft model, but none was loaded (--draft-model DIR)");
   }
 
   // ---- Admission ----------------------------------------------------------------------------------------------
@@ -226,6 +265,19 @@ struct Engine::Impl {
       if (cache.budget() > 0) ++counters.cache_misses;
     }
     r.result.cached_prompt_tokens = hit.length;
+    const SpeculativeParams& sp = r.req.speculative;
+    if (sp.enabled()) {
+      r.draft_length = DraftLength(sp.draft_max > 0 ? sp.draft_max : kDefaultDraftMax, sp.adaptive);
+      r.spec_rng.seed(r.sampler->seed() ^ 0x9e3779b97f4a7c15ULL);  // apart from the sampler's own stream
+      if (sp.draft_model) {
+        draft_state->reset(r.slot);
+        if (!r.req.sampling.greedy()) {
+          SamplingParams q = r.req.sampling;
+          q.repeat_penalty = 1.0f, q.presence_penalty = 0.0f, q.frequency_penalty = 0.0f;
+          r.draft_sampler.emplace(q, vocab);
+        }
+      }
+    }
     enter_decode_if_ready(r);
     runs.push_back(std::move(run));
   }
@@ -274,6 +326,15 @@ struct Engine::Impl {
       r.result.timings.generate_ms = ms_between(r.first_token, now);
     }
     r.done = true;
+    if (r.landing) {  // verify() lands the state on the committed tokens first, then calls finalize()
+      r.final_token = token;
+      return;
+    }
+    finalize(r, token);
+  }
+
+  // What a finished request does with its state (cache it, save it), then its last event.
+  void finalize(Run& r, const GeneratedToken* token) {
     remember(r);
     if (!r.req.save_state.empty()) {
       try {
@@ -290,7 +351,8 @@ struct Engine::Impl {
   }
 
   // A token sampled for `r` (its logprobs filled in by the caller).
-  void accept_token(Run& r, GeneratedToken tok, Clock::time_point now) {
+  // `sampler_accepted`: the sampler has already recorded the token (verification records as it goes).
+  void accept_token(Run& r, GeneratedToken tok, Clock::time_point now, bool sampler_accepted = false) {
     if (r.first_token == Clock::time_point{}) {
       r.first_token = now;
       r.result.timings.prompt_ms = ms_between(r.admitted, now);
@@ -299,7 +361,7 @@ struct Engine::Impl {
     r.result.tokens.push_back(tok.id);
     r.result.token_info.push_back(std::move(tok));
     const GeneratedToken* info = &r.result.token_info.back();
-    r.sampler->accept(info->id, /*generated=*/true);
+    if (!sampler_accepted) r.sampler->accept(info->id, /*generated=*/true);
     r.next = info->id;
     if (tokenizer) {
       std::string& text = r.result.text;
@@ -453,8 +515,10 @@ struct Engine::Impl {
     std::vector<int64_t> prefill_len;
     for (auto& run : runs)
       if (run->decoding) decode_rows.push_back(run.get());
-    int64_t budget = options.batch_tokens - static_cast<int64_t>(decode_rows.size());
-    if (decode_rows.empty()) budget = std::max<int64_t>(budget, 1);
+    // Speculating rows verify in a call of their own; they count one budget token each, as decode rows.
+    const std::vector<Run*> spec_rows = plan_speculation(decode_rows, now);
+    int64_t budget = options.batch_tokens - static_cast<int64_t>(decode_rows.size() + spec_rows.size());
+    if (decode_rows.empty() && spec_rows.empty()) budget = std::max<int64_t>(budget, 1);
     const int64_t interval = options.state_checkpoint_interval;
     for (auto& run : runs) {
       if (run->decoding || budget <= 0) continue;
@@ -478,6 +542,7 @@ struct Engine::Impl {
     } else {
       forward(prefill_rows, prefill_len, decode_rows, now);
     }
+    if (!spec_rows.empty()) verify(spec_rows, now);
     retire();
     publish();
     return true;
@@ -557,6 +622,233 @@ struct Engine::Impl {
       } catch (const std::exception& e) {  // e.g. a NaN logit in this row: only this request ends
         fail_run(r, e.what(), now);
       }
+    }
+  }
+
+  // ---- Speculative decoding -----------------------------------------------------------------------------------
+  // The row without the ids at or above sample_limit (never sampled): those set to -inf.
+  std::span<const float> sampleable(std::span<const float> row, std::vector<float>& buf) const {
+    if (sample_limit >= vocab) return row;
+    buf.assign(row.begin(), row.end());
+    std::fill(buf.begin() + sample_limit, buf.end(), -std::numeric_limits<float>::infinity());
+    return buf;
+  }
+
+  // The tokens `r` may draft this step: its draft length, bounded so that the verify row's tokens stay within
+  // max_new_tokens (the target adds one of its own) and the context limit. The first token is always a decode
+  // step's: whether the last prompt token runs in the prefill's step or the next one depends on the batch, and what
+  // a request drafts must depend on the request alone (a seed then gives the same tokens in any batch).
+  int draft_budget(Run& r) const {
+    if (!r.req.speculative.enabled() || r.req.max_new_tokens == 0 || r.first_token == Clock::time_point{}) return 0;
+    int64_t k = r.draft_length.next();
+    k = std::min<int64_t>(k, r.req.max_new_tokens - static_cast<int64_t>(r.result.tokens.size()) - 1);
+    const int64_t limit = model.context_limit();
+    if (limit > 0) k = std::min<int64_t>(k, limit - static_cast<int64_t>(r.fed.size()) - 1);
+    return static_cast<int>(std::max<int64_t>(k, 0));
+  }
+
+  // Drafts for the decoding requests that speculate; those with drafts leave `decode_rows` and are returned.
+  std::vector<Run*> plan_speculation(std::vector<Run*>& decode_rows, Clock::time_point& now) {
+    std::vector<Run*> keep, spec, by_model;
+    for (Run* r : decode_rows) {
+      r->draft.clear();
+      r->draft_q.clear();
+      const int k = draft_budget(*r);
+      if (k > 0 && r->req.speculative.draft_model) {
+        r->draft_want = k;
+        by_model.push_back(r);
+        continue;
+      }
+      if (k > 0) {
+        std::vector<int32_t> context(r->fed);  // prompt and output so far
+        context.push_back(r->next);
+        r->draft = ngram_draft(context, r->req.speculative.draft_ngram, k);
+      }
+      (r->draft.empty() ? keep : spec).push_back(r);
+    }
+    if (!by_model.empty()) {
+      try {
+        draft_with_model(by_model);
+      } catch (const std::exception& e) {  // the draft model failed (e.g. NaN): its requests end with the error
+        now = Clock::now();
+        for (Run* r : by_model) {
+          draft_state->reset(r->slot);
+          fail_run(*r, std::string("draft model: ") + e.what(), now);
+        }
+      }
+      for (Run* r : by_model)
+        if (!r->done) (r->draft.empty() ? keep : spec).push_back(r);
+    }
+    decode_rows = std::move(keep);
+    return spec;
+  }
+
+  // A draft from a row of the draft model's logits: greedy requests take its argmax (lowest id on ties), sampling
+  // ones draw from their chain (penalties aside) and keep the distribution for the rejection rule.
+  void propose(Run& r, std::span<const float> row) {
+    std::vector<float> buf;
+    const std::span<const float> logits = sampleable(row, buf);
+    if (!r.draft_sampler) {
+      int64_t best = 0;
+      for (int64_t i = 1; i < sample_limit; ++i)
+        if (logits[static_cast<size_t>(i)] > logits[static_cast<size_t>(best)]) best = i;
+      r.draft.push_back(static_cast<int32_t>(best));
+      return;
+    }
+    std::vector<TokenProb> q = r.draft_sampler->distribution(logits);
+    r.draft.push_back(draw_from(q, r.spec_rng));
+    r.draft_q.push_back(std::move(q));
+  }
+
+  // The draft model's slots catch up with the committed tokens and `next` (one forward: its first draft), then run
+  // one token at a time for the rest; each slot is restored to the state after `next`, a prefix of whatever the
+  // verify commits.
+  void draft_with_model(const std::vector<Run*>& runs) {
+    const Model& dm = *options.draft_model;
+    std::vector<std::vector<int32_t>> inputs(runs.size());
+    std::vector<Sequence> seqs;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      const Run& r = *runs[i];
+      inputs[i].assign(r.fed.begin() + r.draft_fed, r.fed.end());
+      inputs[i].push_back(r.next);
+      seqs.push_back(Sequence::tokens(inputs[i], r.slot));
+    }
+    ForwardResult out = dm.forward(*draft_state, seqs, Output::LastLogits);
+    std::vector<std::optional<SlotSnapshot>> snaps(runs.size());
+    int longest = 0;
+    for (size_t i = 0; i < runs.size(); ++i) {
+      Run& r = *runs[i];
+      r.draft_fed = static_cast<int64_t>(r.fed.size()) + 1;
+      if (r.draft_want > 1) snaps[i].emplace(draft_state->snapshot(r.slot));
+      propose(r, out.row(static_cast<int64_t>(i)));
+      longest = std::max(longest, r.draft_want);
+    }
+    for (int j = 1; j < longest; ++j) {
+      std::vector<Run*> active;
+      seqs.clear();
+      for (Run* r : runs)
+        if (r->draft_want > j) active.push_back(r), seqs.push_back(Sequence::tokens({&r->draft.back(), 1}, r->slot));
+      out = dm.forward(*draft_state, seqs, Output::LastLogits);
+      for (size_t a = 0; a < active.size(); ++a) propose(*active[a], out.row(static_cast<int64_t>(a)));
+    }
+    for (size_t i = 0; i < runs.size(); ++i)
+      if (snaps[i]) draft_state->restore(runs[i]->slot, *snaps[i]);
+  }
+
+  // One forward over every speculating row [next, drafts], the target's choice row by row, and each state landed
+  // on the tokens it commits.
+  void verify(const std::vector<Run*>& rows, Clock::time_point& now) {
+    std::vector<std::vector<int32_t>> inputs(rows.size());
+    std::vector<Sequence> seqs;
+    std::vector<SlotSnapshot> snaps;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Run& r = *rows[i];
+      inputs[i].push_back(r.next);
+      inputs[i].insert(inputs[i].end(), r.draft.begin(), r.draft.end());
+      seqs.push_back(Sequence::tokens(inputs[i], r.slot));
+      snaps.push_back(state->snapshot(r.slot));
+    }
+    ForwardResult out;
+    try {
+      out = model.forward(*state, seqs, Output::AllLogits);
+    } catch (const std::exception& e) {
+      now = Clock::now();
+      for (size_t i = 0; i < rows.size(); ++i) state->restore(rows[i]->slot, snaps[i]), fail_run(*rows[i], e.what(), now);
+      return;
+    }
+    now = Clock::now();
+    std::vector<size_t> rerun;         // rows whose kept tokens run again from the snapshot
+    std::vector<size_t> rerun_len;
+    int64_t offset = 0;
+    for (size_t i = 0; i < rows.size(); ++i) {
+      Run& r = *rows[i];
+      const std::vector<int32_t>& row = inputs[i];
+      const int64_t first = offset;
+      offset += static_cast<int64_t>(row.size());
+      const int drafted = static_cast<int>(row.size()) - 1;
+      // The target's tokens: row j gives the token after row[0..j]; it goes on while it equals the draft row[j+1].
+      std::vector<GeneratedToken> toks;
+      int accepted = 0;
+      try {
+        std::vector<float> buf;
+        for (int j = 0; j <= drafted; ++j) {
+          const std::span<const float> logits = out.row(first + j);
+          GeneratedToken tok;
+          bool kept = false;
+          if (r.sampler->params().greedy()) {
+            tok.id = r.sampler->sample(sampleable(logits, buf));
+            kept = j < drafted && tok.id == row[static_cast<size_t>(j) + 1];
+          } else {
+            const std::vector<TokenProb> p = r.sampler->distribution(sampleable(logits, buf));
+            if (j < drafted) {
+              const std::span<const TokenProb> q =
+                  r.draft_q.empty() ? std::span<const TokenProb>() : std::span<const TokenProb>(r.draft_q[static_cast<size_t>(j)]);
+              const SpeculativeChoice c = speculative_choice(p, q, row[static_cast<size_t>(j) + 1], r.spec_rng);
+              tok.id = c.token, kept = c.accepted;
+            } else {
+              tok.id = draw_from(p, r.spec_rng);
+            }
+          }
+          if (r.req.logprobs >= 0) host_logprobs(logits.first(static_cast<size_t>(sample_limit)), r.req.logprobs, tok);
+          const bool stop = r.stop_tokens.count(tok.id) > 0;
+          if (!stop) r.sampler->accept(tok.id, /*generated=*/true);
+          toks.push_back(std::move(tok));
+          accepted += kept;
+          if (stop || !kept) break;
+        }
+      } catch (const std::exception& e) {  // e.g. a NaN logit in this row: only this request ends
+        state->restore(r.slot, snaps[i]);
+        fail_run(r, e.what(), now);
+        continue;
+      }
+      // The tokens go out as decode steps would send them; a stop (token, string, length) may come before the last.
+      r.landing = true;
+      size_t committed = 0;  // tokens of `row` the state must stand for: one per token handled
+      for (GeneratedToken& tok : toks) {
+        ++committed;
+        accept_token(r, std::move(tok), now, /*sampler_accepted=*/true);
+        if (r.done) break;
+      }
+      r.landing = false;
+      r.fed.insert(r.fed.end(), row.begin(), row.begin() + static_cast<std::ptrdiff_t>(committed));
+      accepted = std::min(accepted, static_cast<int>(committed));
+      r.result.draft_tokens += drafted;
+      r.result.accepted_draft_tokens += accepted;
+      counters.draft_tokens += drafted;
+      counters.accepted_draft_tokens += accepted;
+      r.draft_length.record(drafted, accepted);
+      if (committed < row.size()) {
+        state->restore(r.slot, snaps[i]);
+        rerun.push_back(i);
+        rerun_len.push_back(committed);
+      } else if (r.done) {
+        finalize(r, r.final_token);
+      }
+    }
+    if (rerun.empty()) return;
+    seqs.clear();
+    for (size_t n = 0; n < rerun.size(); ++n)
+      seqs.push_back(Sequence::tokens({inputs[rerun[n]].data(), rerun_len[n]}, rows[rerun[n]]->slot));
+    std::string error;
+    try {
+      model.forward(*state, seqs, Output::None);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    now = Clock::now();
+    for (size_t n = 0; n < rerun.size(); ++n) {
+      Run& r = *rows[rerun[n]];
+      if (!error.empty()) {  // the state is back at the snapshot: so are the committed tokens
+        state->restore(r.slot, snaps[rerun[n]]);
+        r.fed.resize(r.fed.size() - rerun_len[n]);
+        if (!r.done) {
+          fail_run(r, error, now);
+          continue;
+        }
+        r.result.error = error;
+        r.result.finish_reason = FinishReason::Cancelled;
+      }
+      if (r.done) finalize(r, r.final_token);
     }
   }
 

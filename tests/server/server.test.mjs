@@ -399,3 +399,37 @@ describe('serve --api-key, --parallel 1 --max-queue 1, --chat-template chatml', 
     assert.ok(Date.now() - t0 < 5000, `took ${Date.now() - t0} ms`);
   });
 });
+
+describe('serve --draft-model (the shipped model drafting for itself)', () => {
+  let server;
+  const CODE = 'def add(a, b):\n    return a + b\n\ndef add(a, b):\n    return a + b\n\ndef add(';
+  before(async () => {
+    server = await startServer(['--draft-model', new URL('../../models/default', import.meta.url).pathname]);
+  });
+  after(async () => {
+    server.proc.kill('SIGTERM');
+    await server.exited;
+  });
+
+  test('speculative requests give the greedy text of `generate --temp 0` and count their drafts', async () => {
+    const [ref] = generate(['-p', CODE, '-n', '24', '--temp', '0', '--ignore-eos']);
+    const body = { prompt: CODE, max_tokens: 24, temperature: 0, ignore_eos: true };
+    const plain = await postJson(server.url, '/v1/completions', { ...body, draft_model: false });
+    assert.equal(plain.json.choices[0].text, ref.text);
+    assert.equal(plain.json.usage.draft_tokens, 0);
+    // No draft field: the server's default (its draft model).
+    for (const extra of [{}, { draft_model: true, draft_max: 3 }, { draft_ngram: 2 }]) {
+      const r = await postJson(server.url, '/v1/completions', { ...body, ...extra });
+      assert.equal(r.json.choices[0].text, ref.text, JSON.stringify(extra));
+      assert.ok(r.json.usage.draft_tokens > 0, JSON.stringify(r.json.usage));
+      assert.ok(r.json.usage.accepted_draft_tokens <= r.json.usage.draft_tokens);
+      if (!extra.draft_ngram) assert.equal(r.json.usage.accepted_draft_tokens, r.json.usage.draft_tokens);
+    }
+    const m = await metrics(server.url);
+    assert.ok(m.mambacpp_draft_tokens_total > 0);
+    assert.ok(m.mambacpp_draft_acceptance_rate > 0 && m.mambacpp_draft_acceptance_rate <= 1);
+    const both = await postJson(server.url, '/v1/completions', { ...body, draft_model: true, draft_ngram: 2 });
+    assert.equal(both.status, 400);
+    assert.equal(both.json.error.param, 'draft_model');
+  });
+});

@@ -1,0 +1,63 @@
+// The engine-independent pieces of speculative decoding: drafts by prompt lookup, the rejection rule that keeps the
+// target's distribution when sampling, and the controller of the draft length.
+//
+// Verification (src/engine/engine.cpp) feeds [last token, d1..dk] to the target in one forward with logits at every
+// position. Row i holds the target's distribution after d1..di. Greedy: the target's token at row i is computed
+// exactly as a plain decode step would (the same sampler on the same logits, which a split sequence reproduces bit for
+// bit on the CPU); d(i+1) is accepted when it equals that token, and the first mismatch (or row k, when every draft
+// matched) gives the target's own next token. Sampling: speculative_choice() below.
+#pragma once
+
+#include <cstdint>
+#include <random>
+#include <span>
+#include <vector>
+
+#include "engine/sampler.h"
+
+namespace mambacpp {
+
+constexpr int kMaxDraftTokens = 32;  // --draft-max limit: a verify row of k+1 tokens stays a small prefill piece
+constexpr int kMaxDraftNgram = 16;   // --draft-ngram limit
+
+// Prompt lookup: the tokens that followed the most recent earlier occurrence of the last `n` tokens of `context`
+// (prompt and output so far), at most `max_tokens` of them; empty when the suffix occurs nowhere earlier.
+std::vector<int32_t> ngram_draft(std::span<const int32_t> context, int n, int max_tokens);
+
+// A uniform double in [0, 1) from 53 random bits (as the sampler draws).
+double uniform01(std::mt19937_64& rng);
+// A draw from a distribution (probabilities summing to ~1; the last entry takes any rounding remainder).
+int32_t draw_from(std::span<const TokenProb> dist, std::mt19937_64& rng);
+
+// The rejection rule of speculative sampling (Leviathan et al. 2023; Chen et al. 2023): a draft `draft` drawn from
+// q is kept with probability min(1, p(draft) / q(draft)); otherwise the token is drawn from the residual
+// max(0, p - q), normalised. The token that comes out is distributed as p whatever q is. `q` empty stands for a
+// deterministic draft (q = 1 at `draft`: prompt lookup, greedy drafting), where the rule keeps the draft with
+// probability p(draft) and otherwise draws from p without it.
+struct SpeculativeChoice {
+  int32_t token = 0;
+  bool accepted = false;  // token == draft, kept by the rule
+};
+SpeculativeChoice speculative_choice(std::span<const TokenProb> p, std::span<const TokenProb> q, int32_t draft,
+                                     std::mt19937_64& rng);
+
+// The number of tokens a request drafts next. Adaptive: after every draft was accepted the length grows by one (up
+// to the maximum); after fewer than half were, it halves; at one token with nothing accepted, speculation pauses for a
+// number of steps that doubles while verifies keep fewer than half their drafts (up to 64), so that low acceptance
+// costs a verify now and then rather than every step.
+class DraftLength {
+ public:
+  DraftLength() = default;
+  DraftLength(int max_tokens, bool adaptive) : max_(max_tokens), k_(max_tokens), adaptive_(adaptive) {}
+  // The draft length for this step (0: do not speculate now); consumes one step of a pause.
+  int next();
+  void record(int drafted, int accepted);
+  int current() const { return k_; }
+
+ private:
+  int max_ = 0, k_ = 0;
+  bool adaptive_ = true;
+  int pause_ = 0, backoff_ = 1;
+};
+
+}  // namespace mambacpp
