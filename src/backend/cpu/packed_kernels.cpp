@@ -48,6 +48,9 @@ HWY_INLINE float half_at(const uint8_t* p) {
   return f;
 }
 
+// Accumulator k of four (k known at compile time once the chunk loops are unrolled).
+HWY_INLINE VF& pick(int64_t k, VF& a0, VF& a1, VF& a2, VF& a3) { return k == 0 ? a0 : k == 1 ? a1 : k == 2 ? a2 : a3; }
+
 // L unsigned bytes at p as u32 lanes.
 HWY_INLINE hn::Vec<DU> load_u8(const uint8_t* p) { return hn::PromoteTo(DU(), hn::LoadU(DU8(), p)); }
 
@@ -59,6 +62,21 @@ struct Q8_0 {
   HWY_INLINE void prepare(const uint8_t* chunk, int64_t n) {
     b = chunk;
     for (int64_t k = 0; k < n / 32; ++k) ds[k] = half_at(chunk + 34 * k);
+  }
+  // The dot of a whole chunk (256 elements) into acc[vector index % 4], every offset known at compile time.
+  HWY_INLINE void dot_chunk(DF df, const float* HWY_RESTRICT x, VF& a0, VF& a1, VF& a2, VF& a3) const {
+    constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
+#pragma GCC unroll 8
+    for (int64_t k = 0; k < 8; ++k) {
+      const VF d = hn::Set(df, ds[k]);
+      const int8_t* q = reinterpret_cast<const int8_t*>(b + 34 * k + 2);
+#pragma GCC unroll 32
+      for (int64_t j = 0; j < 32 / L; ++j) {
+        const VF w = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(DI(), hn::LoadU(DI8(), q + j * L))), d);
+        VF& a = pick((32 / L * k + j) & 3, a0, a1, a2, a3);
+        a = hn::MulAdd(hn::LoadU(df, x + 32 * k + j * L), w, a);
+      }
+    }
   }
   HWY_INLINE VF vec(DF df, int64_t e) const {
     const uint8_t* p = b + 34 * (e >> 5) + 2 + (e & 31);
@@ -90,6 +108,27 @@ struct Q4_K {
     }
     qs = chunk + 16;
   }
+  // d * q - m with d * q exact (an f16 times a 6-bit scale times a 4-bit level fits f32's mantissa): the fused
+  // multiply-subtract rounds once, as the reference's multiply (exact) then subtract does.
+  HWY_INLINE void dot_chunk(DF df, const float* HWY_RESTRICT x, VF& a0, VF& a1, VF& a2, VF& a3) const {
+    constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
+    const auto mask = hn::Set(DU(), 0xFu);
+#pragma GCC unroll 4
+    for (int64_t g = 0; g < 4; ++g) {
+#pragma GCC unroll 2
+      for (int64_t h = 0; h < 2; ++h) {
+        const VF d = hn::Set(df, ds[2 * g + h]), m = hn::Set(df, dm[2 * g + h]);
+#pragma GCC unroll 32
+        for (int64_t j = 0; j < 32 / L; ++j) {
+          const auto u = load_u8(qs + 32 * g + j * L);
+          const auto q = h == 0 ? hn::And(u, mask) : hn::ShiftRight<4>(u);
+          const VF w = hn::MulSub(d, hn::ConvertTo(df, hn::BitCast(DI(), q)), m);
+          VF& a = pick((32 / L * (2 * g + h) + j) & 3, a0, a1, a2, a3);
+          a = hn::MulAdd(hn::LoadU(df, x + 64 * g + 32 * h + j * L), w, a);
+        }
+      }
+    }
+  }
   HWY_INLINE VF vec(DF df, int64_t e) const {
     const int64_t sb = e >> 5;
     const auto u = load_u8(qs + 32 * (e >> 6) + (e & 31));
@@ -110,6 +149,31 @@ struct Q6_K {
     const float d = half_at(chunk + 208);
     const int8_t* sc = reinterpret_cast<const int8_t*>(chunk + 192);
     for (int j = 0; j < 16; ++j) ds[j] = d * sc[j];
+  }
+  HWY_INLINE void dot_chunk(DF df, const float* HWY_RESTRICT x, VF& a0, VF& a1, VF& a2, VF& a3) const {
+    constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
+    const auto m4 = hn::Set(DU(), 0xFu), m2 = hn::Set(DU(), 3u);
+    const auto off = hn::Set(DI(), 32);
+#pragma GCC unroll 2
+    for (int64_t h = 0; h < 2; ++h) {
+#pragma GCC unroll 4
+      for (int64_t k = 0; k < 4; ++k) {
+#pragma GCC unroll 32
+        for (int64_t j = 0; j < 32 / L; ++j) {
+          const auto ql = load_u8(b + 64 * h + 32 * (k & 1) + j * L);
+          const auto qh = load_u8(b + 128 + 32 * h + j * L);
+          const auto lo = k < 2 ? hn::And(ql, m4) : hn::ShiftRight<4>(ql);
+          const auto hi = hn::And(k == 0 ? qh : k == 1 ? hn::ShiftRight<2>(qh) : k == 2 ? hn::ShiftRight<4>(qh)
+                                                                                  : hn::ShiftRight<6>(qh),
+                                  m2);
+          const auto q = hn::Sub(hn::BitCast(DI(), hn::Or(lo, hn::ShiftLeft<4>(hi))), off);
+          const int64_t e = 128 * h + 32 * k + j * L;
+          const VF w = hn::Mul(hn::ConvertTo(df, q), hn::Set(df, ds[e >> 4]));
+          VF& a = pick((e / L) & 3, a0, a1, a2, a3);
+          a = hn::MulAdd(hn::LoadU(df, x + e), w, a);
+        }
+      }
+    }
   }
   HWY_INLINE VF vec(DF df, int64_t e) const {
     const int64_t h = e >> 7, k = (e >> 5) & 3, l = e & 31;
@@ -134,6 +198,16 @@ struct ViaReference {
   int64_t chunk_bytes() const { return bytes; }
   void prepare(const uint8_t* chunk, int64_t n) { ggml_dequantize_row(f, chunk, n, buf); }
   HWY_INLINE VF vec(DF df, int64_t e) const { return hn::Load(df, buf + e); }
+  HWY_INLINE void dot_chunk(DF df, const float* HWY_RESTRICT x, VF& a0, VF& a1, VF& a2, VF& a3) const {
+    const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+    for (int64_t e = 0; e < kChunk; e += 4 * L)
+    {
+      a0 = hn::MulAdd(hn::LoadU(df, x + e), vec(df, e), a0);
+      a1 = hn::MulAdd(hn::LoadU(df, x + e + L), vec(df, e + L), a1);
+      a2 = hn::MulAdd(hn::LoadU(df, x + e + 2 * L), vec(df, e + 2 * L), a2);
+      a3 = hn::MulAdd(hn::LoadU(df, x + e + 3 * L), vec(df, e + 3 * L), a3);
+    }
+  }
 };
 
 template <class F>
@@ -146,6 +220,10 @@ HWY_INLINE float dot_row_q(F& fmt, const float* HWY_RESTRICT x, const uint8_t* H
     const int64_t n = std::min(kChunk, in - c0);
     fmt.prepare(row + (c0 / kChunk) * cb, n);
     const float* xc = x + c0;
+    if (n == kChunk) {  // whole chunks: the unrolled kernel, the same vectors into the same accumulators
+      fmt.dot_chunk(df, xc, a0, a1, a2, a3);
+      continue;
+    }
     int64_t e = 0;
     for (; e + 4 * L <= n; e += 4 * L) {
       a0 = hn::MulAdd(hn::LoadU(df, xc + e), fmt.vec(df, e), a0);
