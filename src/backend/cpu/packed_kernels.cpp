@@ -48,6 +48,24 @@ HWY_INLINE float half_at(const uint8_t* p) {
   return f;
 }
 
+// out[j] = d * q[j] for j < n (one f32 multiply each, as the scalar d * q), in vectors where n is a multiple of L.
+template <class Q>
+HWY_INLINE void scale_bytes(float d, const Q* q, int64_t n, float* out) {
+  const DF df;
+  const int64_t L = static_cast<int64_t>(hn::Lanes(df));
+  if (n % L != 0) {
+    for (int64_t j = 0; j < n; ++j) out[j] = d * q[j];
+    return;
+  }
+  using D8 = hn::Rebind<Q, DF>;
+  using D32 = hn::Rebind<hwy::MakeSigned<int32_t>, DF>;
+  const VF dv = hn::Set(df, d);
+  for (int64_t j = 0; j < n; j += L) {
+    const auto v = hn::PromoteTo(hn::Rebind<hwy::MakeWide<hwy::MakeWide<Q>>, DF>(), hn::LoadU(D8(), q + j));
+    hn::StoreU(hn::Mul(dv, hn::ConvertTo(df, hn::BitCast(D32(), v))), df, out + j);
+  }
+}
+
 // Accumulator k of four (k known at compile time once the chunk loops are unrolled).
 HWY_INLINE VF& pick(int64_t k, VF& a0, VF& a1, VF& a2, VF& a3) { return k == 0 ? a0 : k == 1 ? a1 : k == 2 ? a2 : a3; }
 
@@ -94,18 +112,15 @@ struct Q4_K {
   HWY_INLINE void prepare(const uint8_t* chunk, int64_t) {
     const float d = half_at(chunk), dmin = half_at(chunk + 2);
     const uint8_t* s = chunk + 4;
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      if (j < 4) {
-        sc = s[j] & 63;
-        m = s[j + 4] & 63;
-      } else {
-        sc = static_cast<uint8_t>((s[j + 4] & 0xF) | ((s[j - 4] >> 6) << 4));
-        m = static_cast<uint8_t>((s[j + 4] >> 4) | ((s[j] >> 6) << 4));
-      }
-      ds[j] = d * sc;
-      dm[j] = dmin * m;
+    HWY_ALIGN uint8_t sc[8], m[8];
+    for (int j = 0; j < 4; ++j) {
+      sc[j] = s[j] & 63;
+      m[j] = s[j + 4] & 63;
+      sc[j + 4] = static_cast<uint8_t>((s[j + 8] & 0xF) | ((s[j] >> 6) << 4));
+      m[j + 4] = static_cast<uint8_t>((s[j + 8] >> 4) | ((s[j + 4] >> 6) << 4));
     }
+    scale_bytes(d, sc, 8, ds);
+    scale_bytes(dmin, m, 8, dm);
     qs = chunk + 16;
   }
   // d * q - m with d * q exact (an f16 times a 6-bit scale times a 4-bit level fits f32's mantissa): the fused
@@ -148,7 +163,7 @@ struct Q6_K {
     b = chunk;
     const float d = half_at(chunk + 208);
     const int8_t* sc = reinterpret_cast<const int8_t*>(chunk + 192);
-    for (int j = 0; j < 16; ++j) ds[j] = d * sc[j];
+    scale_bytes(d, sc, 16, ds);
   }
   HWY_INLINE void dot_chunk(DF df, const float* HWY_RESTRICT x, VF& a0, VF& a1, VF& a2, VF& a3) const {
     constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
