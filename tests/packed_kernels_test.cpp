@@ -20,6 +20,11 @@
 #include "core/ggml_blocks.h"
 #include "mambacpp/dtype.h"
 #include "mambacpp/error.h"
+#include "mambacpp/model.h"
+#include "mambacpp/shapes.h"
+#include "mambacpp/state.h"
+#include "model/weights.h"
+#include "support/test_support.h"
 
 namespace mambacpp {
 namespace {
@@ -221,6 +226,40 @@ TEST(PackedKernels, NaNIsNeverLost) {
       }
     }
   });
+}
+
+// bench --weights: a real shape's random weights quantized as llama.cpp types them (two layers of mamba2-130m here),
+// run through the model: decode steps (the fused decode linears on packed weights) against the prompt's prefill
+// (the packed GEMM), and the same prefill on one thread and on two.
+TEST(PackedKernels, RandomQuantizedModelDecodesAsItPrefills) {
+  ModelConfig c = named_shape("mamba2-130m");
+  c.n_layer = 2;
+  c.vocab_size = 1000;
+  LoadOptions lo;
+  lo.device = DeviceChoice::CPU;
+  lo.threads = 2;
+  auto m = Model::random_quantized(c, lo, 3, "q4_k");
+  EXPECT_EQ(m->weights().layers[0].in_proj.format, WeightFormat::Q4_K);
+  EXPECT_EQ(m->weights().layers[1].out_proj.format, WeightFormat::Q4_K);
+  EXPECT_EQ(m->weights().embeddings.format, WeightFormat::Q6_K);  // Q4_K_M's output matrix (tied here)
+  const std::vector<int32_t> ids = test::random_tokens(7, c.vocab_size, 5);
+  auto st = m->create_state(1);
+  Sequence all = Sequence::tokens(ids);
+  const std::vector<float> prefill = m->forward(*st, {&all, 1}, Output::AllLogits).values;
+  ASSERT_EQ(prefill.size(), ids.size() * static_cast<size_t>(c.vocab_size));
+  for (float v : prefill) ASSERT_TRUE(std::isfinite(v));
+  auto st2 = m->create_state(1);
+  for (size_t t = 0; t < ids.size(); ++t) {
+    Sequence one = Sequence::tokens(std::span<const int32_t>(ids.data() + t, 1));
+    const std::vector<float> step = m->forward(*st2, {&one, 1}, Output::AllLogits).values;
+    const std::span<const float> row(prefill.data() + t * c.vocab_size, static_cast<size_t>(c.vocab_size));
+    EXPECT_LE(test::max_rel_diff(step, row), 1e-4) << "token " << t;
+  }
+  lo.threads = 1;
+  auto m1 = Model::random_quantized(c, lo, 3, "q4_k");
+  auto st1 = m1->create_state(1);
+  EXPECT_EQ(m1->forward(*st1, {&all, 1}, Output::AllLogits).values, prefill);
+  EXPECT_THROW(Model::random_quantized(c, lo, 3, "q3_k"), Error);
 }
 
 }  // namespace
