@@ -48,6 +48,13 @@ int32_t argmax(std::span<const float> row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
+// A ggml block format `--weights` names (random weights quantized to it: Model::random_quantized).
+bool is_block_format(const std::string& w) {
+  for (const char* f : {"q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"})
+    if (w == f) return true;
+  return false;
+}
+
 std::vector<int32_t> random_prompt(const ModelConfig& c, int64_t n, uint32_t seed) {
   std::mt19937 rng(seed);
   std::uniform_int_distribution<int32_t> tok(0, static_cast<int32_t>(c.vocab_size - 1));
@@ -295,7 +302,10 @@ void run_bench(const BenchOptions& o) {
          " prompt tokens, more than ", kMaxBenchTokens, " (they are drawn up front)");
   const LoadOptions lo = load_options(o.model);
   auto t_load = Clock::now();
-  std::unique_ptr<Model> model = o.shape.empty() ? load_model(o.model) : random_model(o.shape, o.model, parse_dtype(o.weights));
+  std::unique_ptr<Model> model = o.shape.empty()         ? load_model(o.model)
+                                 : is_block_format(o.weights) ? Model::random_quantized(named_shape(o.shape),
+                                                                                       load_options(o.model), 1, o.weights)
+                                                            : random_model(o.shape, o.model, parse_dtype(o.weights));
   const double load_ms = ms_since(t_load);
   if (o.serve) return serve_bench(*model, o, load_ms);
   if (o.chat_turn) return chat_turn_bench(*model, o, load_ms);
@@ -320,6 +330,7 @@ void run_bench(const BenchOptions& o) {
       {"model", o.shape.empty() ? model->directory() : o.shape},
       {"device", model->device_description()},
       {"weight_dtype", dtype_name(model->weight_dtype())},
+      {"weights", o.shape.empty() ? std::string(dtype_name(model->weight_dtype())) : o.weights},
       {"state_dtype", dtype_name(state_dtype)},
       {"batch", o.batch}, {"prompt", o.prompt}, {"gen", o.gen}, {"repeat", o.repeat},
       {"cuda_graphs", model->decode_graphs()},  // what ran: false on the CPU or with --no-cuda-graph
@@ -342,7 +353,7 @@ void run_bench(const BenchOptions& o) {
     return;
   }
   std::printf("model        %s on %s (weights %s, state %s)\n", j["model"].get<std::string>().c_str(),
-              model->device_description().c_str(), j["weight_dtype"].get<std::string>().c_str(), o.model.state_dtype.c_str());
+              model->device_description().c_str(), j["weights"].get<std::string>().c_str(), o.model.state_dtype.c_str());
   std::printf("workload     batch %lld, prompt %lld, generate %lld; median of %d runs\n", (long long)o.batch,
               (long long)o.prompt, (long long)o.gen, o.repeat);
   std::printf("prefill      %.2f ms  (%.0f tokens/s)\n", pre, j["prefill_tokens_per_s"].get<double>());
@@ -361,8 +372,11 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
   std::string shapes;
   for (const std::string& s : named_shapes()) shapes += (shapes.empty() ? "" : "|") + s;
   cmd->add_option("--shape", o->shape, "random weights of a real shape: " + shapes);
-  cmd->add_option_function<std::string>("--weights", [o](const std::string& w) { o->weights = w, o->weights_given = true; }, "--shape: stored dtype of the random weights (f32|bf16|f16; the GPU "
-                  "converts them to --dtype; default bf16)")->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16"}));
+  cmd->add_option_function<std::string>("--weights", [o](const std::string& w) { o->weights = w, o->weights_given = true; },
+                  "--shape: stored format of the random weights: f32|bf16|f16 (the GPU converts them to --dtype), or "
+                  "a ggml block format q8_0|q4_k|q6_k|q4_0|q5_0|q5_1|q5_k for the matrices (CPU; q4_k as Q4_K_M's "
+                  "embedding and output in q6_k); default bf16")
+      ->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}));
   cmd->add_option("-b,--batch", o->batch, "sequences decoded together")->check(IntRange(1, kMaxBenchBatch))->capture_default_str();
   cmd->add_option("-p,--prompt", o->prompt, "prompt tokens per sequence")->check(IntRange(1, kMaxCliCount))->capture_default_str();
   cmd->add_option("-g,--gen", o->gen, "generated tokens per sequence")->check(IntRange(0, kMaxCliCount))->capture_default_str();

@@ -93,6 +93,11 @@ class Model {
   // depend on weight values). Values are drawn so that activations stay finite.
   static std::unique_ptr<Model> random(const ModelConfig& config, const LoadOptions& options = {}, uint64_t seed = 0,
                                        DType storage = DType::BF16);
+  // The same in a stored format named as llama.cpp names it: f32 | f16 | bf16 as `random`, or a ggml block format
+  // (q8_0 | q4_0 | q5_0 | q5_1 | q4_k | q5_k | q6_k) for the matrices, quantized with ggml's reference rounding and
+  // chosen per tensor as llama.cpp's quantizer does (q4_k: Q4_K_M's embedding and output in q6_k), vectors in f32.
+  static std::unique_ptr<Model> random_quantized(const ModelConfig& config, const LoadOptions& options, uint64_t seed,
+                                                 const std::string& format);
   ~Model();
   Model(const Model&) = delete;
   Model& operator=(const Model&) = delete;

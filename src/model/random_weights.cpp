@@ -1,14 +1,19 @@
 // Model::random: weights of a real shape drawn from a counter-based generator (fast, parallel, reproducible), for
 // benchmarks. Norm weights are 1, decays span slow and fast, projections are scaled by 1/sqrt(fan_in).
+// Model::random_quantized: the same values, the matrices quantized to a ggml block format (core/ggml_blocks.h).
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <optional>
 #include <thread>
 
 #include "backend/cpu/thread_pool.h"
 #include "mambacpp/error.h"
 #include "model/model_impl.h"
 #include "core/splitmix.h"
+#include "core/ggml_blocks.h"
+#include "core/weight.h"
+#include "model/weights.h"
 
 namespace mambacpp {
 
@@ -50,12 +55,36 @@ void pure_shapes(const ModelConfig& c, std::map<std::string, std::vector<int64_t
   }
 }
 
+// Where a matrix is stored in a quantized random model: the target's format as llama.cpp's quantizer gives it without
+// an importance matrix (q4_k is Q4_K_M: the embedding and output in Q6_K; its choice of Q6_K for some layers' attn_v
+// and ffn_down is not made here), falling back to a 32-element format (Q5_0 / Q8_0) for rows that are not whole
+// super-blocks and to f16 for rows that are not whole blocks. Routers stay f32.
+WeightFormat random_matrix_format(WeightFormat target, const std::string& name, int64_t cols) {
+  if (name.find("router") != std::string::npos) return WeightFormat::F32;
+  const bool table = ends_with(name, "embeddings.weight") || ends_with(name, "embed_tokens.weight") ||
+                     ends_with(name, "embedding.weight") || ends_with(name, "lm_head.weight");
+  WeightFormat f = target == WeightFormat::Q4_K && table ? WeightFormat::Q6_K : target;
+  if (weight_format_info(f).block_elems == 256 && cols % 256 != 0)
+    f = f == WeightFormat::Q6_K ? WeightFormat::Q8_0 : f == WeightFormat::Q5_K ? WeightFormat::Q5_1 : WeightFormat::Q5_0;
+  if (cols % weight_format_info(f).block_elems != 0) f = WeightFormat::F16;
+  return f;
+}
+
 }  // namespace
 
 std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOptions& options, uint64_t seed, DType storage) {
-  config.validate();
   if (storage != DType::F32 && storage != DType::F16 && storage != DType::BF16)
     fail("random model: storage dtype must be f32, f16 or bf16, found ", dtype_name(storage));
+  return random_quantized(config, options, seed, dtype_name(storage));
+}
+
+std::unique_ptr<Model> Model::random_quantized(const ModelConfig& config, const LoadOptions& options, uint64_t seed,
+                                               const std::string& format) {
+  config.validate();
+  const WeightFormat wf = parse_weight_format(format);
+  if (wf == WeightFormat::FP8_E4M3) fail("random model: fp8_e4m3 is not a ggml block format");
+  const DType storage = is_dense(wf) ? dense_dtype(wf) : DType::F32;
+  const bool quantized = !is_dense(wf);
   auto impl = std::make_unique<Impl>();
   impl->dir = "(random weights)";
   impl->options = options;
@@ -73,19 +102,49 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
   const int threads =
       options.threads > 0 ? options.threads : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
   std::map<std::string, TensorView> views;
+  std::map<std::string, Weight> packed;
   std::vector<std::string> names;
   uint64_t stream = 0;
   for (const auto& [name, shape] : shapes) {
     int64_t n = 1;
     for (int64_t d : shape) n *= d;
     const double fan_in = shape.size() >= 2 ? static_cast<double>(shape.back()) : 1.0;  // conv: d_conv taps
-    std::vector<char>& blob = impl->random_blobs.emplace_back(static_cast<size_t>(n) * dtype_size(storage));
     ++stream;
     const bool is_norm = ends_with(name, "norm.weight") || ends_with(name, "norm_f.weight");
     const bool is_a_log = ends_with(name, "A_log"), is_d = ends_with(name, ".D");
     const bool is_dt_bias = ends_with(name, "dt_bias") || ends_with(name, "dt_proj.bias");
     const double scale = 1.0 / std::sqrt(fan_in);
     constexpr int64_t kBlock = 1 << 16;
+    DType dt = storage;
+    if (quantized) {
+      // Matrices quantized row by row (ggml's reference rounding) straight from the drawn values; everything else
+      // f32, as llama.cpp keeps vectors, conv taps, A and D.
+      const bool matrix = shape.size() >= 2 && ends_with(name, ".weight") && !is_norm &&
+                          name.find("conv1d") == std::string::npos;
+      const WeightFormat f = matrix ? random_matrix_format(wf, name, shape.back()) : WeightFormat::F32;
+      dt = is_dense(f) ? dense_dtype(f) : dt;
+      if (!is_dense(f)) {
+        if (shape.size() > 3) fail("random model: tensor '", name, "' has more than 3 dims; cannot quantize it");
+        const int64_t cols = shape.back(), rows = n / cols, rb = weight_row_bytes(f, cols);
+        std::vector<char>& blob = impl->random_blobs.emplace_back(static_cast<size_t>(rows * rb));
+        const int64_t rows_per_task = std::max<int64_t>(1, kBlock / cols);
+        cpu::parallel_tasks(threads, (rows + rows_per_task - 1) / rows_per_task, [&](int64_t task) {
+          const int64_t r0 = task * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
+          std::vector<float> vals(static_cast<size_t>(cols));
+          for (int64_t r = r0; r < r1; ++r) {
+            for (int64_t i = 0; i < cols; ++i)
+              vals[i] = static_cast<float>((2.0 * uniform01(seed, stream, static_cast<uint64_t>(r * cols + i)) - 1.0) *
+                                           scale);
+            ggml_quantize_row(f, vals.data(), cols, reinterpret_cast<uint8_t*>(blob.data()) + r * rb);
+          }
+        });
+        packed[name] = shape.size() == 2 ? Weight::packed(f, blob.data(), {shape[0], shape[1]})
+                                         : Weight::packed(f, blob.data(), {shape[0], shape[1], shape[2]});
+        names.push_back(name);
+        continue;
+      }
+    }
+    std::vector<char>& blob = impl->random_blobs.emplace_back(static_cast<size_t>(n) * dtype_size(dt));
     // On the CPU backend's pool (it sleeps when idle; OpenMP's default active wait kept spinning after the load).
     cpu::parallel_tasks(threads, (n + kBlock - 1) / kBlock, [&](int64_t blk) {
       const int64_t b = blk * kBlock, m = std::min(kBlock, n - b);
@@ -99,11 +158,11 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
         else v = (2.0 * u - 1.0) * scale;
         vals[i] = static_cast<float>(v);
       }
-      convert_from_f32(vals.data(), blob.data() + static_cast<size_t>(b) * dtype_size(storage), storage, m);
+      convert_from_f32(vals.data(), blob.data() + static_cast<size_t>(b) * dtype_size(dt), dt, m);
     });
     TensorView v;
     v.data = blob.data();
-    v.dtype = storage;
+    v.dtype = dt;
     v.ndim = static_cast<int>(shape.size());
     for (size_t k = 0; k < shape.size(); ++k) v.shape[k] = shape[k];
     if (impl->backend->device() == Device::CPU) {
@@ -118,14 +177,18 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
     views[name] = v;
     names.push_back(name);
   }
+  const TensorLookup dense = lookup_views(
+      [&views](const std::string& name) -> const TensorView* {
+        auto it = views.find(name);
+        return it == views.end() ? nullptr : &it->second;
+      },
+      impl->dir);
   impl->weights = bind_weights(
       impl->config,
-      lookup_views(
-          [&views](const std::string& name) -> const TensorView* {
-            auto it = views.find(name);
-            return it == views.end() ? nullptr : &it->second;
-          },
-          impl->dir),
+      [&](const std::string& name) -> std::optional<Weight> {
+        auto it = packed.find(name);
+        return it != packed.end() ? std::optional<Weight>(it->second) : dense(name);
+      },
       names, *impl->backend, impl->dir);
   // A device backend holds its own copies now; the host blobs are only needed when the CPU reads them in place.
   if (impl->backend->device() != Device::CPU) impl->random_blobs.clear();

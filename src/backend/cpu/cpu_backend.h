@@ -41,7 +41,7 @@ class CpuBackend final : public Backend {
   void rmsnorm(const TensorView& x, const TensorView& w, float eps, TensorView out) override;
   void add_inplace(TensorView acc, const TensorView& x) override;
   void linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y) override;
-  // Block formats run on reference kernels (packed_linear.cpp); FP8 has none on the CPU.
+  // Block formats run on packed_linear.cpp (Q8_0, Q4_K, Q6_K dequantized in registers); FP8 has none on the CPU.
   bool supports_weight_format(WeightFormat f) const override { return f != WeightFormat::FP8_E4M3; }
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                    const BatchLayout& batch, TensorView out) override;

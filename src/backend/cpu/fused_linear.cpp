@@ -1,14 +1,15 @@
 // CpuBackend::fused_linear (backend.h) for decode batches: the prologue RMSNorm over each norm group, the streaming
-// GEMV of linear.cpp (W read once in its stored dtype), then the epilogue: the one-token conv1d + SiLU of the conv
-// outputs from the row's slot of the conv state (f32 or bf16, shifted in place), the other outputs written to y or
-// added to it, each GEMV task doing the epilogue of the columns it wrote. The prologue is serial (a few thousand
-// elements); the GEMV is the one pool job.
+// GEMV of linear.cpp, or of packed_linear.cpp for block formats (W read once as stored), then the epilogue: the
+// one-token conv1d + SiLU of the conv outputs from the row's slot of the conv state (f32 or bf16, shifted in place),
+// the other outputs written to y or added to it, each GEMV task doing the epilogue of the columns it wrote. The
+// prologue is serial (a few thousand elements); the GEMV is the one pool job.
 #include <cmath>
 #include <vector>
 
 #include "backend/cpu/conv1d.h"
 #include "backend/cpu/cpu_backend.h"
 #include "backend/cpu/cpu_ops.h"
+#include "backend/cpu/packed_linear.h"
 #include "backend/cpu/simd.h"
 #include "mambacpp/error.h"
 
@@ -27,6 +28,18 @@ bool float_vector(const TensorView& v, int64_t n) {
   return v.device == Device::CPU && float_storage(v.dtype) && v.contiguous() && v.numel() == n;
 }
 WeightRef wref(const TensorView& v) { return v.empty() ? WeightRef{} : WeightRef{v.data, v.dtype}; }
+// A block-format weight [out, in] as packed_linear.cpp runs it.
+bool packed_ok(const Weight& w, int64_t in) {
+  return w.format != WeightFormat::FP8_E4M3 && w.ndim == 2 && w.dim(1) == in && w.data.dtype == DType::U8 &&
+         w.data.ndim == 2 && w.data.dim(0) == w.dim(0) && in % weight_format_info(w.format).block_elems == 0 &&
+         w.data.dim(1) == weight_row_bytes(w.format, in);
+}
+// The streaming GEMV of linear.cpp or packed_linear.cpp, by the weight's format.
+void gemv(Rows<const float> x, const Weight& w, const TensorView& bias, Rows<float> y, int64_t B, int64_t in,
+          int64_t out, int threads, const cpu::LinearEpilogue& epilogue = {}) {
+  if (w.dense()) cpu::linear_f32(x, wref(w.data), wref(bias), y, B, in, out, threads, epilogue);
+  else cpu::packed_linear_f32(x, w, wref(bias), y, B, threads, epilogue);
+}
 
 // A weight vector as f32: in place when stored in f32, else widened into `buf`.
 const float* f32_weight(const TensorView& v, int64_t n, std::vector<float>& buf) {
@@ -78,15 +91,17 @@ void conv_step(const float* x, const float* w, const float* bias, void* st, DTyp
 
 bool CpuBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const {
   const int64_t B = batch.total_tokens;
-  if (!a.w.dense() || B < 1 || static_cast<int64_t>(batch.seqs.size()) != B) return false;
+  if (B < 1 || static_cast<int64_t>(batch.seqs.size()) != B) return false;
   for (int64_t i = 0; i < B; ++i) {
     const SeqSpan& s = batch.seqs[static_cast<size_t>(i)];
     if (s.start != i || s.len != 1) return false;
   }
   if (a.x.ndim != 2 || a.w.data.ndim != 2 || !a.gate.empty()) return false;  // no gated prologue here
   const int64_t in = a.x.dim(1), out = a.w.data.dim(0);
-  if (!f32_rows(a.x, B, in) || !f32_rows(a.y, B, out) || a.w.data.dim(1) != in || !a.w.data.contiguous() ||
-      !float_storage(a.w.data.dtype) || a.w.data.device != Device::CPU)
+  if (!f32_rows(a.x, B, in) || !f32_rows(a.y, B, out) || !a.w.data.contiguous() || a.w.data.device != Device::CPU)
+    return false;
+  if (a.w.dense() ? (a.w.data.dim(1) != in || !float_storage(a.w.data.dtype))
+                  : !packed_ok(a.w, in))
     return false;
   if (!a.bias.empty() && !float_vector(a.bias, out)) return false;
   if (!a.norm_w.empty() && (!float_vector(a.norm_w, in) || a.norm_group < 0 ||
@@ -123,7 +138,7 @@ void CpuBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch
   }
   Rows<float> y{a.y.ptr<float>(), a.y.stride0()};
   if (a.conv_w.empty() && !a.accumulate) {
-    cpu::linear_f32(x, wref(a.w.data), wref(a.bias), y, B, in, out, threads_);
+    gemv(x, a.w, a.bias, y, B, in, out, threads_);
     return;
   }
   // The epilogue runs in the GEMV's tasks, on the columns each has just written: the conv step and the residual add
@@ -155,7 +170,7 @@ void CpuBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch
                 a.conv_state.dtype, hi - lo, K, a.conv_out.ptr<float>() + i * a.conv_out.stride0() + ch);
     }
   };
-  cpu::linear_f32(x, wref(a.w.data), wref(a.bias), {ys.data(), out}, B, in, out, threads_, epilogue);
+  gemv(x, a.w, a.bias, {ys.data(), out}, B, in, out, threads_, epilogue);
 }
 
 }  // namespace mambacpp

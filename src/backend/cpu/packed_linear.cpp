@@ -1,35 +1,104 @@
 #include "backend/cpu/packed_linear.h"
 
-#include <vector>
+#include <algorithm>
 
+#include "hwy/aligned_allocator.h"
+
+#include "backend/cpu/gemm.h"
+#include "backend/cpu/packed_kernels.h"
 #include "backend/cpu/thread_pool.h"
-#include "core/ggml_blocks.h"
 #include "mambacpp/error.h"
 
 namespace mambacpp::cpu {
 
 namespace {
+
+// As linear.cpp's (docs/benchmarks.md, decisions): the same shares and panels, in rows of the packed weight.
+constexpr int64_t kRowsPerBlock = 16;          // GEMV: rows per unit of work
+constexpr int64_t kPanelBytes = 192 * 1024;    // GEMM: a dequantized f32 panel stays in L2
+constexpr int64_t kMinShareBytes = 32 * 1024;  // GEMV: the least weight bytes worth a thread of their own
+constexpr int64_t kStreamTokens = 4;           // up to this many tokens, the blocks are dotted in place
+constexpr int64_t kSharesPerThread = 2;
+
 const uint8_t* row_bytes(const Weight& w, int64_t r) {
   return static_cast<const uint8_t*>(w.data.data) + r * w.data.dim(1);
 }
+
+// A reusable 64-byte aligned f32 buffer.
+struct AlignedFloats {
+  hwy::AlignedFreeUniquePtr<float[]> data;
+  int64_t size = 0;
+  float* get(int64_t n) {
+    if (n > size) {
+      data = hwy::AllocateAligned<float>(static_cast<size_t>(n));
+      if (!data) fail("linear: out of memory for a packed buffer of ", n, " floats");
+      size = n;
+    }
+    return data.get();
+  }
+};
+
+void add_bias(WeightRef bias, int64_t o0, int64_t nr, float* yt) {
+  if (!bias.present()) return;
+  for (int64_t r = 0; r < nr; ++r) yt[r] += weight_at<float>(bias, o0 + r);
+}
+
 }  // namespace
 
-void packed_linear_f32(Rows<const float> x, const Weight& w, WeightRef bias, Rows<float> y, int64_t T, int threads) {
-  const int64_t out = w.dim(0), in = w.dim(1);
-  // Rows of w per task: each is dequantized once and used for every token.
-  parallel_for(threads, out, 8, [&](int64_t o0, int64_t o1) {
-    std::vector<float> row(static_cast<size_t>(in));
-    for (int64_t o = o0; o < o1; ++o) {
-      ggml_dequantize_row(w.format, row_bytes(w, o), in, row.data());
-      const double b = bias.present() ? weight_at<double>(bias, o) : 0.0;
-      for (int64_t t = 0; t < T; ++t) {
-        const float* xt = x[t];
-        double acc = 0.0;
-        for (int64_t i = 0; i < in; ++i) acc += static_cast<double>(xt[i]) * row[static_cast<size_t>(i)];
-        y[t][o] = static_cast<float>(acc + b);
+void packed_linear_f32(Rows<const float> x, const Weight& w, WeightRef bias, Rows<float> y, int64_t T, int threads,
+                       const LinearEpilogue& epilogue) {
+  const int64_t out = w.dim(0), in = w.dim(1), rb = w.data.dim(1);
+  const int64_t n_blocks = (out + kRowsPerBlock - 1) / kRowsPerBlock;
+
+  if (T <= kStreamTokens) {
+    const int64_t grain = std::max<int64_t>(1, (kMinShareBytes + kRowsPerBlock * rb - 1) / (kRowsPerBlock * rb));
+    const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(n_blocks / grain, threads * kSharesPerThread));
+    parallel_tasks(threads, parts, [&](int64_t part) {
+      const int64_t b0 = n_blocks * part / parts, b1 = n_blocks * (part + 1) / parts;
+      const int64_t o0 = b0 * kRowsPerBlock, nr = std::min(b1 * kRowsPerBlock, out) - o0;
+      // Token by token over a block of rows at a time: the block's bytes stay in cache for the next token.
+      for (int64_t r0 = o0; r0 < o0 + nr; r0 += kRowsPerBlock) {
+        const int64_t m = std::min(kRowsPerBlock, o0 + nr - r0);
+        for (int64_t t = 0; t < T; ++t) {
+          simd::packed_dot_rows(x[t], row_bytes(w, r0), w.format, in, m, y[t] + r0);
+          add_bias(bias, r0, m, y[t] + r0);
+        }
       }
+      if (epilogue) epilogue(o0, nr);
+    });
+    return;
+  }
+
+  // Prefill, as linear_f32's: x packed once; W in L2-sized panels, each dequantized and packed by the task using it.
+  const int64_t Kp = simd::packed_row_floats(in), MR = simd::gemm_tile_tokens(), NR = simd::gemm_tile_rows();
+  const int64_t Tp = (T + MR - 1) / MR * MR;
+  thread_local AlignedFloats xbuf;
+  float* xp = xbuf.get(Tp * Kp);
+  parallel_for(threads, T, 16, [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) simd::pack_rows(x[t], DType::F32, 0, 1, in, xp + t * Kp);
+  });
+  std::fill(xp + T * Kp, xp + Tp * Kp, 0.0f);
+  const int64_t panel = std::max(NR, kPanelBytes / (Kp * static_cast<int64_t>(sizeof(float))) / NR * NR);
+  const int64_t n_panels = (out + panel - 1) / panel;
+  const int64_t n_ranges = n_panels >= 2 * threads ? 1 : std::max<int64_t>(1, std::min<int64_t>(threads, Tp / MR));
+  const int64_t range = (Tp / MR + n_ranges - 1) / n_ranges * MR;
+  parallel_for(threads, n_panels * n_ranges, 1, [&](int64_t task0, int64_t task1) {
+    thread_local AlignedFloats wbuf, dbuf;
+    for (int64_t task = task0; task < task1; ++task) {
+      const int64_t p = task / n_ranges, t0 = (task % n_ranges) * range;
+      if (t0 >= T) continue;
+      const int64_t o0 = p * panel, nr = std::min(panel, out - o0), nrp = (nr + NR - 1) / NR * NR;
+      const int64_t nt = std::min(range, T - t0);
+      float* rows = dbuf.get(nr * in);
+      simd::packed_dequantize_rows(row_bytes(w, o0), w.format, in, nr, rows, in);
+      float* wp = wbuf.get(nrp * Kp);
+      simd::pack_rows(rows, DType::F32, in, nr, in, wp);
+      std::fill(wp + nr * Kp, wp + nrp * Kp, 0.0f);
+      simd::gemm_packed(xp + t0 * Kp, nt, wp, nr, in, y[t0] + o0, y.stride);
+      for (int64_t t = t0; t < t0 + nt; ++t) add_bias(bias, o0, nr, y[t] + o0);
     }
   });
+  if (epilogue) epilogue(0, out);
 }
 
 void packed_embed_f32(const Weight& table, const int32_t* ids, Rows<float> out, int64_t T, int threads) {
@@ -37,7 +106,7 @@ void packed_embed_f32(const Weight& table, const int32_t* ids, Rows<float> out, 
   for (int64_t t = 0; t < T; ++t)
     if (ids[t] < 0 || ids[t] >= V) fail("embed: token id ", ids[t], " is outside the vocabulary [0, ", V, ")");
   parallel_for(threads, T, 16, [&](int64_t t0, int64_t t1) {
-    for (int64_t t = t0; t < t1; ++t) ggml_dequantize_row(table.format, row_bytes(table, ids[t]), D, out[t]);
+    for (int64_t t = t0; t < t1; ++t) simd::packed_dequantize_rows(row_bytes(table, ids[t]), table.format, D, 1, out[t], D);
   });
 }
 

@@ -1,0 +1,118 @@
+// The CPU's packed GEMV (backend/cpu/packed_linear.cpp) alone, against this machine's read bandwidth: a stack of
+// [out, in] weights larger than the caches (so every call streams from memory), T tokens, the backend's threads.
+// Prints GB/s of weight bytes read per format and the share of a plain 2-thread read of the same bytes.
+//   g++ -O2 -std=c++20 -fopenmp -Isrc -Iinclude dev/packed_gemv_probe.cpp build/libmambacpp.a \
+//       $(pkg-config --libs libhwy libpcre2-8 libutf8proc zlib) -o build/packed_gemv_probe
+//   build/packed_gemv_probe [threads=2] [T=1] [in=2048] [out=8192]
+//   build/packed_gemv_probe hot [T=1] [in=2048] [out=128]
+// `hot`: one thread on a weight that stays in L2, timed in CPU time (not wall time), so the kernel's own cost per
+// byte shows even on a loaded machine: where it exceeds the memory's rate per core, decode is bound by the memory.
+#include <algorithm>
+#include <chrono>
+#include <ctime>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <vector>
+
+#include "backend/backend.h"
+#include "core/ggml_blocks.h"
+#include "core/weight.h"
+#include "mambacpp/dtype.h"
+
+using namespace mambacpp;
+using Clock = std::chrono::steady_clock;
+
+double cpu_seconds() {
+  timespec ts;
+  clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
+  return ts.tv_sec + ts.tv_nsec * 1e-9;
+}
+
+int hot(int argc, char** argv) {
+  const int64_t T = argc > 2 ? std::atoll(argv[2]) : 1, in = argc > 3 ? std::atoll(argv[3]) : 2048,
+                out = argc > 4 ? std::atoll(argv[4]) : 128;
+  auto be = make_cpu_backend(1);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-0.03f, 0.03f);
+  std::vector<float> row(static_cast<size_t>(in)), x(static_cast<size_t>(T * in)), y(static_cast<size_t>(T * out));
+  for (float& v : x) v = u(rng);
+  for (const char* name : {"bf16", "q8_0", "q6_k", "q4_k", "q5_0", "q4_0"}) {
+    const WeightFormat f = parse_weight_format(name);
+    const int64_t rb = is_dense(f) ? in * static_cast<int64_t>(dtype_size(dense_dtype(f))) : weight_row_bytes(f, in);
+    std::vector<uint8_t> bytes(static_cast<size_t>(out * rb));
+    for (int64_t r = 0; r < out; ++r) {
+      for (float& v : row) v = u(rng);
+      if (is_dense(f)) convert_from_f32(row.data(), bytes.data() + r * rb, dense_dtype(f), in);
+      else ggml_quantize_row(f, row.data(), in, bytes.data() + r * rb);
+    }
+    const Weight w = is_dense(f) ? Weight(TensorView(bytes.data(), dense_dtype(f), {out, in}))
+                                 : Weight::packed(f, bytes.data(), {out, in});
+    const int reps = 2000;
+    double best = 1e30;
+    for (int k = 0; k < 3; ++k) {
+      const double t0 = cpu_seconds();
+      for (int r = 0; r < reps; ++r)
+        be->linear(TensorView(x.data(), DType::F32, {T, in}), w, {}, TensorView(y.data(), DType::F32, {T, out}));
+      best = std::min(best, cpu_seconds() - t0);
+    }
+    std::printf("hot %-5s T=%lld [%lld, %lld]: %.2f GB/s of weights per core (CPU time), %.2f Gelem/s\n", name,
+                (long long)T, (long long)out, (long long)in, reps * static_cast<double>(bytes.size()) / best / 1e9,
+                reps * static_cast<double>(out * in) / best / 1e9);
+  }
+  return 0;
+}
+
+int main(int argc, char** argv) {
+  if (argc > 1 && std::strcmp(argv[1], "hot") == 0) return hot(argc, argv);
+  const int threads = argc > 1 ? std::atoi(argv[1]) : 2;
+  const int64_t T = argc > 2 ? std::atoll(argv[2]) : 1, in = argc > 3 ? std::atoll(argv[3]) : 2048,
+                out = argc > 4 ? std::atoll(argv[4]) : 8192;
+  auto be = make_cpu_backend(threads);
+  std::mt19937 rng(1);
+  std::uniform_real_distribution<float> u(-0.03f, 0.03f);
+  std::vector<float> row(static_cast<size_t>(in)), x(static_cast<size_t>(T * in)), y(static_cast<size_t>(T * out));
+  for (float& v : x) v = u(rng);
+  // A plain read of 256 MiB on the same threads: the floor's bandwidth.
+  {
+    const size_t n = size_t(64) << 20;
+    std::vector<float> big(n, 1.0f);
+    double best = 1e30;
+    for (int rep = 0; rep < 5; ++rep) {
+      const auto t0 = Clock::now();
+      double s = 0;
+#pragma omp parallel for reduction(+ : s) num_threads(threads)
+      for (size_t i = 0; i < n; ++i) s += big[i];
+      const double dt = std::chrono::duration<double>(Clock::now() - t0).count();
+      if (s < 0) std::printf("?");
+      best = std::min(best, dt);
+    }
+    std::printf("read %.1f GB/s (%d threads)\n", n * 4.0 / best / 1e9, threads);
+  }
+  for (const char* name : {"bf16", "q8_0", "q6_k", "q4_k", "q5_0", "q4_0"}) {
+    const WeightFormat f = parse_weight_format(name);
+    const int64_t rb = is_dense(f) ? in * static_cast<int64_t>(dtype_size(dense_dtype(f))) : weight_row_bytes(f, in);
+    const int64_t mats = std::max<int64_t>(2, (int64_t(256) << 20) / (out * rb));  // > 256 MiB in all
+    std::vector<uint8_t> bytes(static_cast<size_t>(mats * out * rb));
+    for (int64_t r = 0; r < mats * out; ++r) {
+      for (float& v : row) v = u(rng);
+      if (is_dense(f)) convert_from_f32(row.data(), bytes.data() + r * rb, dense_dtype(f), in);
+      else ggml_quantize_row(f, row.data(), in, bytes.data() + r * rb);
+    }
+    std::vector<double> times;
+    for (int rep = 0; rep < 4; ++rep) {
+      const auto t0 = Clock::now();
+      for (int64_t m = 0; m < mats; ++m) {
+        uint8_t* p = bytes.data() + m * out * rb;
+        const Weight w = is_dense(f) ? Weight(TensorView(p, dense_dtype(f), {out, in})) : Weight::packed(f, p, {out, in});
+        be->linear(TensorView(x.data(), DType::F32, {T, in}), w, {}, TensorView(y.data(), DType::F32, {T, out}));
+      }
+      times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+    }
+    std::sort(times.begin(), times.end());
+    const double gbs = static_cast<double>(bytes.size()) / times[1] / 1e9;
+    std::printf("%-5s T=%lld [%lld, %lld] x%lld: %.2f ms per matrix, %.1f GB/s of weights\n", name, (long long)T,
+                (long long)out, (long long)in, (long long)mats, times[1] / mats * 1e3, gbs);
+  }
+}
