@@ -79,6 +79,16 @@ class Model:
                  top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, stream: bool = False, **options: Any) -> str | TextStream:
         """A str, or with stream=True a TextStream of text pieces."""
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
+                            tools: Sequence[Mapping[str, Any]] | None = None, add_generation_prompt: bool = True,
+                            *, documents: Sequence[Mapping[str, Any]] | None = None,
+                            **template_kwargs: Any) -> str: ...
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
+             add_generation_prompt: bool = True, *, max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
+             top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
+             stop: str | Sequence[str] | None = None, stream: bool = False,
+             documents: Sequence[Mapping[str, Any]] | None = None, **template_kwargs: Any) -> str | TextStream:
+        """apply_chat_template, then generate: a str, or with stream=True a TextStream."""
 
 class TokenLogprob:
     id: int
