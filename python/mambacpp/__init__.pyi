@@ -131,7 +131,8 @@ class Engine:
                  batch_tokens: int | None = None, max_prompt: int | None = None, max_new_tokens: int | None = None,
                  state_cache_mb: int | None = None, state_checkpoint_interval: int | None = None,
                  state_dtype: str | None = None, device_sampling: bool | None = None,
-                 draft_model: Model | None = None) -> None: ...
+                 draft_model: Model | None = None, state_cache_dir: _Path | None = None,
+                 state_cache_disk_mb: int | None = None) -> None: ...
     def submit(self, prompt: _Prompt, max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
                top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
                stop: str | Sequence[str] | None = None, *, repeat_last_n: int = 64, presence_penalty: float = 0.0,
