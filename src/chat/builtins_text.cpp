@@ -41,20 +41,20 @@ int32_t decode(const std::string& piece) {
   return n > 0 ? cp : -1;
 }
 
-std::string encode(int32_t cp) {
+static std::string encode(int32_t cp) {
   utf8proc_uint8_t buf[4];
   const auto n = utf8proc_encode_char(cp, buf);
   return std::string(reinterpret_cast<const char*>(buf), static_cast<size_t>(n));
 }
 
 enum class Case { Upper, Lower };
-std::string map_case(const std::string& piece, Case c) {
+static std::string map_case(const std::string& piece, Case c) {
   const int32_t cp = decode(piece);
   if (cp < 0) return piece;
   return encode(c == Case::Upper ? utf8proc_toupper(cp) : utf8proc_tolower(cp));
 }
 
-bool is_cased_letter(const std::string& piece) {
+static bool is_cased_letter(const std::string& piece) {
   const int32_t cp = decode(piece);
   if (cp < 0) return false;
   const auto cat = utf8proc_category(cp);
@@ -73,7 +73,7 @@ std::string lower(const std::string& s) {
 }
 
 // Python's str.title(): a cased letter after an uncased character starts a word.
-std::string py_title(const std::string& s) {
+static std::string py_title(const std::string& s) {
   std::string out;
   bool prev_cased = false;
   for (const std::string& p : code_points(s)) {
@@ -112,7 +112,7 @@ std::string capitalize(const std::string& s) {
   return out;
 }
 
-bool is_py_space(const std::string& piece) {
+static bool is_py_space(const std::string& piece) {
   if (piece.size() == 1) {
     const char c = piece[0];
     return c == ' ' || (c >= '\t' && c <= '\r') || (c >= '\x1c' && c <= '\x1f');
@@ -144,7 +144,7 @@ std::string strip(const std::string& s, const Value* chars, bool left, bool righ
   return out;
 }
 
-std::vector<Value> split(Interpreter& in, const std::string& s, const Value* sep_value, const Value* maxsplit_value) {
+static std::vector<Value> split(Interpreter& in, const std::string& s, const Value* sep_value, const Value* maxsplit_value) {
   int64_t maxsplit = -1;
   if (maxsplit_value) maxsplit = need_int(maxsplit_value, "split's maxsplit");
   std::vector<Value> parts;
@@ -216,7 +216,7 @@ std::string replace(Interpreter& in, const std::string& s, const std::string& ol
   return out;
 }
 
-bool affix_test(const std::string& s, const Value* affix, bool prefix) {
+static bool affix_test(const std::string& s, const Value* affix, bool prefix) {
   if (!affix) fail(prefix ? "startswith" : "endswith", " needs an argument");
   const auto one = [&](const Value& a) {
     const std::string& x = need_string(&a, prefix ? "startswith" : "endswith");
