@@ -282,7 +282,8 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
       "--state-cache-dir", o->state_cache_dir,
       "keep the prefix cache's states in this directory too: a later run with the same directory prefills only what "
       "they do not cover");
-  cmd->add_option("--state-cache-disk-mb", o->state_cache_disk_mb, "the disk tier's budget, MiB (with --state-cache-dir)")
+  cmd->add_option("--state-cache-disk-mb", o->state_cache_disk_mb,
+                  "the disk tier's budget, MiB (with --state-cache-dir)")
       ->check(IntRange(1, kMaxStateCacheMb))->capture_default_str()->needs(cache_dir);
   cmd->add_option("--state-checkpoint-interval", o->checkpoint_interval,
                   "prompt positions (multiples of this) whose state is cached; 0: none")
