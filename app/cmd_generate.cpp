@@ -40,6 +40,9 @@ struct GenerateCliOptions {
   int64_t max_prompt = 65536;
   int64_t max_seqs = 0;  // 0: every prompt at once
   int64_t state_cache_mb = 1024;
+  // The prefix cache's disk tier (docs/server.md): states of earlier runs found again by later ones.
+  std::string state_cache_dir;
+  int64_t state_cache_disk_mb = 4096;
   int64_t checkpoint_interval = EngineOptions{}.state_checkpoint_interval;
   std::string load_state;
   std::string save_state;
@@ -114,6 +117,9 @@ void run_generate(const GenerateCliOptions& o) {
     fail("generate: --chat-file, --system and --chat-kwargs need --chat");
   if (o.chat && (!o.tokens_file.empty() || !o.prompts_file.empty()))
     fail("generate --chat: the conversation comes from -p (with --system) or --chat-file");
+  if (!o.state_cache_dir.empty() && o.state_cache_mb == 0)
+    fail("generate: --state-cache-dir needs the in-memory prefix cache (--state-cache-mb > 0): a state goes to disk "
+         "as it enters memory");
   auto model = load_model(o.model);
   const std::unique_ptr<Model> draft_model = load_draft_model(o.speculative, o.model);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(model->directory());
@@ -182,6 +188,8 @@ void run_generate(const GenerateCliOptions& o) {
   eo.max_prompt = o.max_prompt;
   eo.state_dtype = o.model.state();
   eo.state_cache_mb = o.state_cache_mb;
+  eo.state_cache_dir = o.state_cache_dir;
+  eo.state_cache_disk_mb = o.state_cache_dir.empty() ? 0 : o.state_cache_disk_mb;
   eo.state_checkpoint_interval = o.checkpoint_interval;
   eo.draft_model = draft_model.get();
   Engine engine(*model, tokenizer.get(), eo);
@@ -270,6 +278,13 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
       ->check(IntRange(0, INT64_MAX));  // bounded by the prompts, then by the memory
   cmd->add_option("--state-cache-mb", o->state_cache_mb, "prefix cache of sequence states, MiB (0: off)")
       ->check(IntRange(0, kMaxStateCacheMb))->capture_default_str();
+  CLI::Option* cache_dir = cmd->add_option(
+      "--state-cache-dir", o->state_cache_dir,
+      "keep the prefix cache's states in this directory too: a later run with the same directory prefills only what "
+      "they do not cover");
+  cmd->add_option("--state-cache-disk-mb", o->state_cache_disk_mb,
+                  "the disk tier's budget, MiB (with --state-cache-dir)")
+      ->check(IntRange(1, kMaxStateCacheMb))->capture_default_str()->needs(cache_dir);
   cmd->add_option("--state-checkpoint-interval", o->checkpoint_interval,
                   "prompt positions (multiples of this) whose state is cached; 0: none")
       ->check(IntRange(0, kMaxCliCount))->capture_default_str();

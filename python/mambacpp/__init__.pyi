@@ -79,6 +79,16 @@ class Model:
                  top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
                  stop: str | Sequence[str] | None = None, stream: bool = False, **options: Any) -> str | TextStream:
         """A str, or with stream=True a TextStream of text pieces."""
+    def apply_chat_template(self, messages: Sequence[Mapping[str, Any]],
+                            tools: Sequence[Mapping[str, Any]] | None = None, add_generation_prompt: bool = True,
+                            *, documents: Sequence[Mapping[str, Any]] | None = None,
+                            **template_kwargs: Any) -> str: ...
+    def chat(self, messages: Sequence[Mapping[str, Any]], tools: Sequence[Mapping[str, Any]] | None = None,
+             add_generation_prompt: bool = True, *, max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
+             top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
+             stop: str | Sequence[str] | None = None, stream: bool = False,
+             documents: Sequence[Mapping[str, Any]] | None = None, **template_kwargs: Any) -> str | TextStream:
+        """apply_chat_template, then generate: a str, or with stream=True a TextStream."""
 
 class TokenLogprob:
     id: int
@@ -121,7 +131,8 @@ class Engine:
                  batch_tokens: int | None = None, max_prompt: int | None = None, max_new_tokens: int | None = None,
                  state_cache_mb: int | None = None, state_checkpoint_interval: int | None = None,
                  state_dtype: str | None = None, device_sampling: bool | None = None,
-                 draft_model: Model | None = None) -> None: ...
+                 draft_model: Model | None = None, state_cache_dir: _Path | None = None,
+                 state_cache_disk_mb: int | None = None) -> None: ...
     def submit(self, prompt: _Prompt, max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
                top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
                stop: str | Sequence[str] | None = None, *, repeat_last_n: int = 64, presence_penalty: float = 0.0,

@@ -17,12 +17,15 @@ class Engine:
 
     def __init__(self, model, *, max_seqs=None, max_queue=None, batch_tokens=None, max_prompt=None,
                  max_new_tokens=None, state_cache_mb=None, state_checkpoint_interval=None, state_dtype=None,
-                 device_sampling=None, draft_model=None):
+                 device_sampling=None, draft_model=None, state_cache_dir=None, state_cache_disk_mb=None):
         """Options left at None take the C++ defaults (mambacpp/engine.h: EngineOptions): max_seqs 32 requests at
         once, max_queue 1024 waiting, batch_tokens per step (0: the model's batch_tokens), max_prompt 65536,
         state_cache_mb 1024 (0: no prefix cache), state_checkpoint_interval (prompt positions whose state is
         cached), state_dtype "f32", device_sampling True. ``draft_model``: a smaller ``Model`` of the same
-        vocabulary that drafts tokens for requests submitted with ``draft_model=True`` (speculative decoding)."""
+        vocabulary that drafts tokens for requests submitted with ``draft_model=True`` (speculative decoding).
+        ``state_cache_dir``: a directory that keeps the prefix cache's states on disk too (docs/server.md), so that
+        another Engine or process with the same directory prefills only what they do not cover; it needs
+        state_cache_mb > 0. ``state_cache_disk_mb``: its budget (None: 4096, as ``mambacpp serve``)."""
         from ._model import Model
         if not isinstance(model, Model):
             raise InvalidArgumentError(f"model: expected a mambacpp.Model, found {type(model).__name__}")
@@ -41,11 +44,25 @@ class Engine:
         for k in ("max_seqs", "max_queue", "batch_tokens", "max_prompt", "max_new_tokens", "state_cache_mb",
                   "state_checkpoint_interval"):
             o[k] = _checks.integer(o[k], k, low.get(k, 0))
+        if state_cache_dir is None:
+            if state_cache_disk_mb is not None:
+                raise InvalidArgumentError("state_cache_disk_mb: needs state_cache_dir")
+            cache_dir, disk_mb = "", 0
+        else:
+            cache_dir = os.fspath(state_cache_dir)
+            if not cache_dir:
+                raise InvalidArgumentError("state_cache_dir: expected a directory path, found ''")
+            if o["state_cache_mb"] == 0:
+                raise InvalidArgumentError("state_cache_dir: needs the in-memory prefix cache (state_cache_mb > 0): "
+                                           "a state goes to disk as it enters memory")
+            disk_mb = _checks.integer(4096 if state_cache_disk_mb is None else state_cache_disk_mb,
+                                      "state_cache_disk_mb", 1, 2**32)
+        o["state_cache_dir"], o["state_cache_disk_mb"] = cache_dir or None, disk_mb
         tok = model.tokenizer._native if model.tokenizer is not None else None
         self._native = _Engine(model._native, tok, o["max_seqs"], o["max_queue"], o["batch_tokens"], o["max_prompt"],
                                o["max_new_tokens"], o["state_cache_mb"], o["state_checkpoint_interval"],
                                str(o["state_dtype"]), bool(o["device_sampling"]),
-                               None if draft_model is None else draft_model._native)
+                               None if draft_model is None else draft_model._native, cache_dir, disk_mb)
         self.options = o
         self._step_lock = threading.Lock()
         self._handlers_lock = threading.Lock()

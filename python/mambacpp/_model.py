@@ -7,7 +7,8 @@ import types
 
 from . import _checks
 from ._errors import Error, InvalidArgumentError, MissingFileError
-from ._mambacpp import MAX_THREADS as _MAX_THREADS, _Model, default_model_dir as _native_default_model_dir
+from ._mambacpp import MAX_THREADS as _MAX_THREADS, _Model, _load_chat_template
+from ._mambacpp import default_model_dir as _native_default_model_dir
 from ._state import State
 from ._tokenizer import Tokenizer
 
@@ -61,6 +62,7 @@ class Model:
         self.tokenizer = Tokenizer(tok) if os.path.isfile(tok) else None
         self._engine = None
         self._engine_lock = threading.Lock()
+        self._chat_template = None  # loaded at the first chat call; False: the model has none
 
     # ---- what it is ----------------------------------------------------------------------------------------------
     @property
@@ -186,6 +188,54 @@ class Model:
         if result.error:
             raise Error(result.error)
         return result.text
+
+    # ---- chat ------------------------------------------------------------------------------------------------
+    def apply_chat_template(self, messages, tools=None, add_generation_prompt=True, *, documents=None,
+                            **template_kwargs):
+        """The prompt text of a conversation, rendered with the model's own chat template (chat_template.jinja or
+        tokenizer_config.json's chat_template; a GGUF's tokenizer.chat_template) as transformers'
+        ``apply_chat_template(..., tokenize=False)`` renders it, and as ``mambacpp serve`` and ``generate --chat``
+        do. ``messages``: a list of {"role", "content", ...} dicts, given to the template as they are; ``tools``,
+        ``documents``: lists or None; ``template_kwargs``: more variables for the template (e.g.
+        ``enable_thinking=False``). Raises Error when the model has no chat template, InvalidArgumentError when
+        the template refuses the conversation (its raise_exception message) or it is not JSON data."""
+        tmpl = self._load_chat_template()
+
+        def as_json(value, what):
+            try:
+                return json.dumps(value, ensure_ascii=False, allow_nan=False)
+            except (TypeError, ValueError) as e:
+                raise InvalidArgumentError(f"{what}: expected JSON data (dicts, lists, str, numbers), {e}") from None
+
+        if not isinstance(messages, (list, tuple)):
+            raise InvalidArgumentError(f"messages: expected a list of dicts, found {type(messages).__name__}")
+        return tmpl.render(as_json(list(messages), "messages"), as_json(tools, "tools"),
+                           as_json(documents, "documents"), bool(add_generation_prompt),
+                           as_json(template_kwargs, "template_kwargs"))
+
+    def chat(self, messages, tools=None, add_generation_prompt=True, *, max_tokens=128, temperature=0.8, top_k=40,
+             top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=None, stop=None, stream=False, documents=None,
+             **template_kwargs):
+        """The assistant's reply to a conversation: ``apply_chat_template`` (same arguments; the other keyword
+        arguments are template variables), encoded without added special tokens (the template writes its own, as
+        transformers encodes a rendered chat), then ``generate`` with these sampling options. Returns the text,
+        or with ``stream=True`` an iterator of text pieces."""
+        prompt = self.apply_chat_template(messages, tools, add_generation_prompt, documents=documents,
+                                          **template_kwargs)
+        if self.tokenizer is None:
+            raise InvalidArgumentError("chat: the model has no tokenizer.json, so the rendered prompt cannot be "
+                                       "encoded; use apply_chat_template and encode it yourself")
+        ids = self.tokenizer.encode(prompt, add_special_tokens=False)
+        return self.generate(ids, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
+                             min_p=min_p, repeat_penalty=repeat_penalty, seed=seed, stop=stop, stream=stream)
+
+    def _load_chat_template(self):
+        if self._chat_template is None:
+            self._chat_template = _load_chat_template(self.path) or False
+        if self._chat_template is False:
+            raise Error(f"chat: the model '{self.path}' has no chat template (looked for chat_template.jinja and "
+                        "tokenizer_config.json's chat_template, or a GGUF's tokenizer.chat_template)")
+        return self._chat_template
 
     def _default_engine(self):
         with self._engine_lock:

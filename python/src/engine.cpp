@@ -106,7 +106,8 @@ void bind_engine(py::module_& m) {
                        int64_t max_seqs, int64_t max_queue, int64_t batch_tokens, int64_t max_prompt,
                        int64_t max_new_tokens, int64_t state_cache_mb, int64_t state_checkpoint_interval,
                        const std::string& state_dtype, bool device_sampling,
-                       const std::shared_ptr<Model>& draft_model) {
+                       const std::shared_ptr<Model>& draft_model, const std::string& state_cache_dir,
+                       int64_t state_cache_disk_mb) {
              EngineOptions o;
              o.max_seqs = max_seqs;
              o.max_queue = max_queue;
@@ -114,6 +115,8 @@ void bind_engine(py::module_& m) {
              o.max_prompt = max_prompt;
              o.max_new_tokens = max_new_tokens;
              o.state_cache_mb = state_cache_mb;
+             o.state_cache_dir = state_cache_dir;
+             o.state_cache_disk_mb = state_cache_disk_mb;
              o.state_checkpoint_interval = state_checkpoint_interval;
              o.device_sampling = device_sampling;
              auto e = std::make_unique<PyEngine>();
@@ -130,7 +133,7 @@ void bind_engine(py::module_& m) {
            py::arg("model"), py::arg("tokenizer"), py::arg("max_seqs"), py::arg("max_queue"), py::arg("batch_tokens"),
            py::arg("max_prompt"), py::arg("max_new_tokens"), py::arg("state_cache_mb"),
            py::arg("state_checkpoint_interval"), py::arg("state_dtype"), py::arg("device_sampling"),
-           py::arg("draft_model"))
+           py::arg("draft_model"), py::arg("state_cache_dir"), py::arg("state_cache_disk_mb"))
       // stream: every event is queued (tokens and text); otherwise only the finished one. The id is appended to
       // `submitted` before this returns, so that Python holds it even when Ctrl-C is raised as the call returns
       // (CPython checks for signals then): Engine.submit cancels it.

@@ -40,6 +40,7 @@ void bind_block(pybind11::module_& m);
 void bind_mixer(pybind11::module_& m);
 void bind_engine(pybind11::module_& m);
 void bind_tokenizer(pybind11::module_& m);
+void bind_chat(pybind11::module_& m);
 
 // Bytes as str; invalid UTF-8 becomes U+FFFD.
 pybind11::str utf8_replace(const std::string& bytes);

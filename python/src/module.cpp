@@ -32,6 +32,7 @@ PYBIND11_MODULE(_mambacpp, m) {
   bind_block(m);
   bind_mixer(m);
   bind_engine(m);
+  bind_chat(m);
   m.attr("MAX_THREADS") = mambacpp::kMaxThreads;  // the largest Model(threads=...) (the library checks it too)
   m.def("default_model_dir", [] { return file_errors([] { return mambacpp::default_model_dir(); }); },
         "The shipped model's directory as the C++ library finds it ($MAMBACPP_MODEL, the source tree, the data dir).");
