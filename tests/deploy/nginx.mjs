@@ -19,6 +19,8 @@ export function upstreamConfig(replicas, listen) {
     hash $http_x_conversation_id consistent;
 ${replicas.map((r) => `    server ${r} max_fails=1 fail_timeout=10s;`).join('\n')}
     keepalive 32;
+    # Idle connections to a replica close before the replica's own --keep-alive-timeout (10 s) closes them.
+    keepalive_timeout 5s;
 }
 
 server {
