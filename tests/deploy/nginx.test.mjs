@@ -52,13 +52,14 @@ async function stream(key, body) {
     const events = text.split('\n\n').filter((e) => e.startsWith('data: '));
     const done = events.at(-1) === 'data: [DONE]';
     const tokens = events.filter((e) => e !== 'data: [DONE]').map((e) => JSON.parse(e.slice(6)).choices[0]?.text ?? '');
-    return { complete: done, status: 200, text: tokens.join(''), replica: replicaOf(res.headers.get('x-upstream')) };
+    return { complete: done, status: 200, text: tokens.join(''), replica: replicaOf(res.headers.get('x-upstream').split(', ').at(-1)) };
   } catch (e) {
     return { complete: false, error: String(e) };
   }
 }
 
-const KEYS = Array.from({ length: 12 }, (_, i) => `conversation-${i}`);
+// Enough keys that both replicas get some whatever their ports (the hash ring is built from "127.0.0.1:PORT").
+const KEYS = Array.from({ length: 20 }, (_, i) => `conversation-${i}`);
 const prompt = (i) => `def handler_${i}(request, `;
 
 test('affinity: the next turn of a conversation reaches the same replica and is served from its cache', async () => {
