@@ -6,7 +6,9 @@ set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libgtest-dev libgmock-dev nlohmann-json3-dev libcli11-dev libhwy-dev
           libpcre2-dev libutf8proc-dev zlib1g-dev libcpp-httplib-dev
           # The Python module (python/) and its tests: Debian's interpreter, headers, pybind11, numpy, pytest, venv.
-          python3-dev pybind11-dev python3-numpy python3-pytest python3-venv python3-setuptools python3-wheel python3-pip)
+          python3-dev pybind11-dev python3-numpy python3-pytest python3-venv python3-setuptools python3-wheel python3-pip
+          # The scale-out test (tests/deploy) runs nginx (Debian 12: the package with the binary) in front of two servers.
+          nginx)
 # The server tests run on Node: the machine's node/npm when there are (e.g. NodeSource's nodejs, which conflicts
 # with Debian's npm package), else Debian's.
 if ! command -v node >/dev/null || ! command -v npm >/dev/null; then packages+=(nodejs npm); fi
