@@ -10,39 +10,12 @@
 
 #include "backend/cpu/cpu_ops.h"
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/linear_shares.h"
 #include "backend/cpu/simd.h"
 #include "backend/cpu/thread_pool.h"
 #include "mambacpp/error.h"
 
 namespace mambacpp::cpu {
-namespace {
-
-constexpr int64_t kRowsPerBlock = 16;        // GEMV: W rows per unit of work
-constexpr int64_t kPanelBytes = 192 * 1024;  // GEMM: a packed f32 panel of W rows stays in L2 (512 KiB on Zen 3)
-constexpr int64_t kMinShareBytes = 32 * 1024;  // GEMV: the least weight bytes worth a thread of their own
-constexpr int64_t kStreamTokens = 4;         // up to this many tokens, W is read in place in its stored dtype
-constexpr int64_t kSharesPerThread = 2;      // GEMV: units of work per thread, handed out as threads free up
-
-// A reusable 64-byte aligned f32 buffer (packed rows are read with whole-vector loads).
-struct AlignedFloats {
-  hwy::AlignedFreeUniquePtr<float[]> data;
-  int64_t size = 0;
-  float* get(int64_t n) {
-    if (n > size) {
-      data = hwy::AllocateAligned<float>(static_cast<size_t>(n));
-      if (!data) fail("linear: out of memory for a packed buffer of ", n, " floats");
-      size = n;
-    }
-    return data.get();
-  }
-};
-
-void add_bias(WeightRef bias, int64_t o0, int64_t nr, float* yt) {
-  if (!bias.present()) return;
-  for (int64_t r = 0; r < nr; ++r) yt[r] += weight_at<float>(bias, o0 + r);
-}
-
-}  // namespace
 
 void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
                 int threads, const LinearEpilogue& epilogue) {

@@ -5,6 +5,7 @@
 #include "hwy/aligned_allocator.h"
 
 #include "backend/cpu/gemm.h"
+#include "backend/cpu/linear_shares.h"
 #include "backend/cpu/packed_kernels.h"
 #include "backend/cpu/thread_pool.h"
 #include "mambacpp/error.h"
@@ -13,34 +14,8 @@ namespace mambacpp::cpu {
 
 namespace {
 
-// As linear.cpp's (docs/benchmarks.md, decisions): the same shares and panels, in rows of the packed weight.
-constexpr int64_t kRowsPerBlock = 16;          // GEMV: rows per unit of work
-constexpr int64_t kPanelBytes = 192 * 1024;    // GEMM: a dequantized f32 panel stays in L2
-constexpr int64_t kMinShareBytes = 32 * 1024;  // GEMV: the least weight bytes worth a thread of their own
-constexpr int64_t kStreamTokens = 4;           // up to this many tokens, the blocks are dotted in place
-constexpr int64_t kSharesPerThread = 2;
-
 const uint8_t* row_bytes(const Weight& w, int64_t r) {
   return static_cast<const uint8_t*>(w.data.data) + r * w.data.dim(1);
-}
-
-// A reusable 64-byte aligned f32 buffer.
-struct AlignedFloats {
-  hwy::AlignedFreeUniquePtr<float[]> data;
-  int64_t size = 0;
-  float* get(int64_t n) {
-    if (n > size) {
-      data = hwy::AllocateAligned<float>(static_cast<size_t>(n));
-      if (!data) fail("linear: out of memory for a packed buffer of ", n, " floats");
-      size = n;
-    }
-    return data.get();
-  }
-};
-
-void add_bias(WeightRef bias, int64_t o0, int64_t nr, float* yt) {
-  if (!bias.present()) return;
-  for (int64_t r = 0; r < nr; ++r) yt[r] += weight_at<float>(bias, o0 + r);
 }
 
 }  // namespace
