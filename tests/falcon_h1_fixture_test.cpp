@@ -47,10 +47,7 @@ std::unique_ptr<Model> load_cpu(const std::string& dir, int64_t max_batch_tokens
   return Model::load(dir, lo);
 }
 
-std::vector<float> all_logits(const Model& model, StateCache& st, std::span<const int32_t> ids, int64_t slot = 0) {
-  Sequence s = Sequence::tokens(ids, slot);
-  return model.forward(st, {&s, 1}, Output::AllLogits).values;
-}
+using test::all_logits;
 
 // The three variants the script makes: no Mamba norm (untied), the norm before the gate (tied), the norm after it.
 TEST(FalconH1Fixtures, AreTheThreeVariants) {
@@ -146,14 +143,7 @@ TEST(FalconH1Fixtures, GreedyMatchesTransformersThroughTheEngine) {
   for (const std::string& dir : falcon_dirs()) {
     SCOPED_TRACE(dir);
     auto model = load_cpu(dir);
-    std::ifstream f(dir + "/greedy.json");
-    const auto g = nlohmann::json::parse(f);
-    GenerateRequest r;
-    r.prompt = g["prompt_ids"].get<std::vector<int32_t>>();
-    r.max_new_tokens = g["max_new_tokens"].get<int>();
-    r.sampling.temperature = 0.0f;
-    r.ignore_eos = true;
-    const auto want = g["full_pass_ids"].get<std::vector<int32_t>>();
+    const auto [r, want] = test::greedy_fixture(dir);
     EXPECT_EQ(test::run_alone(*model, r).tokens, want) << "alone";
     std::vector<GenerateRequest> batch(3, r);
     batch[1].prompt.insert(batch[1].prompt.begin(), 7);

@@ -176,10 +176,7 @@ TEST(FalconH1Config, RefusesWhatIsNotImplemented) {
   expect_refused(j, {"lm_head_multiplier"});
 }
 
-std::vector<float> all_logits(const Model& model, StateCache& st, std::span<const int32_t> ids, int64_t slot = 0) {
-  Sequence s = Sequence::tokens(ids, slot);
-  return model.forward(st, {&s, 1}, Output::AllLogits).values;
-}
+using test::all_logits;
 
 // The three Mamba output forms of the fixtures, on random f32 weights.
 std::vector<nlohmann::json> variants() {

@@ -14,6 +14,7 @@
 #include "mambacpp/model.h"
 #include "mambacpp/shapes.h"
 #include "support/test_support.h"
+#include "support/engine_support.h"
 
 namespace mambacpp {
 namespace {
@@ -173,10 +174,7 @@ TEST(MoeConfig, NamedShapesValidate) {
   EXPECT_EQ(std::count(nano.layers.begin(), nano.layers.end(), LayerKind::Attention), 6);
 }
 
-std::vector<float> all_logits(const Model& model, StateCache& st, std::span<const int32_t> ids, int64_t slot = 0) {
-  Sequence s = Sequence::tokens(ids, slot);
-  return model.forward(st, {&s, 1}, Output::AllLogits).values;
-}
+using test::all_logits;
 
 // A checkpoint converted whole to bf16 holds Nemotron's router correction bias (an f32 parameter in transformers)
 // narrowed: the routing widens it instead of refusing the model.

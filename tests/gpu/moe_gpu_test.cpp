@@ -25,6 +25,7 @@
 #include "mambacpp/config.h"
 #include "mambacpp/model.h"
 #include "support/test_support.h"
+#include "support/engine_support.h"
 
 namespace mambacpp {
 namespace {
@@ -477,10 +478,7 @@ std::unique_ptr<Model> random_model(const ModelConfig& c, DeviceChoice dev, DTyp
   return Model::random(c, lo, 5, storage);
 }
 
-std::vector<float> all_logits(const Model& model, StateCache& st, std::span<const int32_t> ids, int64_t slot = 0) {
-  Sequence s = Sequence::tokens(ids, slot);
-  return model.forward(st, {&s, 1}, Output::AllLogits).values;
-}
+using test::all_logits;
 
 std::vector<int32_t> token_ids(const ModelConfig& c, size_t n) {
   std::vector<int32_t> ids(n);

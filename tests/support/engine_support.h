@@ -3,14 +3,44 @@
 #pragma once
 
 #include <algorithm>
+#include <cstdint>
+#include <fstream>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "mambacpp/engine.h"
 #include "mambacpp/model.h"
 
 namespace mambacpp::test {
+
+// The logits of every position of `ids` fed to `slot` in one forward call.
+inline std::vector<float> all_logits(const Model& model, StateCache& st, std::span<const int32_t> ids,
+                                     int64_t slot = 0) {
+  Sequence s = Sequence::tokens(ids, slot);
+  return model.forward(st, {&s, 1}, Output::AllLogits).values;
+}
+
+// A fixture directory's greedy.json (written by the fixture scripts from transformers): its greedy request (prompt,
+// max_new_tokens, temperature 0, EOS ignored) and the tokens transformers' full passes chose.
+struct GreedyFixture {
+  GenerateRequest request;
+  std::vector<int32_t> tokens;
+};
+inline GreedyFixture greedy_fixture(const std::string& dir) {
+  std::ifstream f(dir + "/greedy.json");
+  const auto g = nlohmann::json::parse(f);
+  GreedyFixture out;
+  out.request.prompt = g["prompt_ids"].get<std::vector<int32_t>>();
+  out.request.max_new_tokens = g["max_new_tokens"].get<int>();
+  out.request.sampling.temperature = 0.0f;
+  out.request.ignore_eos = true;
+  out.tokens = g["full_pass_ids"].get<std::vector<int32_t>>();
+  return out;
+}
 
 // `max_seqs` 0: one slot per request.
 inline std::vector<GenerateResult> run_batch(const Model& model, std::vector<GenerateRequest> requests,
