@@ -30,7 +30,7 @@ struct GenerateCliOptions {
   SpeculativeCliOptions speculative;
   std::string prompt;
   bool prompt_given = false;
-  std::string tokens_file;
+  std::vector<std::string> tokens_files;  // each one a prompt: several run as one batch
   std::string prompts_file;
   int n_predict = 128;
   SamplingParams sampling;
@@ -110,12 +110,12 @@ nlohmann::json result_json(const std::vector<int32_t>& prompt, const GenerateRes
 }
 
 void run_generate(const GenerateCliOptions& o) {
-  const int inputs = int(o.prompt_given) + int(!o.tokens_file.empty()) + int(!o.prompts_file.empty()) +
+  const int inputs = int(o.prompt_given) + int(!o.tokens_files.empty()) + int(!o.prompts_file.empty()) +
                      int(!o.chat_file.empty());
   if (inputs != 1) fail("generate: give exactly one of -p/--prompt, --tokens-file, --prompts-file or --chat-file");
   if (!o.chat && (!o.chat_file.empty() || !o.system.empty() || !o.chat_kwargs.empty()))
     fail("generate: --chat-file, --system and --chat-kwargs need --chat");
-  if (o.chat && (!o.tokens_file.empty() || !o.prompts_file.empty()))
+  if (o.chat && (!o.tokens_files.empty() || !o.prompts_file.empty()))
     fail("generate --chat: the conversation comes from -p (with --system) or --chat-file");
   if (!o.state_cache_dir.empty() && o.state_cache_mb == 0)
     fail("generate: --state-cache-dir needs the in-memory prefix cache (--state-cache-mb > 0): a state goes to disk "
@@ -123,7 +123,7 @@ void run_generate(const GenerateCliOptions& o) {
   auto model = load_model(o.model);
   const std::unique_ptr<Model> draft_model = load_draft_model(o.speculative, o.model);
   std::unique_ptr<Tokenizer> tokenizer = load_model_tokenizer(model->directory());
-  if (!tokenizer && o.tokens_file.empty())
+  if (!tokenizer && o.tokens_files.empty())
     fail("model '", model->directory(), "' has no tokenizer (tokenizer.json, or a GGUF vocabulary), so text prompts ",
          "cannot be encoded; give token ids with --tokens-file");
 
@@ -134,8 +134,8 @@ void run_generate(const GenerateCliOptions& o) {
     // The template writes the special tokens itself (bos_token...): encoded as transformers' apply_chat_template
     // encodes, without adding them again.
     prompts.push_back(tokenizer->encode(render_cli_chat(o, tmpl.get(), stops), /*add_special_tokens=*/false));
-  } else if (!o.tokens_file.empty()) {
-    prompts.push_back(read_token_file(o.tokens_file));
+  } else if (!o.tokens_files.empty()) {
+    for (const std::string& path : o.tokens_files) prompts.push_back(read_token_file(path));
   } else if (o.prompt_given) {
     prompts.push_back(tokenizer->encode(o.prompt, /*add_special_tokens=*/true));  // as tokenizer(text): BOS etc.
   } else {
@@ -257,7 +257,7 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
   add_speculative_options(*cmd, o->speculative);
   cmd->add_option_function<std::string>("-p,--prompt", [o](const std::string& p) { o->prompt = p, o->prompt_given = true; },
                                         "prompt text");
-  cmd->add_option("--tokens-file", o->tokens_file, "prompt as token ids (spaces or commas)");
+  cmd->add_option("--tokens-file", o->tokens_files, "prompt as token ids (spaces or commas); repeated: one prompt per file, run as one batch");
   cmd->add_option("--prompts-file", o->prompts_file, "one prompt per line, run as one batch");
   cmd->add_option("-n,--n-predict", o->n_predict, "new tokens to generate at most")->check(IntRange(0, kMaxCliCount))->capture_default_str();
   cmd->add_option("--temp", o->sampling.temperature, "temperature; 0 = greedy")->check(FiniteRange(0, 1e6))->capture_default_str();

@@ -5,6 +5,8 @@
 
 #include <fstream>
 #include <sstream>
+#include <string>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -92,6 +94,29 @@ TEST(GenerateCommand, TokenIdsWithoutATokenizer) {
   auto j = nlohmann::json::parse(r.out);
   EXPECT_EQ(j["tokens"].size(), 5u);
   EXPECT_EQ(j["text"], "");
+}
+
+// Repeated --tokens-file: one prompt per file, run as one batch; each prompt's tokens equal its run alone (greedy).
+TEST(GenerateCommand, RepeatedTokenFilesRunAsOneBatch) {
+  test::TempDir tmp;
+  test::write_random_model(tmp.file("m"), test::tiny_mamba2_config(), 1);
+  std::ofstream(tmp.file("a.txt")) << "1 2 3";
+  std::ofstream(tmp.file("b.txt")) << "4,5,6,7";
+  const std::string base = "generate --device cpu --model " + tmp.file("m") + " -n 6 --temp 0 --json --tokens-file ";
+  CliResult both = test::run_cli(base + tmp.file("a.txt") + " --tokens-file " + tmp.file("b.txt"));
+  ASSERT_EQ(both.exit_code, 0) << both.err;
+  std::istringstream lines(both.out);
+  std::vector<nlohmann::json> rows;
+  for (std::string line; std::getline(lines, line);)
+    if (!line.empty()) rows.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(rows.size(), 2u);
+  EXPECT_EQ(rows[0]["prompt_tokens"], nlohmann::json({1, 2, 3}));
+  EXPECT_EQ(rows[1]["prompt_tokens"], nlohmann::json({4, 5, 6, 7}));
+  for (int i = 0; i < 2; ++i) {
+    CliResult alone = test::run_cli(base + tmp.file(i == 0 ? "a.txt" : "b.txt"));
+    ASSERT_EQ(alone.exit_code, 0) << alone.err;
+    EXPECT_EQ(rows[i]["tokens"], nlohmann::json::parse(alone.out)["tokens"]) << "prompt " << i;
+  }
 }
 
 }  // namespace
