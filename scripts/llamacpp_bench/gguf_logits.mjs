@@ -3,18 +3,20 @@
 // the same file (docs/gguf.md). Sampling options that leave the distribution untouched (temperature 1, no top-k /
 // top-p / min-p), so log(p) = log_softmax(logits).
 //   node gguf_logits.mjs --model m.gguf --tokens "1 2 3" --gen 8 --out ll.json [--text "some text" | --text-file F]
+//                        [--kv f32]   (the KV cache's type: llama.cpp's default f16 rounds attention's K and V)
 // (with a text, its tokenization by llama.cpp is written too, as "tokenized")
 import fs from "node:fs";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
-const a = { model: "", tokens: "", gen: 8, out: "", text: "", "text-file": "" };
+const a = { model: "", tokens: "", gen: 8, out: "", text: "", "text-file": "", kv: "" };
 for (let i = 2; i < process.argv.length; i += 2) a[process.argv[i].replace(/^--/, "")] = process.argv[i + 1];
 if (!a.model || !a.out) throw new Error("--model FILE.gguf and --out FILE.json are required");
 const ids = a.tokens.split(/[\s,]+/).filter(Boolean).map(Number);
 
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: 2 });
 const model = await llama.loadModel({ modelPath: a.model, gpuLayers: 0 });
-const ctx = await model.createContext({ contextSize: ids.length + Number(a.gen) + 16, threads: 2, sequences: 1 });
+const kv = a.kv ? { experimentalKvCacheKeyType: a.kv.toUpperCase(), experimentalKvCacheValueType: a.kv.toUpperCase() } : {};
+const ctx = await model.createContext({ contextSize: ids.length + Number(a.gen) + 16, threads: 2, sequences: 1, ...kv });
 const seq = ctx.getSequence();
 const opts = { temperature: 1, topK: 0, topP: 1, minP: 0 };
 const out = await seq.controlledEvaluate(ids.map((t) => [t, { generateNext: { probabilities: true, options: opts } }]));
