@@ -113,13 +113,25 @@ int64_t gguf_head_permuted_source(int64_t i, int64_t n, int64_t heads) {
 }
 
 std::string gguf_arch_name(const ModelConfig& c) {
+  // llama.cpp has these too (nemotron_h_moe, granitehybrid with ffn_*_exps, falcon-h1, jamba), with conventions of
+  // their own (stacked expert tensors, Falcon-H1's multipliers folded into the weights) that mambacpp does not
+  // write or read yet: refused here rather than written wrong.
+  if (c.moe.n_experts > 0)
+    fail("GGUF: ", family_name(c.family), " models with mixture-of-experts layers cannot be written or read as GGUF "
+         "by mambacpp yet (llama.cpp's ", c.family == Family::NemotronH ? "nemotron_h_moe" : "granitehybrid",
+         " with stacked ffn_*_exps tensors)");
   switch (c.family) {
     case Family::Mamba: return c.arch == Arch::Mamba1 ? "mamba" : "mamba2";
     case Family::NemotronH: return "nemotron_h";
     case Family::GraniteHybrid:
     case Family::Bamba: return "granitehybrid";
+    case Family::FalconH1:
+      fail("GGUF: falcon_h1 models cannot be written or read as GGUF by mambacpp yet (llama.cpp's falcon-h1, "
+           "whose converter folds the muP multipliers into the weights)");
+    case Family::Jamba:
+      fail("GGUF: jamba models cannot be written or read as GGUF by mambacpp yet (llama.cpp's jamba)");
   }
-  fail("GGUF: llama.cpp has no architecture for ", family_name(c.family), " models");
+  fail("GGUF: no llama.cpp architecture for ", family_name(c.family), " models");
 }
 
 std::vector<GgufTensorName> gguf_tensor_names(const ModelConfig& c) {
@@ -265,8 +277,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.family = Family::GraniteHybrid;
   } else if (a == "nemotron_h_moe" || a == "falcon-h1" || a == "jamba" || a == "granitemoe" || a == "plamo2" ||
              a == "lfm2") {
-    fail(f.path(), ": GGUF architecture '", a, "' is not one mambacpp runs yet (it runs mamba, mamba2, nemotron_h "
-         "and granitehybrid)");
+    fail(f.path(), ": GGUF architecture '", a, "' is not one mambacpp reads yet (it reads mamba, mamba2, nemotron_h "
+         "and granitehybrid files; the model's checkpoint directory runs)");
   } else {
     fail(f.path(), ": unknown GGUF architecture '", a, "'; mambacpp runs mamba, mamba2, nemotron_h and granitehybrid");
   }

@@ -49,7 +49,7 @@ struct GgufTensorName {
 int64_t gguf_head_permuted_source(int64_t i, int64_t n, int64_t heads);
 
 // llama.cpp's architecture name for a config ("mamba", "mamba2", "nemotron_h", "granitehybrid"); throws naming the
-// family for one llama.cpp has no architecture for.
+// family for one mambacpp cannot write as GGUF (MoE layers, Falcon-H1, Jamba: not yet).
 std::string gguf_arch_name(const ModelConfig& config);
 // Every tensor of a model with this config, transformers name beside the GGUF one (Granite's input_linear appears
 // twice, once per half).
