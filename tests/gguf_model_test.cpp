@@ -276,6 +276,32 @@ TEST(GgufTensorType, FollowsLlamaCppsQuantizer) {
   EXPECT_EQ(q6, (std::vector<int>{0, 1, 4, 7, 10, 13, 14, 15}));
 }
 
+// llama.cpp's quantizer writes shapes without ggml's padding 1s (ssm_norm of one group as [d_inner], A and D as
+// [heads]) where its converter and our writer keep them: such a file is the same model.
+TEST(GgufModel, ShapesWithoutTheirOnesReadTheSame) {
+  const fs::path d = scratch("squeezed");
+  ModelConfig c = test::tiny_mamba2_config();
+  c.n_groups = 1;
+  test::write_random_model((d / "m").string(), c, 5);
+  const std::string full = (d / "m.gguf").string(), squeezed = (d / "s.gguf").string();
+  write_gguf((d / "m").string(), full, GgufTarget::F32);
+  GgufFile f(full);
+  GgufWriter w;
+  for (const std::string& k : f.keys()) w.set(k, *f.find(k));
+  int changed = 0;
+  for (const GgufTensor& t : f.tensors()) {
+    std::vector<int64_t> shape;
+    for (int64_t x : t.shape())
+      if (x != 1) shape.push_back(x);
+    changed += shape != t.shape();
+    w.add_tensor(t.name, t.format, shape, [&t](uint8_t* o) { std::memcpy(o, t.data, t.nbytes); });
+  }
+  EXPECT_GT(changed, 0);
+  w.write(squeezed);
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7};
+  EXPECT_EQ(logits_of(*load_cpu(squeezed), ids), logits_of(*load_cpu(full), ids));
+}
+
 // Checkpoints whose llama.cpp conventions mambacpp does not write yet are refused naming the model kind, not
 // written without their experts (a Granite MoE file of only its shared MLP loaded in llama.cpp and gave wrong logits).
 TEST(GgufModel, TheWriterRefusesMoeFalconH1AndJambaNamingThem) {

@@ -406,7 +406,17 @@ GgufModel::GgufModel(const std::string& path)
     const GgufTensor* t = f.tensor(n.gguf);
     if (!t) continue;  // the binder reports what it needs and cannot find
     const Shape stored = t->shape();
-    if (stored != n.gguf_shape && !(n.gguf_shape.size() == 2 && n.gguf_shape[1] == 1 && stored == Shape{n.gguf_shape[0]}))
+    // ggml pads shapes with 1s, and its writers differ in what they keep: llama.cpp's converter stores ssm_norm of one
+    // group as [1, d_inner] and A / D as [heads, 1], its quantizer (ggml_n_dims) drops those 1s. Either is the
+    // same tensor; a packed one must still have the expected row length.
+    auto squeezed = [](const Shape& s) {
+      Shape r;
+      for (int64_t d : s)
+        if (d != 1) r.push_back(d);
+      return r;
+    };
+    if (stored != n.gguf_shape && (squeezed(stored) != squeezed(n.gguf_shape) ||
+                                   (!is_dense(t->format) && stored.back() != n.gguf_shape.back())))
       fail(path, ": tensor '", n.gguf, "' has shape ", t->shape_string(), "; expected ", shape_str(n.gguf_shape),
            " for this ", gguf_arch_name(config_), " config");
     const bool matrix = n.hf_shape.size() == 2 && n.conversion != GgufConversion::NegExp;
