@@ -127,9 +127,9 @@ TEST(GgufModel, TheFileHasLlamaCppsNamesAndConventions) {
 
 // granitehybrid (Bamba here) as llama.cpp's converter writes it: q and k reordered within each head so that its RoPE
 // on adjacent pairs rotates transformers' rotate-half pairs (stored row 2j + s of a head of d rows is row s * d/2 + j),
-// and RoPE switched on by rope.scaling.finetuned (llama.cpp's granitehybrid ignores rope.dimension_count without
-// it). The file read back gives the checkpoint's rows in their own order; a file without the flag runs without RoPE,
-// as llama.cpp runs it.
+// and rope.scaling.finetuned set (llama.cpp's granitehybrid switch: false turns RoPE off whatever
+// rope.dimension_count says). The file read back gives the checkpoint's rows in their own order; a file with the flag
+// false runs without RoPE, as llama.cpp runs it.
 TEST(GgufModel, GraniteHybridQueryAndKeyRowsAreInLlamaCppsRopeOrder) {
   const std::string dir = (fs::path(test::fixture_dir()) / "hybrid" / "bamba_f32").string();
   Checkpoint ck(dir);

@@ -258,8 +258,8 @@ void gguf_write_config(const ModelConfig& c, GgufWriter& w) {
     if (c.attn_scale > 0) w.set_f32(a + ".attention.scale", static_cast<float>(c.attn_scale));
     w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(c.rope_theta > 0 ? c.rope_dim : 0));
     if (c.rope_theta > 0) w.set_f32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
-    // llama.cpp's granitehybrid applies RoPE only where this flag is set (its converter sets it for Bamba, clears it
-    // for Granite-4.0-H, whose files still carry a rope.dimension_count).
+    // llama.cpp's granitehybrid switches RoPE off where this flag is false (its converter sets it for Bamba, clears
+    // it for Granite-4.0-H, whose files still carry a rope.dimension_count); absent, RoPE is on.
     w.set_bool(a + ".rope.scaling.finetuned", c.rope_theta > 0);
   }
 }
@@ -357,8 +357,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
       c.residual_multiplier = f.get_float(a + ".residual_scale", 1.0);
       c.logits_scaling = f.get_float(a + ".logit_scale", 1.0);
       c.attn_scale = f.get_float(a + ".attention.scale", 0.0);
-      // RoPE where llama.cpp applies it: rope.scaling.finetuned set (absent: off, as in llama.cpp).
-      c.rope_dim = f.get_bool(a + ".rope.scaling.finetuned", false) ? f.get_int(a + ".rope.dimension_count", 0) : 0;
+      // RoPE where llama.cpp applies it: unless rope.scaling.finetuned is false (absent: on, as in llama.cpp).
+      c.rope_dim = f.get_bool(a + ".rope.scaling.finetuned", true) ? f.get_int(a + ".rope.dimension_count", 0) : 0;
       if (c.rope_dim > 0) {
         c.rope_theta = f.get_float(a + ".rope.freq_base", 10000.0);
         c.max_position = f.get_int(a + ".context_length", 0);
