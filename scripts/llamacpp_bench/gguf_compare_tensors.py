@@ -3,6 +3,7 @@
 ggml type, the shape (trailing 1s dropped, as ggml pads them) and the bytes. Prints one line per tensor that differs and a JSON summary; exit 1 if any does.
 Python standard library only:
     python3 gguf_compare_tensors.py OURS.gguf THEIRS.gguf
+    python3 gguf_compare_tensors.py --hashes FILE.gguf   (each tensor's type and FNV-1a 64 of its bytes, as JSON)
 """
 import json
 import struct
@@ -72,7 +73,20 @@ def read_gguf(path):
     return out
 
 
+def fnv1a64(b):
+    h = 0xcbf29ce484222325
+    for x in b:
+        h = ((h ^ x) * 0x100000001b3) & 0xFFFFFFFFFFFFFFFF
+    return "%016x" % h
+
+
 def main():
+    if sys.argv[1] == "--hashes":
+        t = read_gguf(sys.argv[2])
+        print(json.dumps({"generator": "scripts/llamacpp_bench/make_llamacpp_fixtures.sh",
+                          "tensors": {n: {"type": TYPE_NAMES.get(ty, ty), "fnv1a64": fnv1a64(b)}
+                                      for n, (ne, ty, b) in sorted(t.items())}}, indent=0))
+        return
     ours, theirs = read_gguf(sys.argv[1]), read_gguf(sys.argv[2])
     differ, same_bytes, by_type = [], 0, {}
     for name in sorted(set(ours) | set(theirs)):
