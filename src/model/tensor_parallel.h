@@ -1,0 +1,82 @@
+// Tensor parallelism's arithmetic: which part of every layer each of N ranks owns (the plan), and the slices of a
+// layer's weights a rank holds (the shards). Sharded as mamba_ssm's and vLLM's tensor-parallel layers are:
+// - Mamba-2: in_proj column-parallel by heads and groups (a rank's z, x and dt for its heads, its groups' B and C;
+//   a rank owns whole groups and the heads of its groups), conv1d, A_log, D, dt_bias and the gated norm's weight for
+//   its channels and heads, out_proj row-parallel (each rank's output is a partial sum, summed by one all-reduce).
+//   One group (n_groups = 1) is replicated on every rank, as vLLM does; the gated norm must not straddle ranks.
+// - Mamba-1: d_inner channels split (in_proj x and z rows, conv1d, A_log, D, dt_proj rows); x_proj and out_proj are
+//   row-parallel (two partial sums per layer).
+// - Attention by KV heads (query heads follow their KV head), o_proj row-parallel.
+// - MLPs column-parallel (up and gate rows) then row-parallel (down columns); MoE by expert (a rank runs its experts).
+// - Embeddings and lm_head vocab-parallel over the vocabulary padded to a multiple of kVocabPadPerRank per rank: a
+//   rank embeds the tokens of its rows (zeros elsewhere; summed) and computes its rows' logits (gathered).
+// A row-parallel projection's bias belongs to rank 0 alone, so that the sum over ranks adds it once.
+// Pure arithmetic on host memory: the NCCL runtime (docs/tensor_parallel.md) and the simulated forward
+// (tensor_parallel_reference.h) consume it.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "mambacpp/config.h"
+#include "model/weights.h"
+
+namespace mambacpp {
+
+// Vocabulary rows per rank are a multiple of this (vLLM's padding), so every rank's lm_head slice has equal rows.
+constexpr int64_t kVocabPadPerRank = 64;
+
+struct TpRange {
+  int64_t begin = 0, count = 0;
+  int64_t end() const { return begin + count; }
+  bool operator==(const TpRange&) const = default;
+};
+
+// What one rank owns, as ranges of the full model's indices.
+struct TpRankPlan {
+  int64_t rank = 0;
+  TpRange heads;      // Mamba-2 heads of [0, n_heads)
+  TpRange groups;     // Mamba-2 groups of [0, n_groups) ([0, 1) on every rank when the one group is replicated)
+  TpRange channels;   // d_inner channels (Mamba-2: heads * head_dim; Mamba-1: its split of d_inner)
+  TpRange kv_heads;   // attention KV heads of [0, n_kv_heads)
+  TpRange q_heads;    // attention query heads: those of its KV heads
+  TpRange mlp;        // intermediate channels of [0, mlp_size)
+  TpRange experts;    // routed experts of [0, moe.n_experts)
+  TpRange shared;     // the MoE shared expert's channels of [0, moe.shared_size)
+  TpRange vocab;      // rows of the padded vocabulary; those past vocab_size are padding (zero rows)
+};
+
+struct TpPlan {
+  int64_t n_ranks = 1;
+  int64_t padded_vocab = 0;      // n_ranks * rows per rank >= vocab_size
+  bool groups_replicated = false;  // n_groups = 1 held whole by every rank
+  std::vector<TpRankPlan> ranks;
+
+  // The config one rank's layers run with: the Mamba heads, groups and channels, attention heads, MLP and
+  // shared-expert widths divided by n_ranks (d_model, vocab_size, the layer pattern and everything else unchanged).
+  ModelConfig rank_config(const ModelConfig& full) const;
+};
+
+// The plan for `n_ranks` ranks, or an Error naming the config field, what was expected and what was found (a head,
+// group, channel or expert count the ranks do not divide; a gated norm group spanning ranks).
+TpPlan plan_tensor_parallel(const ModelConfig& c, int64_t n_ranks);
+
+// One rank's slice of a layer: LayerWeights of the rank's shapes, as views into host memory the shard owns (the
+// full weights may go after slicing). The full weights must be host memory (the CPU backend's, or a checkpoint's).
+// Dense weights are sliced by elements; block formats by whole blocks (a column range that splits a block is an
+// error naming the tensor).
+struct LayerShard {
+  LayerWeights w;
+  std::vector<std::vector<char>> storage;
+};
+LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, int64_t layer, const LayerWeights& full);
+
+// The rank's rows of the padded vocabulary of an [vocab, d_model] embedding or lm_head, padding rows zero. Dense
+// formats only.
+struct VocabShard {
+  Weight w;  // [plan.ranks[rank].vocab.count, d_model]
+  std::vector<char> storage;
+};
+VocabShard shard_vocab(const ModelConfig& c, const TpPlan& plan, int64_t rank, const Weight& full, const char* what);
+
+}  // namespace mambacpp

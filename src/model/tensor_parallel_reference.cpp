@@ -1,0 +1,210 @@
+#include "model/tensor_parallel_reference.h"
+
+#include <cmath>
+#include <string>
+
+#include "mambacpp/error.h"
+#include "model/mixers.h"
+#include "model/workspace.h"
+
+namespace mambacpp {
+
+namespace {
+
+TensorView host(std::vector<float>& v, int64_t rows, int64_t cols) {
+  return TensorView(v.data(), DType::F32, {rows, cols});
+}
+
+// The all-reduce: the sum over ranks, in rank order.
+std::vector<float> sum_of(const std::vector<std::vector<float>>& partials) {
+  std::vector<float> sum(partials.at(0).size(), 0.0f);
+  for (const std::vector<float>& p : partials)
+    for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
+  return sum;
+}
+
+// One slot of fresh (zero) conv and SSM state for a rank's Mamba-2 layer.
+struct FreshMambaState {
+  DeviceBuffer conv, ssm;
+  LayerCache cache;
+  FreshMambaState(Backend& be, const ModelConfig& c) {
+    conv = DeviceBuffer(be, static_cast<size_t>(c.conv_state_size()) * 4);
+    ssm = DeviceBuffer(be, static_cast<size_t>(c.ssm_state_size()) * 4);
+    be.fill_zero(conv.data(), conv.size());
+    be.fill_zero(ssm.data(), ssm.size());
+    cache.conv = TensorView(conv.data(), DType::F32, {1, c.conv_channels(), c.d_conv - 1});
+    cache.ssm = TensorView(ssm.data(), DType::F32, {1, c.n_heads, c.head_dim, c.d_state});
+  }
+};
+
+// out = attention(h) of a rank's heads over a fresh KV cache of one page holding the T rows (positions 0..T-1):
+// the recipe of layers.cpp's attention_mixer, on the rank's head counts.
+void rank_attention(Backend& be, const ModelConfig& c, const LayerWeights& w, const BatchLayout& batch,
+                    const TensorView& h, TensorView out) {
+  const int64_t T = batch.total_tokens;
+  std::vector<float> q(static_cast<size_t>(T * c.q_dim())), k(static_cast<size_t>(T * c.kv_dim())),
+      v(static_cast<size_t>(T * c.kv_dim())), o(static_cast<size_t>(T * c.q_dim()));
+  AttentionArgs a;
+  a.q = host(q, T, c.q_dim());
+  a.k = host(k, T, c.kv_dim());
+  a.v = host(v, T, c.kv_dim());
+  a.out = host(o, T, c.q_dim());
+  be.linear(h, w.q_proj, w.q_bias, a.q);
+  be.linear(h, w.k_proj, w.k_bias, a.k);
+  be.linear(h, w.v_proj, w.v_bias, a.v);
+  if (c.key_multiplier != 1.0) be.scale(a.k, static_cast<float>(c.key_multiplier));
+  if (c.rope_theta > 0) {
+    be.rope(a.q, c.n_attn_heads, c.attn_head_dim, c.rope_dim, c.rope_theta, {0}, batch);
+    be.rope(a.k, c.n_kv_heads, c.attn_head_dim, c.rope_dim, c.rope_theta, {0}, batch);
+  }
+  a.n_heads = c.n_attn_heads;
+  a.n_kv_heads = c.n_kv_heads;
+  a.head_dim = c.attn_head_dim;
+  a.page_tokens = T;
+  a.kv_dtype = DType::F32;
+  a.scale = static_cast<float>(c.attn_scale > 0 ? c.attn_scale : 1.0 / std::sqrt(static_cast<double>(c.attn_head_dim)));
+  DeviceBuffer page(be, static_cast<size_t>(2 * T * c.kv_dim()) * 4);
+  a.cache.push_back(KvSequence{{page.data()}, 0});
+  be.attention(a, batch);
+  be.linear(a.out, w.o_proj, w.o_bias, out);
+}
+
+// out = mlp(h) of a rank's intermediate channels: layers.cpp's mlp on the rank's mlp_size.
+void rank_mlp(Backend& be, const ModelConfig& c, const LayerWeights& w, int64_t T, const TensorView& h,
+              TensorView out) {
+  const int64_t n = c.mlp_size;
+  std::vector<float> hid_v(static_cast<size_t>(T * 2 * n)), act_v(static_cast<size_t>(T * n));
+  TensorView hid = host(hid_v, T, 2 * n);
+  if (c.mlp_act == MlpAct::Relu2) {
+    TensorView up = hid.cols(0, n);
+    be.linear(h, w.mlp_up, w.mlp_up_bias, up);
+    be.relu2(up);
+    be.linear(up, w.mlp_down, w.mlp_down_bias, out);
+    return;
+  }
+  if (w.mlp_gate.empty()) {
+    be.linear(h, w.mlp_up, {}, hid);  // [gate | up]
+  } else {
+    be.linear(h, w.mlp_gate, {}, hid.cols(0, n));
+    be.linear(h, w.mlp_up, {}, hid.cols(n, n));
+  }
+  TensorView act = host(act_v, T, n);
+  be.silu_mul(hid.cols(0, n), hid.cols(n, n), act);
+  be.linear(act, w.mlp_down, w.mlp_down_bias, out);
+}
+
+}  // namespace
+
+SimulatedTensorParallel::SimulatedTensorParallel(const Model& model, int64_t n_ranks)
+    : model_(model), plan_(plan_tensor_parallel(model.config(), n_ranks)) {
+  const ModelConfig& c = model.config();
+  if (model.device() != Device::CPU) fail("simulated tensor parallelism: expected a model on the CPU");
+  if (c.family == Family::FalconH1) fail("simulated tensor parallelism: Falcon-H1's multipliers are not simulated");
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerKind k = c.layer_kind(l);
+    if (k != LayerKind::Mamba2 && k != LayerKind::Attention && k != LayerKind::MLP)
+      fail("simulated tensor parallelism: layer ", l, " is ", layer_kind_name(k),
+           "; only mamba2, attention and mlp layers are simulated");
+  }
+  rank_config_ = plan_.rank_config(c);
+  const ModelWeights& w = model.weights();
+  for (int64_t r = 0; r < n_ranks; ++r) {
+    std::vector<LayerShard>& layers = shards_.emplace_back();
+    for (int64_t l = 0; l < c.n_layer; ++l)
+      layers.push_back(shard_layer(c, plan_, r, l, w.layers[static_cast<size_t>(l)]));
+    embeddings_.push_back(shard_vocab(c, plan_, r, w.embeddings, "embeddings"));
+    lm_heads_.push_back(shard_vocab(c, plan_, r, w.lm_head, "lm_head"));
+  }
+}
+
+std::vector<float> SimulatedTensorParallel::rank_sublayer(int64_t rank, int64_t layer, LayerKind kind,
+                                                          const std::vector<float>& normed) const {
+  Backend& be = model_.backend();
+  const ModelConfig& rc = rank_config_;
+  const LayerWeights& w = shards_[static_cast<size_t>(rank)][static_cast<size_t>(layer)].w;
+  const int64_t T = static_cast<int64_t>(normed.size()) / rc.d_model;
+  BatchLayout batch;
+  batch.seqs = {{0, T, 0}};
+  batch.total_tokens = T;
+  be.prepare_batch(batch);
+  std::vector<float> in = normed, out(normed.size(), 0.0f);
+  const TensorView h = host(in, T, rc.d_model);
+  TensorView y = host(out, T, rc.d_model);
+  if (kind == LayerKind::Mamba2) {
+    Workspace ws;  // the rank's activations, sized by its config
+    ws.reserve(be, rc, T, 1);
+    FreshMambaState state(be, rc);
+    mamba2_mixer(be, rc, w, state.cache, batch, ws, h, y);
+  } else if (kind == LayerKind::Attention) {
+    rank_attention(be, rc, w, batch, h, y);
+  } else {
+    rank_mlp(be, rc, w, T, h, y);
+  }
+  be.synchronize();
+  return out;
+}
+
+std::vector<std::vector<float>> SimulatedTensorParallel::sublayer_partials(int64_t layer, bool mlp_sublayer,
+                                                                           const std::vector<float>& normed) const {
+  const ModelConfig& c = model_.config();
+  if (layer < 0 || layer >= c.n_layer) fail("simulated tensor parallelism: layer ", layer, " out of range");
+  if (mlp_sublayer && !c.mlp_after_mixer) fail("simulated tensor parallelism: the model has no MLP sublayers");
+  if (normed.empty() || normed.size() % static_cast<size_t>(c.d_model) != 0)
+    fail("simulated tensor parallelism: expected [T, ", c.d_model, "] rows, found ", normed.size(), " values");
+  const LayerKind kind = mlp_sublayer ? LayerKind::MLP : c.layer_kind(layer);
+  std::vector<std::vector<float>> partials;
+  for (int64_t r = 0; r < plan_.n_ranks; ++r) partials.push_back(rank_sublayer(r, layer, kind, normed));
+  return partials;
+}
+
+std::vector<float> SimulatedTensorParallel::logits(std::span<const int32_t> ids) const {
+  const ModelConfig& c = model_.config();
+  const ModelWeights& full = model_.weights();
+  Backend& be = model_.backend();
+  const int64_t T = static_cast<int64_t>(ids.size()), d = c.d_model;
+  if (T < 1) fail("simulated tensor parallelism: expected at least one token");
+  for (int32_t id : ids)
+    if (id < 0 || id >= c.vocab_size) fail("simulated tensor parallelism: token ", id, " out of range");
+
+  // Vocab-parallel embedding: each rank embeds the tokens of its rows, zeros for the others; the all-reduce sums.
+  std::vector<std::vector<float>> partials;
+  for (int64_t r = 0; r < plan_.n_ranks; ++r) {
+    const TpRange v = plan_.ranks[static_cast<size_t>(r)].vocab;
+    std::vector<int32_t> local(ids.size());
+    for (size_t t = 0; t < ids.size(); ++t) local[t] = ids[t] >= v.begin && ids[t] < v.end() ? ids[t] - v.begin : 0;
+    std::vector<float>& rows = partials.emplace_back(static_cast<size_t>(T * d));
+    be.embed(embeddings_[static_cast<size_t>(r)].w, TensorView(local.data(), DType::I32, {T}), host(rows, T, d));
+    for (size_t t = 0; t < ids.size(); ++t)
+      if (ids[t] < v.begin || ids[t] >= v.end()) std::fill_n(rows.begin() + static_cast<int64_t>(t) * d, d, 0.0f);
+  }
+  std::vector<float> residual = sum_of(partials);
+  for (float& x : residual) x *= static_cast<float>(c.embedding_multiplier);  // as Backend::scale
+
+  std::vector<float> normed(residual.size());
+  auto sublayer = [&](int64_t l, const TensorView& norm, bool mlp_sublayer) {
+    be.rmsnorm(host(residual, T, d), norm, static_cast<float>(c.norm_eps), host(normed, T, d));
+    std::vector<float> sum = sum_of(sublayer_partials(l, mlp_sublayer, normed));
+    for (size_t i = 0; i < residual.size(); ++i) residual[i] += sum[i] * static_cast<float>(c.residual_multiplier);
+  };
+  for (int64_t l = 0; l < c.n_layer; ++l) {
+    const LayerWeights& w = full.layers[static_cast<size_t>(l)];
+    sublayer(l, w.norm, false);
+    if (c.mlp_after_mixer) sublayer(l, w.mlp_norm, true);
+  }
+
+  // Vocab-parallel lm_head: each rank's logits of its rows; the gather concatenates them and drops the padding.
+  be.rmsnorm(host(residual, T, d), full.norm_f, static_cast<float>(c.norm_eps), host(normed, T, d));
+  std::vector<float> out(static_cast<size_t>(T * c.vocab_size));
+  for (int64_t r = 0; r < plan_.n_ranks; ++r) {
+    const TpRange v = plan_.ranks[static_cast<size_t>(r)].vocab;
+    std::vector<float> part(static_cast<size_t>(T * v.count));
+    be.linear(host(normed, T, d), lm_heads_[static_cast<size_t>(r)].w, {}, host(part, T, v.count));
+    for (int64_t t = 0; t < T; ++t)
+      for (int64_t j = v.begin; j < std::min(v.end(), c.vocab_size); ++j)
+        out[static_cast<size_t>(t * c.vocab_size + j)] =
+            part[static_cast<size_t>(t * v.count + j - v.begin)] * static_cast<float>(1.0 / c.logits_scaling);
+  }
+  return out;
+}
+
+}  // namespace mambacpp
