@@ -146,6 +146,20 @@ TEST(TensorParallelPlan, ReplicatesOneGroupWhereNoNormSpansRanks) {
   EXPECT_EQ(p.rank_config(c).n_groups, 1);
 }
 
+TEST(TensorParallelPlan, AllReducesAWholeDInnerNorm) {
+  ModelConfig c = mamba2_four_way_config();
+  c.n_groups = 1;  // mamba2-2.7b's shape: one group, so one gated norm group over the whole d_inner
+  const TpPlan p = plan_tensor_parallel(c, 4);
+  EXPECT_TRUE(p.groups_replicated);
+  EXPECT_TRUE(p.norm_all_reduce);
+  EXPECT_EQ(p.ranks[3].groups, (TpRange{0, 1}));
+  EXPECT_EQ(p.ranks[3].heads, (TpRange{6, 2}));
+  const TpPlan bamba = plan_tensor_parallel(hybrid_fixture_config("bamba_f32"), 2);  // 2 groups, one norm group
+  EXPECT_FALSE(bamba.groups_replicated);
+  EXPECT_TRUE(bamba.norm_all_reduce);
+  EXPECT_FALSE(plan_tensor_parallel(c, 1).norm_all_reduce);
+}
+
 TEST(TensorParallelPlan, RefusesCountsTheRanksDoNotDivide) {
   auto expect_in = [](const std::string& err, std::initializer_list<const char*> parts) {
     for (const char* s : parts) EXPECT_NE(err.find(s), std::string::npos) << "'" << s << "' not in: " << err;
@@ -156,10 +170,10 @@ TEST(TensorParallelPlan, RefusesCountsTheRanksDoNotDivide) {
   c = mamba2_four_way_config();
   c.n_groups = 2;
   expect_in(plan_error(c, 4), {"n_groups = 2", "expected a multiple of 4 or 1", "never split"});
-  c.n_groups = 1;  // one group: its gated norm spans every rank's channels
-  expect_in(plan_error(c, 2), {"gated_norm_groups = 1", "multiple of 2", "all-reduced"});
-  // Granite-4.0-H and Bamba normalise the whole d_inner.
-  expect_in(plan_error(hybrid_fixture_config("granite_h_f32"), 2), {"gated_norm_groups = 1"});
+  c.n_groups = 4;
+  c.gated_norm_groups = 2;  // norm groups of 24 channels on ranks of 12
+  expect_in(plan_error(c, 4), {"gated_norm_groups = 2", "expected 1 or a multiple of 4"});
+  expect_in(plan_error(hybrid_fixture_config("granite_h_f32"), 2), {"n_kv_heads = 1", "not replicated"});
   expect_in(plan_error(hybrid_fixture_config("nemotron_h_f32"), 4), {"n_groups = 2", "multiple of 4"});
   auto j = hybrid_fixture_json("nemotron_h_f32");
   j["intermediate_size"] = 71;
@@ -277,21 +291,32 @@ TEST(TensorParallelMixer, FourRanksWithBiasesSumToTheLayer) {
 
 // ---- Attention and MLP sublayers -------------------------------------------------------------------------------
 
-TEST(TensorParallelSublayers, AttentionAndMlpShardsSumToTheSublayer) {
-  auto model = Model::load(test::fixture_dir() + "/hybrid/nemotron_h_f32", cpu_options());
+// Every sublayer of a model: the N = 1 simulation (the whole weights) against the sum of the ranks' partials.
+void expect_sublayer_shards_sum(const std::string& fixture, int64_t n_ranks) {
+  auto model = Model::load(test::fixture_dir() + "/hybrid/" + fixture, cpu_options());
   const ModelConfig& c = model->config();
-  const SimulatedTensorParallel one(*model, 1), two(*model, 2);
+  const SimulatedTensorParallel one(*model, 1), many(*model, n_ranks);
   const std::vector<float> normed = random_rows(13 * c.d_model, 9);
   for (int64_t l = 0; l < c.n_layer; ++l) {
-    const std::vector<float> whole = one.sublayer_partials(l, false, normed).at(0);
-    const auto parts = two.sublayer_partials(l, false, normed);
-    std::vector<float> sum(whole.size(), 0.0f);
-    for (const auto& p : parts) {
-      EXPECT_GT(test::max_rel_diff(p, whole), 0.1) << "layer " << l;
-      for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
+    for (bool mlp : {false, true}) {
+      if (mlp && !c.mlp_after_mixer) continue;
+      const std::string what = fixture + " layer " + std::to_string(l) + " " +
+                               (mlp ? "mlp" : layer_kind_name(c.layer_kind(l)));
+      const std::vector<float> whole = one.sublayer_partials(l, mlp, normed).at(0);
+      const auto parts = many.sublayer_partials(l, mlp, normed);
+      std::vector<float> sum(whole.size(), 0.0f);
+      for (const auto& p : parts) {
+        EXPECT_GT(test::max_rel_diff(p, whole), 0.1) << what;
+        for (size_t i = 0; i < sum.size(); ++i) sum[i] += p[i];
+      }
+      EXPECT_LT(test::max_rel_diff(sum, whole), kTol) << what;
     }
-    EXPECT_LT(test::max_rel_diff(sum, whole), kTol) << "layer " << l << " (" << layer_kind_name(c.layer_kind(l)) << ")";
   }
+}
+
+TEST(TensorParallelSublayers, AttentionAndMlpShardsSumToTheSublayer) {
+  expect_sublayer_shards_sum("nemotron_h_f32", 2);  // Mamba-2 with per-group norms, NoPE attention, relu2 MLP
+  expect_sublayer_shards_sum("bamba_f32", 2);  // whole-d_inner norm (all-reduced), RoPE attention, SwiGLU MLP sublayers
 }
 
 // ---- Whole models ----------------------------------------------------------------------------------------------
@@ -333,6 +358,21 @@ TEST(TensorParallelModel, Mamba2LogitsAndGreedyTokens) {
   expect_simulated_tp_matches(*four, 4);
 }
 
+TEST(TensorParallelModel, Mamba2OneGroupLogitsAndGreedyTokens) {
+  // mamba2-2.7b's layout: one group replicated on every rank, the gated norm's sum of squares all-reduced.
+  test::TempDir dir;
+  ModelConfig c = mamba2_four_way_config();
+  c.n_groups = 1;
+  auto model = random_model(c, dir, 24);
+  expect_simulated_tp_matches(*model, 2);
+  expect_simulated_tp_matches(*model, 4);
+}
+
+TEST(TensorParallelModel, BambaLogitsAndGreedyTokens) {
+  // The transformers fixture: whole-d_inner gated norm, RoPE attention, an MLP sublayer in every layer.
+  expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/hybrid/bamba_f32", cpu_options()), 2);
+}
+
 TEST(TensorParallelModel, NemotronHLogitsAndGreedyTokens) {
   // The transformers fixture (Mamba-2, attention and MLP layers), on 2 ranks.
   expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/hybrid/nemotron_h_f32", cpu_options()), 2);
@@ -352,7 +392,7 @@ TEST(TensorParallelModel, RefusesWhatItDoesNotSimulate) {
   const std::string err = test::error_of([&] { SimulatedTensorParallel(*m1, 2); });
   EXPECT_NE(err.find("layer 0 is mamba1"), std::string::npos) << err;
   auto granite = Model::load(test::fixture_dir() + "/hybrid/granite_h_f32", cpu_options());
-  EXPECT_NE(test::error_of([&] { SimulatedTensorParallel(*granite, 2); }).find("gated_norm_groups = 1"),
+  EXPECT_NE(test::error_of([&] { SimulatedTensorParallel(*granite, 2); }).find("n_kv_heads = 1"),
             std::string::npos);
 }
 

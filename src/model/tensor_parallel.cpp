@@ -219,10 +219,11 @@ TpPlan plan_tensor_parallel(const ModelConfig& c, int64_t n_ranks) {
     }
     // The gated norm normalises runs of d_inner / norm_groups channels: each must lie within one rank's channels.
     const bool normed = !(c.family == Family::FalconH1 && !c.mamba_rms_norm);
-    if (normed && c.norm_groups() % n_ranks != 0)
-      fail("tensor parallel over ", n_ranks, " ranks: the gated norm's groups (gated_norm_groups = ", c.norm_groups(),
-           ") must be a multiple of ", n_ranks, ", found ", c.norm_groups(),
-           " (a norm group spanning ranks would need its sum of squares all-reduced, which is not implemented)");
+    if (normed && c.norm_groups() == 1 && n_ranks > 1)
+      plan.norm_all_reduce = true;
+    else if (normed && c.norm_groups() % n_ranks != 0)
+      fail("tensor parallel over ", n_ranks, " ranks: gated_norm_groups = ", c.norm_groups(), ", expected 1 or a ",
+           "multiple of ", n_ranks, " (a gated norm group is whole on one rank, or the one group spans every rank)");
   }
   if (mamba1) require_divides("d_inner", c.d_inner, n_ranks, "Mamba-1 channels are split across ranks");
   if (attention)
@@ -269,7 +270,7 @@ ModelConfig TpPlan::rank_config(const ModelConfig& full) const {
   if (c.arch == Arch::Mamba2 && c.n_heads > 0) {
     c.n_heads /= n;
     c.d_inner = c.n_heads * c.head_dim;
-    c.gated_norm_groups = groups_replicated ? 1 : full.norm_groups() / n;
+    c.gated_norm_groups = norm_all_reduce || groups_replicated ? 1 : full.norm_groups() / n;
     c.n_groups = groups_replicated ? 1 : full.n_groups / n;
   } else {
     c.d_inner /= n;

@@ -3,7 +3,9 @@
 // - Mamba-2: in_proj column-parallel by heads and groups (a rank's z, x and dt for its heads, its groups' B and C;
 //   a rank owns whole groups and the heads of its groups), conv1d, A_log, D, dt_bias and the gated norm's weight for
 //   its channels and heads, out_proj row-parallel (each rank's output is a partial sum, summed by one all-reduce).
-//   One group (n_groups = 1) is replicated on every rank, as vLLM does; the gated norm must not straddle ranks.
+//   One group (n_groups = 1) is replicated on every rank, as vLLM does. A gated norm over the whole d_inner (one
+//   norm group: mamba2-2.7b's, Granite-4.0-H's, Bamba's) takes the all-reduced sum of squares of every rank's
+//   channels; other norm groups must lie within a rank.
 // - Mamba-1: d_inner channels split (in_proj x and z rows, conv1d, A_log, D, dt_proj rows); x_proj and out_proj are
 //   row-parallel (two partial sums per layer).
 // - Attention by KV heads (query heads follow their KV head), o_proj row-parallel.
@@ -50,6 +52,11 @@ struct TpPlan {
   int64_t n_ranks = 1;
   int64_t padded_vocab = 0;      // n_ranks * rows per rank >= vocab_size
   bool groups_replicated = false;  // n_groups = 1 held whole by every rank
+  // The Mamba-2 gated norm is one group over the whole d_inner, split across ranks: each rank normalises its
+  // channels of y * silu(z) by the root mean square of the whole row, from the per-row sums of squares all-reduced
+  // over the ranks (one more all-reduce of T floats per Mamba-2 layer, as vLLM's Mixer2RMSNormGated). rank_config's
+  // gated norm (one group of the rank's channels) is then not the layer's: the rank runs the norm itself.
+  bool norm_all_reduce = false;
   std::vector<TpRankPlan> ranks;
 
   // The config one rank's layers run with: the Mamba heads, groups and channels, attention heads, MLP and
@@ -58,7 +65,7 @@ struct TpPlan {
 };
 
 // The plan for `n_ranks` ranks, or an Error naming the config field, what was expected and what was found (a head,
-// group, channel or expert count the ranks do not divide; a gated norm group spanning ranks).
+// group, channel or expert count the ranks do not divide; gated norm groups, more than one, spanning ranks).
 TpPlan plan_tensor_parallel(const ModelConfig& c, int64_t n_ranks);
 
 // One rank's slice of a layer: LayerWeights of the rank's shapes, as views into host memory the shard owns (the

@@ -144,6 +144,61 @@ std::vector<float> SimulatedTensorParallel::rank_sublayer(int64_t rank, int64_t 
   return out;
 }
 
+std::vector<std::vector<float>> SimulatedTensorParallel::mamba2_whole_norm_partials(
+    int64_t layer, const std::vector<float>& normed) const {
+  Backend& be = model_.backend();
+  const ModelConfig& rc = rank_config_;
+  const int64_t T = static_cast<int64_t>(normed.size()) / rc.d_model, di = rc.d_inner;
+  const auto n = static_cast<size_t>(plan_.n_ranks);
+  BatchLayout batch;
+  batch.seqs = {{0, T, 0}};
+  batch.total_tokens = T;
+  be.prepare_batch(batch);
+  std::vector<float> in = normed;
+  const TensorView h = host(in, T, rc.d_model);
+  // Each rank: g = y * silu(z) of its channels, and the per-row sums of squares.
+  std::vector<std::vector<float>> gated(n), squares(n);
+  for (size_t r = 0; r < n; ++r) {
+    const LayerWeights& w = shards_[r][static_cast<size_t>(layer)].w;
+    Workspace ws;
+    ws.reserve(be, rc, T, 1);
+    FreshMambaState state(be, rc);
+    const TensorView zxbcdt = Workspace::f32(ws.proj, be.device(), T, rc.in_proj_size());
+    be.linear(h, w.in_proj, w.in_proj_bias, zxbcdt);
+    const TensorView y = Workspace::f32(ws.y, be.device(), T, di);
+    mamba2_core(be, rc, w, state.cache, batch, ws, zxbcdt, y);
+    be.synchronize();
+    gated[r].resize(static_cast<size_t>(T * di));
+    squares[r].assign(static_cast<size_t>(T), 0.0f);
+    for (int64_t t = 0; t < T; ++t) {
+      double ss = 0;
+      for (int64_t i = 0; i < di; ++i) {
+        const float z = zxbcdt.ptr<float>()[t * rc.in_proj_size() + i];
+        const float g = y.ptr<float>()[t * di + i] * (z / (1.0f + std::exp(-z)));
+        gated[r][static_cast<size_t>(t * di + i)] = g;
+        ss += static_cast<double>(g) * g;
+      }
+      squares[r][static_cast<size_t>(t)] = static_cast<float>(ss);
+    }
+  }
+  const std::vector<float> ss = sum_of(squares);  // the all-reduce of T floats
+  const double d_inner = static_cast<double>(model_.config().d_inner);
+  std::vector<std::vector<float>> partials;
+  for (size_t r = 0; r < n; ++r) {
+    const LayerWeights& w = shards_[r][static_cast<size_t>(layer)].w;
+    std::vector<float> norm_w(static_cast<size_t>(di));
+    be.to_f32(w.gated_norm, TensorView(norm_w.data(), DType::F32, {di}));
+    std::vector<float>& g = gated[r];
+    for (int64_t t = 0; t < T; ++t) {
+      const auto inv_rms = static_cast<float>(1.0 / std::sqrt(ss[static_cast<size_t>(t)] / d_inner + rc.norm_eps));
+      for (int64_t i = 0; i < di; ++i) g[static_cast<size_t>(t * di + i)] *= inv_rms * norm_w[static_cast<size_t>(i)];
+    }
+    std::vector<float>& out = partials.emplace_back(normed.size());
+    be.linear(host(g, T, di), w.out_proj, w.out_proj_bias, host(out, T, rc.d_model));
+  }
+  return partials;
+}
+
 std::vector<std::vector<float>> SimulatedTensorParallel::sublayer_partials(int64_t layer, bool mlp_sublayer,
                                                                            const std::vector<float>& normed) const {
   const ModelConfig& c = model_.config();
@@ -152,6 +207,7 @@ std::vector<std::vector<float>> SimulatedTensorParallel::sublayer_partials(int64
   if (normed.empty() || normed.size() % static_cast<size_t>(c.d_model) != 0)
     fail("simulated tensor parallelism: expected [T, ", c.d_model, "] rows, found ", normed.size(), " values");
   const LayerKind kind = mlp_sublayer ? LayerKind::MLP : c.layer_kind(layer);
+  if (kind == LayerKind::Mamba2 && plan_.norm_all_reduce) return mamba2_whole_norm_partials(layer, normed);
   std::vector<std::vector<float>> partials;
   for (int64_t r = 0; r < plan_.n_ranks; ++r) partials.push_back(rank_sublayer(r, layer, kind, normed));
   return partials;

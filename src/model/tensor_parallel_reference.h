@@ -5,8 +5,8 @@
 // against: the same shards and the same reductions, without a second device.
 //
 // One sequence from a fresh state, prefilled in one piece. Pure Mamba-2 models and the hybrids of Mamba-2, attention
-// and MLP layers (Nemotron-H, Granite-4.0-H dense, Bamba where the plan takes their gated norm); other layer kinds
-// (Mamba-1, MoE, Falcon-H1's parallel layers) are refused when constructed.
+// and MLP layers (Nemotron-H, Granite-4.0-H dense, Bamba); other layer kinds (Mamba-1, MoE, Falcon-H1's parallel
+// layers) are refused when constructed.
 #pragma once
 
 #include <cstdint>
@@ -36,6 +36,8 @@ class SimulatedTensorParallel {
 
  private:
   std::vector<float> rank_sublayer(int64_t rank, int64_t layer, LayerKind kind, const std::vector<float>& normed) const;
+  // A Mamba-2 layer whose gated norm spans the ranks (TpPlan::norm_all_reduce).
+  std::vector<std::vector<float>> mamba2_whole_norm_partials(int64_t layer, const std::vector<float>& normed) const;
 
   const Model& model_;
   TpPlan plan_;
