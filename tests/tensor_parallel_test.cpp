@@ -9,6 +9,8 @@
 // reassociation: a relative error of a few 1e-7 per sublayer (measured: below 1e-6 through whole models). The bound
 // 1e-5 of the largest value is issue 57's bound for exact precision, ~10-100x above that, while a slicing mistake (a
 // wrong head, group or channel range, a bias added N times) moves outputs by 1e-2 or more.
+// The Mixer API normalises a rank's channels alone, so a gated norm that spans the ranks (one norm group over the
+// whole d_inner, TpPlan::norm_all_reduce) is checked through SimulatedTensorParallel only.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -366,6 +368,26 @@ TEST(TensorParallelModel, Mamba2OneGroupLogitsAndGreedyTokens) {
   auto model = random_model(c, dir, 24);
   expect_simulated_tp_matches(*model, 2);
   expect_simulated_tp_matches(*model, 4);
+}
+
+TEST(TensorParallelModel, BlockQuantizedWeightsSplitByWholeBlocks) {
+  // Q8_0 matrices (blocks of 32 along the input): ranks of 32 channels take out_proj's columns as whole blocks.
+  ModelConfig c = test::tiny_mamba2_config();
+  c.d_model = 32;
+  c.vocab_size = 100;
+  c.d_state = 8;
+  c.n_heads = 8;
+  c.head_dim = 8;
+  c.d_inner = 64;
+  c.n_groups = 4;
+  auto model = Model::random_quantized(c, cpu_options(), 25, "q8_0");
+  ASSERT_EQ(model->weights().layers[0].out_proj.format, WeightFormat::Q8_0);
+  ASSERT_EQ(model->weights().embeddings.format, WeightFormat::Q8_0);  // the vocab shards are whole q8_0 rows
+  expect_simulated_tp_matches(*model, 2);
+  // Four ranks of 16 channels would split out_proj's blocks.
+  const std::string err = test::error_of([&] { SimulatedTensorParallel(*model, 4); });
+  EXPECT_NE(err.find("layer 0 out_proj is q8_0 [32, 64]: columns [0, 16) split its blocks of 32"), std::string::npos)
+      << err;
 }
 
 TEST(TensorParallelModel, BambaLogitsAndGreedyTokens) {

@@ -314,16 +314,19 @@ LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, i
 
 VocabShard shard_vocab(const ModelConfig& c, const TpPlan& plan, int64_t rank, const Weight& full, const char* what) {
   if (rank < 0 || rank >= plan.n_ranks) fail("tensor parallel: rank ", rank, " out of range [0, ", plan.n_ranks, ")");
-  if (!full.dense()) fail("tensor parallel slicing: ", what, " is ", full.describe(), "; dense formats only");
+  if (full.ndim != 2 || full.shape[0] != c.vocab_size)
+    fail("tensor parallel slicing: ", what, " ", full.shape_string(), ": expected [", c.vocab_size, ", d_model]");
   const TpRange v = plan.ranks[static_cast<size_t>(rank)].vocab;
   const TpRange real{std::min(v.begin, c.vocab_size), std::max<int64_t>(0, std::min(v.end(), c.vocab_size) - v.begin)};
   std::vector<std::vector<char>> st;
   const Weight rows = gather_rows(full, {real}, st, what);
+  const size_t row_bytes = row_layout(full, what).row_bytes;
   VocabShard s;
-  const size_t row_bytes = static_cast<size_t>(c.d_model) * dtype_size(full.data.dtype);
-  s.storage.assign(static_cast<size_t>(v.count) * row_bytes, 0);  // padding rows: zero embeddings, zero logits
+  // Padding rows are zero bytes: a zero row in every format (block scales of zero), so zero embeddings and logits.
+  s.storage.assign(static_cast<size_t>(v.count) * row_bytes, 0);
   if (real.count > 0) std::memcpy(s.storage.data(), rows.data.data, static_cast<size_t>(real.count) * row_bytes);
-  s.w = Weight(TensorView(s.storage.data(), full.data.dtype, {v.count, c.d_model}));
+  s.w = full.dense() ? Weight(TensorView(s.storage.data(), full.data.dtype, {v.count, full.shape[1]}))
+                     : Weight::packed(full.format, s.storage.data(), {v.count, full.shape[1]});
   return s;
 }
 

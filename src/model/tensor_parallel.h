@@ -78,8 +78,8 @@ struct LayerShard {
 };
 LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, int64_t layer, const LayerWeights& full);
 
-// The rank's rows of the padded vocabulary of an [vocab, d_model] embedding or lm_head, padding rows zero. Dense
-// formats only.
+// The rank's rows of the padded vocabulary of an [vocab, d_model] embedding or lm_head (any format), padding rows
+// zero.
 struct VocabShard {
   Weight w;  // [plan.ranks[rank].vocab.count, d_model]
   std::vector<char> storage;
