@@ -11,20 +11,20 @@
 // wrong head, group or channel range, a bias added N times) moves outputs by 1e-2 or more.
 // The Mixer API normalises a rank's channels alone, so a gated norm that spans the ranks (one norm group over the
 // whole d_inner, TpPlan::norm_all_reduce) is checked through SimulatedTensorParallel only.
+#include "model/tensor_parallel.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <random>
 #include <sstream>
-
-#include <nlohmann/json.hpp>
 
 #include "mambacpp/error.h"
 #include "mambacpp/mixer.h"
 #include "mambacpp/model.h"
-#include "model/tensor_parallel.h"
 #include "model/tensor_parallel_reference.h"
 #include "model/weights.h"
 #include "support/engine_support.h"
@@ -217,9 +217,11 @@ TEST(TensorParallelShards, InProjRowsAreTheRanksZxBCdt) {
   const ModelConfig rc = p.rank_config(c);
   ASSERT_EQ(s.w.in_proj.shape_string(), "[51, 18]");
   // Rank 1: z channels 18..35, x channels 18..35, group 1's B and C, heads 3..5's dt.
-  const std::vector<std::pair<int64_t, int64_t>> rows = {{0, 18}, {17, 35}, {18, 36 + 18}, {36, 72 + 6}, {42, 72 + 12 + 6},
-                                                         {47, 72 + 12 + 11}, {48, 96 + 3}, {50, 96 + 5}};
-  for (const auto& [shard_row, full_row] : rows) EXPECT_EQ(row(s.w.in_proj, shard_row), row(full.in_proj, full_row)) << shard_row;
+  const std::vector<std::pair<int64_t, int64_t>> rows = {{0, 18},      {17, 35},          {18, 36 + 18},
+                                                         {36, 72 + 6}, {42, 72 + 12 + 6}, {47, 72 + 12 + 11},
+                                                         {48, 96 + 3}, {50, 96 + 5}};
+  for (const auto& [shard_row, full_row] : rows)
+    EXPECT_EQ(row(s.w.in_proj, shard_row), row(full.in_proj, full_row)) << shard_row;
   EXPECT_EQ(s.w.conv.dim(0), rc.conv_channels());
   EXPECT_EQ(s.w.conv.ptr<float>()[18 * c.d_conv], full.conv.ptr<float>()[(36 + 6) * c.d_conv]);  // B of group 1
   EXPECT_EQ(s.w.A_log.ptr<float>()[0], full.A_log.ptr<float>()[3]);
@@ -233,12 +235,38 @@ TEST(TensorParallelShards, InProjRowsAreTheRanksZxBCdt) {
   EXPECT_EQ(row(v.w, 47), std::vector<float>(18, 0.0f));  // padding
 }
 
+TEST(TensorParallelShards, Mamba1ChannelsAndRowParallelXProj) {
+  test::TempDir dir;
+  const ModelConfig c = test::tiny_mamba1_config();  // d_inner 40, dt_rank 2, d_state 6, biases
+  auto model = random_model(c, dir, 4);
+  const TpPlan p = plan_tensor_parallel(c, 2);
+  const LayerWeights& full = model->weights().layers[1];
+  const LayerShard s = shard_layer(c, p, 1, 1, full);
+  // Channels 20..39: in_proj's x rows then z rows, conv1d, dt_proj rows; x_proj and out_proj take those columns.
+  ASSERT_EQ(s.w.in_proj.shape_string(), "[40, 20]");
+  EXPECT_EQ(row(s.w.in_proj, 0), row(full.in_proj, 20));
+  EXPECT_EQ(row(s.w.in_proj, 20), row(full.in_proj, 40 + 20));
+  EXPECT_EQ(row(s.w.dt_proj, 19), row(full.dt_proj, 39));
+  ASSERT_EQ(s.w.x_proj.shape_string(), "[14, 20]");
+  EXPECT_EQ(s.w.x_proj.data.ptr<float>()[13 * 20 + 4], full.x_proj.data.ptr<float>()[13 * 40 + 24]);
+  EXPECT_EQ(s.w.A_log.dim(0), 20);
+  EXPECT_EQ(s.w.A_log.ptr<float>()[5 * c.d_state + 1], full.A_log.ptr<float>()[25 * c.d_state + 1]);
+  EXPECT_EQ(s.w.dt_bias.ptr<float>()[0], full.dt_bias.ptr<float>()[20]);
+  EXPECT_TRUE(s.w.out_proj_bias.empty());  // rank 0 adds the row-parallel bias
+  EXPECT_FALSE(shard_layer(c, p, 0, 1, full).w.out_proj_bias.empty());
+}
+
 // ---- A Mamba-2 layer through the public Mixer API --------------------------------------------------------------
 
-std::map<std::string, TensorView> mixer_weights(const LayerWeights& w, const MixerConfig& mc, std::vector<float>& zeros) {
-  std::map<std::string, TensorView> m = {{"in_proj.weight", w.in_proj.data}, {"conv1d.weight", w.conv},
-                                         {"out_proj.weight", w.out_proj.data}, {"dt_bias", w.dt_bias},
-                                         {"A_log", w.A_log}, {"D", w.D}, {"norm.weight", w.gated_norm}};
+std::map<std::string, TensorView> mixer_weights(const LayerWeights& w, const MixerConfig& mc,
+                                                std::vector<float>& zeros) {
+  std::map<std::string, TensorView> m = {{"in_proj.weight", w.in_proj.data},
+                                         {"conv1d.weight", w.conv},
+                                         {"out_proj.weight", w.out_proj.data},
+                                         {"dt_bias", w.dt_bias},
+                                         {"A_log", w.A_log},
+                                         {"D", w.D},
+                                         {"norm.weight", w.gated_norm}};
   if (mc.use_conv_bias) m["conv1d.bias"] = w.conv_bias;
   if (mc.use_bias) {
     m["in_proj.bias"] = w.in_proj_bias;
@@ -302,8 +330,8 @@ void expect_sublayer_shards_sum(const std::string& fixture, int64_t n_ranks) {
   for (int64_t l = 0; l < c.n_layer; ++l) {
     for (bool mlp : {false, true}) {
       if (mlp && !c.mlp_after_mixer) continue;
-      const std::string what = fixture + " layer " + std::to_string(l) + " " +
-                               (mlp ? "mlp" : layer_kind_name(c.layer_kind(l)));
+      const std::string what =
+          fixture + " layer " + std::to_string(l) + " " + (mlp ? "mlp" : layer_kind_name(c.layer_kind(l)));
       const std::vector<float> whole = one.sublayer_partials(l, mlp, normed).at(0);
       const auto parts = many.sublayer_partials(l, mlp, normed);
       std::vector<float> sum(whole.size(), 0.0f);
@@ -414,8 +442,7 @@ TEST(TensorParallelModel, RefusesWhatItDoesNotSimulate) {
   const std::string err = test::error_of([&] { SimulatedTensorParallel(*m1, 2); });
   EXPECT_NE(err.find("layer 0 is mamba1"), std::string::npos) << err;
   auto granite = Model::load(test::fixture_dir() + "/hybrid/granite_h_f32", cpu_options());
-  EXPECT_NE(test::error_of([&] { SimulatedTensorParallel(*granite, 2); }).find("n_kv_heads = 1"),
-            std::string::npos);
+  EXPECT_NE(test::error_of([&] { SimulatedTensorParallel(*granite, 2); }).find("n_kv_heads = 1"), std::string::npos);
 }
 
 }  // namespace

@@ -46,7 +46,8 @@ struct RowLayout {
 RowLayout row_layout(const Weight& w, const std::string& name) {
   if (w.device() != Device::CPU) fail("tensor parallel slicing: ", name, " is not in host memory");
   if (!w.data.contiguous()) fail("tensor parallel slicing: ", name, " is not contiguous");
-  if (!w.scale.empty()) fail("tensor parallel slicing: ", name, " is ", w.describe(), "; scaled formats are not sliced");
+  if (!w.scale.empty())
+    fail("tensor parallel slicing: ", name, " is ", w.describe(), "; scaled formats are not sliced");
   const int64_t storage_rows = w.data.dim(0);
   RowLayout r;
   r.rows_per_index = storage_rows / std::max<int64_t>(w.shape[0], 1);
@@ -71,7 +72,8 @@ Weight gather_rows(const Weight& w, std::initializer_list<TpRange> ranges, std::
   const char* src = static_cast<const char*>(w.data.data);
   for (const TpRange& r : ranges) {
     const size_t n = static_cast<size_t>(r.count * lay.rows_per_index) * lay.row_bytes;
-    if (n > 0) std::memcpy(bytes.data() + at, src + static_cast<size_t>(r.begin * lay.rows_per_index) * lay.row_bytes, n);
+    if (n > 0)
+      std::memcpy(bytes.data() + at, src + static_cast<size_t>(r.begin * lay.rows_per_index) * lay.row_bytes, n);
     at += n;
   }
   Weight out = w;
@@ -109,7 +111,8 @@ Weight slice_cols(const Weight& w, TpRange cols, std::vector<std::vector<char>>&
   std::vector<char>& bytes = storage.emplace_back(static_cast<size_t>(rows) * take);
   const char* src = static_cast<const char*>(w.data.data);
   for (int64_t r = 0; r < rows; ++r)
-    std::memcpy(bytes.data() + static_cast<size_t>(r) * take, src + static_cast<size_t>(r) * lay.row_bytes + skip, take);
+    std::memcpy(bytes.data() + static_cast<size_t>(r) * take, src + static_cast<size_t>(r) * lay.row_bytes + skip,
+                take);
   if (w.dense()) {
     Weight out(TensorView(bytes.data(), w.data.dtype, {w.shape[0], cols.count}));
     return out;
@@ -127,7 +130,8 @@ void shard_mamba2(const ModelConfig& c, const TpRankPlan& p, int64_t layer, cons
   LayerWeights& w = s.w;
   const int64_t di = c.d_inner, gn = c.n_groups * c.d_state, N = c.d_state;
   const TpRange z = p.channels, x{di + p.channels.begin, p.channels.count};
-  const TpRange B{2 * di + p.groups.begin * N, p.groups.count * N}, C{2 * di + gn + p.groups.begin * N, p.groups.count * N};
+  const TpRange B{2 * di + p.groups.begin * N, p.groups.count * N},
+      C{2 * di + gn + p.groups.begin * N, p.groups.count * N};
   const TpRange dt{2 * di + 2 * gn + p.heads.begin, p.heads.count};
   // in_proj's output is [z | x | B | C | dt] (xBC = [x | B | C] feeds conv1d): the rank's rows of each, in order.
   w.in_proj = gather_rows(f.in_proj, {z, x, B, C, dt}, st, tensor_name(layer, "in_proj"));
@@ -233,7 +237,8 @@ TpPlan plan_tensor_parallel(const ModelConfig& c, int64_t n_ranks) {
   if (has_mlp(c)) require_divides("mlp_size", c.mlp_size, n_ranks, "MLP intermediate channels are split");
   if (moe) {
     require_divides("moe.n_experts", c.moe.n_experts, n_ranks, "experts are split by expert");
-    if (c.moe.shared_size > 0) require_divides("moe.shared_size", c.moe.shared_size, n_ranks, "the shared expert is split");
+    if (c.moe.shared_size > 0)
+      require_divides("moe.shared_size", c.moe.shared_size, n_ranks, "the shared expert is split");
   }
   const int64_t per_rank_vocab =
       (c.vocab_size + n_ranks * kVocabPadPerRank - 1) / (n_ranks * kVocabPadPerRank) * kVocabPadPerRank;
@@ -286,7 +291,8 @@ ModelConfig TpPlan::rank_config(const ModelConfig& full) const {
 
 // ---- Shards ----------------------------------------------------------------------------------------------------
 
-LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, int64_t layer, const LayerWeights& full) {
+LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, int64_t layer,
+                       const LayerWeights& full) {
   if (rank < 0 || rank >= plan.n_ranks) fail("tensor parallel: rank ", rank, " out of range [0, ", plan.n_ranks, ")");
   const TpRankPlan& p = plan.ranks[static_cast<size_t>(rank)];
   LayerShard s;
@@ -294,18 +300,27 @@ LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, i
   s.w.norm = copy_of(full.norm, s.storage, tensor_name(layer, "norm"));
   s.w.mlp_norm = copy_of(full.mlp_norm, s.storage, tensor_name(layer, "mlp norm"));
   switch (full.kind) {
-    case LayerKind::Mamba2: shard_mamba2(c, p, layer, full, s); break;
-    case LayerKind::Mamba1: shard_mamba1(c, p, layer, full, s); break;
-    case LayerKind::Attention: shard_attention(c, p, layer, full, s); break;
-    case LayerKind::MLP: break;
+    case LayerKind::Mamba2:
+      shard_mamba2(c, p, layer, full, s);
+      break;
+    case LayerKind::Mamba1:
+      shard_mamba1(c, p, layer, full, s);
+      break;
+    case LayerKind::Attention:
+      shard_attention(c, p, layer, full, s);
+      break;
+    case LayerKind::MLP:
+      break;
     case LayerKind::ParallelHybrid:
       shard_mamba2(c, p, layer, full, s);
       shard_attention(c, p, layer, full, s);
       break;
-    case LayerKind::MoE: break;
+    case LayerKind::MoE:
+      break;
   }
   if (full.moe)
-    fail("tensor parallel slicing: layer ", layer, " has experts; their split by expert is planned "
+    fail("tensor parallel slicing: layer ", layer,
+         " has experts; their split by expert is planned "
          "(TpRankPlan::experts) but not sliced yet");
   if (full.kind == LayerKind::MLP || c.mlp_after_mixer || full.kind == LayerKind::ParallelHybrid)
     shard_mlp(c, p, layer, full, s);

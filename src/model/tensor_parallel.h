@@ -37,20 +37,20 @@ struct TpRange {
 // What one rank owns, as ranges of the full model's indices.
 struct TpRankPlan {
   int64_t rank = 0;
-  TpRange heads;      // Mamba-2 heads of [0, n_heads)
-  TpRange groups;     // Mamba-2 groups of [0, n_groups) ([0, 1) on every rank when the one group is replicated)
-  TpRange channels;   // d_inner channels (Mamba-2: heads * head_dim; Mamba-1: its split of d_inner)
-  TpRange kv_heads;   // attention KV heads of [0, n_kv_heads)
-  TpRange q_heads;    // attention query heads: those of its KV heads
-  TpRange mlp;        // intermediate channels of [0, mlp_size)
-  TpRange experts;    // routed experts of [0, moe.n_experts)
-  TpRange shared;     // the MoE shared expert's channels of [0, moe.shared_size)
-  TpRange vocab;      // rows of the padded vocabulary; those past vocab_size are padding (zero rows)
+  TpRange heads;     // Mamba-2 heads of [0, n_heads)
+  TpRange groups;    // Mamba-2 groups of [0, n_groups) ([0, 1) on every rank when the one group is replicated)
+  TpRange channels;  // d_inner channels (Mamba-2: heads * head_dim; Mamba-1: its split of d_inner)
+  TpRange kv_heads;  // attention KV heads of [0, n_kv_heads)
+  TpRange q_heads;   // attention query heads: those of its KV heads
+  TpRange mlp;       // intermediate channels of [0, mlp_size)
+  TpRange experts;   // routed experts of [0, moe.n_experts)
+  TpRange shared;    // the MoE shared expert's channels of [0, moe.shared_size)
+  TpRange vocab;     // rows of the padded vocabulary; those past vocab_size are padding (zero rows)
 };
 
 struct TpPlan {
   int64_t n_ranks = 1;
-  int64_t padded_vocab = 0;      // n_ranks * rows per rank >= vocab_size
+  int64_t padded_vocab = 0;        // n_ranks * rows per rank >= vocab_size
   bool groups_replicated = false;  // n_groups = 1 held whole by every rank
   // The Mamba-2 gated norm is one group over the whole d_inner, split across ranks: each rank normalises its
   // channels of y * silu(z) by the root mean square of the whole row, from the per-row sums of squares all-reduced

@@ -42,7 +42,7 @@ class SimulatedTensorParallel {
   const Model& model_;
   TpPlan plan_;
   ModelConfig rank_config_;
-  std::vector<std::vector<LayerShard>> shards_;  // [rank][layer]
+  std::vector<std::vector<LayerShard>> shards_;    // [rank][layer]
   std::vector<VocabShard> embeddings_, lm_heads_;  // [rank]
 };
 
