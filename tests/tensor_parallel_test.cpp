@@ -162,6 +162,24 @@ TEST(TensorParallelPlan, AllReducesAWholeDInnerNorm) {
   EXPECT_FALSE(plan_tensor_parallel(c, 1).norm_all_reduce);
 }
 
+TEST(TensorParallelPlan, ReplicatesKvHeadsOverRanksThatSplitTheirQueries) {
+  const ModelConfig c = hybrid_fixture_config("granite_h_f32");  // 4 query heads, 1 KV head (MQA)
+  const TpPlan p = plan_tensor_parallel(c, 2);
+  EXPECT_TRUE(p.kv_heads_replicated);
+  EXPECT_EQ(p.ranks[1].kv_heads, (TpRange{0, 1}));
+  EXPECT_EQ(p.ranks[1].q_heads, (TpRange{2, 2}));
+  EXPECT_EQ(p.rank_config(c).n_kv_heads, 1);
+  EXPECT_EQ(p.rank_config(c).n_attn_heads, 2);
+  ModelConfig gqa = hybrid_fixture_config("nemotron_h_f32");  // 4 query heads on 2 KV heads, 4 ranks
+  gqa.n_groups = 4;
+  gqa.gated_norm_groups = 4;
+  const TpPlan p4 = plan_tensor_parallel(gqa, 4);
+  EXPECT_TRUE(p4.kv_heads_replicated);
+  EXPECT_EQ(p4.ranks[2].kv_heads, (TpRange{1, 1}));  // query head 2 belongs to KV head 1
+  EXPECT_EQ(p4.ranks[2].q_heads, (TpRange{2, 1}));
+  EXPECT_FALSE(plan_tensor_parallel(gqa, 2).kv_heads_replicated);
+}
+
 TEST(TensorParallelPlan, RefusesCountsTheRanksDoNotDivide) {
   auto expect_in = [](const std::string& err, std::initializer_list<const char*> parts) {
     for (const char* s : parts) EXPECT_NE(err.find(s), std::string::npos) << "'" << s << "' not in: " << err;
@@ -175,16 +193,20 @@ TEST(TensorParallelPlan, RefusesCountsTheRanksDoNotDivide) {
   c.n_groups = 4;
   c.gated_norm_groups = 2;  // norm groups of 24 channels on ranks of 12
   expect_in(plan_error(c, 4), {"gated_norm_groups = 2", "expected 1 or a multiple of 4"});
-  expect_in(plan_error(hybrid_fixture_config("granite_h_f32"), 2), {"n_kv_heads = 1", "not replicated"});
   expect_in(plan_error(hybrid_fixture_config("nemotron_h_f32"), 4), {"n_groups = 2", "multiple of 4"});
   auto j = hybrid_fixture_json("nemotron_h_f32");
   j["intermediate_size"] = 71;
   expect_in(plan_error(parse_model_config(j.dump()), 4), {"n_groups"});
   expect_in(plan_error(parse_model_config(j.dump()), 2), {"mlp_size = 71", "multiple of 2"});
-  j = hybrid_fixture_json("nemotron_h_f32");
-  j["n_groups"] = 4;
-  j["num_key_value_heads"] = 1;
-  expect_in(plan_error(parse_model_config(j.dump()), 2), {"n_kv_heads = 1", "not replicated"});
+  ModelConfig kv = hybrid_fixture_config("nemotron_h_f32");
+  kv.n_attn_heads = 6;
+  kv.n_kv_heads = 3;
+  expect_in(plan_error(kv, 2), {"n_kv_heads = 3", "expected a multiple of 2, or a divisor of 2"});
+  kv.n_groups = 4;
+  kv.gated_norm_groups = 4;
+  kv.n_kv_heads = 2;
+  kv.n_attn_heads = 2;  // four ranks would leave two without a query head
+  expect_in(plan_error(kv, 4), {"n_kv_heads = 2 (n_attn_heads = 2)", "n_attn_heads a multiple of 4"});
   ModelConfig moe = hybrid_fixture_config("nemotron_h_f32");
   moe.moe.n_experts = 6;
   moe.moe.top_k = 2;
@@ -347,6 +369,7 @@ void expect_sublayer_shards_sum(const std::string& fixture, int64_t n_ranks) {
 TEST(TensorParallelSublayers, AttentionAndMlpShardsSumToTheSublayer) {
   expect_sublayer_shards_sum("nemotron_h_f32", 2);  // Mamba-2 with per-group norms, NoPE attention, relu2 MLP
   expect_sublayer_shards_sum("bamba_f32", 2);  // whole-d_inner norm (all-reduced), RoPE attention, SwiGLU MLP sublayers
+  expect_sublayer_shards_sum("granite_h_f32", 2);  // one KV head replicated on both ranks, biases, shared_mlp
 }
 
 // ---- Whole models ----------------------------------------------------------------------------------------------
@@ -423,6 +446,12 @@ TEST(TensorParallelModel, BambaLogitsAndGreedyTokens) {
   expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/hybrid/bamba_f32", cpu_options()), 2);
 }
 
+TEST(TensorParallelModel, GraniteLogitsAndGreedyTokens) {
+  // The transformers fixture: whole-d_inner norm, one KV head replicated on both ranks, biases, Granite's
+  // embedding, residual and logits multipliers, a SwiGLU shared_mlp after every mixer.
+  expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/hybrid/granite_h_f32", cpu_options()), 2);
+}
+
 TEST(TensorParallelModel, NemotronHLogitsAndGreedyTokens) {
   // The transformers fixture (Mamba-2, attention and MLP layers), on 2 ranks.
   expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/hybrid/nemotron_h_f32", cpu_options()), 2);
@@ -442,7 +471,7 @@ TEST(TensorParallelModel, RefusesWhatItDoesNotSimulate) {
   const std::string err = test::error_of([&] { SimulatedTensorParallel(*m1, 2); });
   EXPECT_NE(err.find("layer 0 is mamba1"), std::string::npos) << err;
   auto granite = Model::load(test::fixture_dir() + "/hybrid/granite_h_f32", cpu_options());
-  EXPECT_NE(test::error_of([&] { SimulatedTensorParallel(*granite, 2); }).find("n_kv_heads = 1"), std::string::npos);
+  EXPECT_NE(test::error_of([&] { SimulatedTensorParallel(*granite, 4); }).find("n_heads = 10"), std::string::npos);
 }
 
 }  // namespace

@@ -230,10 +230,16 @@ TpPlan plan_tensor_parallel(const ModelConfig& c, int64_t n_ranks) {
            "multiple of ", n_ranks, " (a gated norm group is whole on one rank, or the one group spans every rank)");
   }
   if (mamba1) require_divides("d_inner", c.d_inner, n_ranks, "Mamba-1 channels are split across ranks");
-  if (attention)
-    require_divides("n_kv_heads", c.n_kv_heads, n_ranks,
-                    "attention is split by KV heads, each rank with its KV heads' query heads; KV heads are not "
-                    "replicated");
+  if (attention && c.n_kv_heads % n_ranks != 0) {
+    // Fewer KV heads than ranks: each KV head is held by N / n_kv_heads ranks, which split its query heads.
+    if (n_ranks % c.n_kv_heads != 0 || c.n_attn_heads % n_ranks != 0)
+      fail("tensor parallel over ", n_ranks, " ranks: n_kv_heads = ", c.n_kv_heads, " (n_attn_heads = ", c.n_attn_heads,
+           "), expected a multiple of ", n_ranks, ", or a divisor of ", n_ranks, " with n_attn_heads a multiple of ",
+           n_ranks,
+           " (attention is split by KV heads, or each KV head "
+           "replicated over ranks that split its query heads)");
+    plan.kv_heads_replicated = true;
+  }
   if (has_mlp(c)) require_divides("mlp_size", c.mlp_size, n_ranks, "MLP intermediate channels are split");
   if (moe) {
     require_divides("moe.n_experts", c.moe.n_experts, n_ranks, "experts are split by expert");
@@ -253,7 +259,10 @@ TpPlan plan_tensor_parallel(const ModelConfig& c, int64_t n_ranks) {
     } else if (mamba1) {
       p.channels = split(c.d_inner, n_ranks, r);
     }
-    if (attention) {
+    if (attention && plan.kv_heads_replicated) {
+      p.kv_heads = {r / (n_ranks / c.n_kv_heads), 1};
+      p.q_heads = split(c.n_attn_heads, n_ranks, r);  // all of them query heads of that KV head
+    } else if (attention) {
       p.kv_heads = split(c.n_kv_heads, n_ranks, r);
       const int64_t q_per_kv = c.n_attn_heads / c.n_kv_heads;
       p.q_heads = {p.kv_heads.begin * q_per_kv, p.kv_heads.count * q_per_kv};
@@ -282,7 +291,7 @@ ModelConfig TpPlan::rank_config(const ModelConfig& full) const {
   }
   if (c.n_kv_heads > 0) {
     c.n_attn_heads /= n;
-    c.n_kv_heads /= n;
+    c.n_kv_heads = kv_heads_replicated ? 1 : full.n_kv_heads / n;
   }
   c.mlp_size /= n;
   c.moe.shared_size /= n;

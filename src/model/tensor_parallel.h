@@ -8,7 +8,8 @@
 //   channels; other norm groups must lie within a rank.
 // - Mamba-1: d_inner channels split (in_proj x and z rows, conv1d, A_log, D, dt_proj rows); x_proj and out_proj are
 //   row-parallel (two partial sums per layer).
-// - Attention by KV heads (query heads follow their KV head), o_proj row-parallel.
+// - Attention by KV heads (query heads follow their KV head), o_proj row-parallel. With fewer KV heads than ranks
+//   (MQA, small GQA), each KV head is replicated on N / n_kv_heads ranks that split its query heads (vLLM's rule).
 // - MLPs column-parallel (up and gate rows) then row-parallel (down columns); MoE by expert (a rank runs its experts).
 // - Embeddings and lm_head vocab-parallel over the vocabulary padded to a multiple of kVocabPadPerRank per rank: a
 //   rank embeds the tokens of its rows (zeros elsewhere; summed) and computes its rows' logits (gathered).
@@ -40,7 +41,7 @@ struct TpRankPlan {
   TpRange heads;     // Mamba-2 heads of [0, n_heads)
   TpRange groups;    // Mamba-2 groups of [0, n_groups) ([0, 1) on every rank when the one group is replicated)
   TpRange channels;  // d_inner channels (Mamba-2: heads * head_dim; Mamba-1: its split of d_inner)
-  TpRange kv_heads;  // attention KV heads of [0, n_kv_heads)
+  TpRange kv_heads;  // attention KV heads of [0, n_kv_heads) (one, shared with other ranks, when replicated)
   TpRange q_heads;   // attention query heads: those of its KV heads
   TpRange mlp;       // intermediate channels of [0, mlp_size)
   TpRange experts;   // routed experts of [0, moe.n_experts)
@@ -50,8 +51,9 @@ struct TpRankPlan {
 
 struct TpPlan {
   int64_t n_ranks = 1;
-  int64_t padded_vocab = 0;        // n_ranks * rows per rank >= vocab_size
-  bool groups_replicated = false;  // n_groups = 1 held whole by every rank
+  int64_t padded_vocab = 0;          // n_ranks * rows per rank >= vocab_size
+  bool groups_replicated = false;    // n_groups = 1 held whole by every rank
+  bool kv_heads_replicated = false;  // n_kv_heads < n_ranks: each rank holds one KV head and some of its query heads
   // The Mamba-2 gated norm is one group over the whole d_inner, split across ranks: each rank normalises its
   // channels of y * silu(z) by the root mean square of the whole row, from the per-row sums of squares all-reduced
   // over the ranks (one more all-reduce of T floats per Mamba-2 layer, as vLLM's Mixer2RMSNormGated). rank_config's
