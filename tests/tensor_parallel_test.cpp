@@ -345,7 +345,7 @@ TEST(TensorParallelMixer, FourRanksWithBiasesSumToTheLayer) {
 
 // Every sublayer of a model: the N = 1 simulation (the whole weights) against the sum of the ranks' partials.
 void expect_sublayer_shards_sum(const std::string& fixture, int64_t n_ranks) {
-  auto model = Model::load(test::fixture_dir() + "/hybrid/" + fixture, cpu_options());
+  auto model = Model::load(test::fixture_dir() + "/" + fixture, cpu_options());
   const ModelConfig& c = model->config();
   const SimulatedTensorParallel one(*model, 1), many(*model, n_ranks);
   const std::vector<float> normed = random_rows(13 * c.d_model, 9);
@@ -367,9 +367,10 @@ void expect_sublayer_shards_sum(const std::string& fixture, int64_t n_ranks) {
 }
 
 TEST(TensorParallelSublayers, AttentionAndMlpShardsSumToTheSublayer) {
-  expect_sublayer_shards_sum("nemotron_h_f32", 2);  // Mamba-2 with per-group norms, NoPE attention, relu2 MLP
-  expect_sublayer_shards_sum("bamba_f32", 2);  // whole-d_inner norm (all-reduced), RoPE attention, SwiGLU MLP sublayers
-  expect_sublayer_shards_sum("granite_h_f32", 2);  // one KV head replicated on both ranks, biases, shared_mlp
+  expect_sublayer_shards_sum("hybrid/nemotron_h_f32", 2);  // Mamba-2 with per-group norms, NoPE attention, relu2 MLP
+  expect_sublayer_shards_sum("hybrid/bamba_f32",
+                             2);  // whole-d_inner norm (all-reduced), RoPE attention, SwiGLU MLP sublayers
+  expect_sublayer_shards_sum("hybrid/granite_h_f32", 2);  // one KV head replicated on both ranks, biases, shared_mlp
 }
 
 // ---- Whole models ----------------------------------------------------------------------------------------------
@@ -444,6 +445,17 @@ TEST(TensorParallelModel, BlockQuantizedWeightsSplitByWholeBlocks) {
 TEST(TensorParallelModel, BambaLogitsAndGreedyTokens) {
   // The transformers fixture: whole-d_inner gated norm, RoPE attention, an MLP sublayer in every layer.
   expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/hybrid/bamba_f32", cpu_options()), 2);
+}
+
+TEST(TensorParallelSublayers, ExpertShardsSumToTheMixtureOfExperts) {
+  expect_sublayer_shards_sum("moe/nemotron_h_moe_f32", 2);  // sigmoid-grouped routing, relu2 experts, shared expert
+  expect_sublayer_shards_sum("moe/granite_moe_f32", 2);     // softmax routing, SwiGLU experts, shared_mlp
+}
+
+TEST(TensorParallelModel, MixtureOfExpertsLogitsAndGreedyTokens) {
+  // The transformers fixtures; each rank runs 4 of the 8 (Nemotron-H) or 3 of the 6 (Granite) experts.
+  expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/moe/nemotron_h_moe_f32", cpu_options()), 2);
+  expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/moe/granite_moe_f32", cpu_options()), 2);
 }
 
 TEST(TensorParallelModel, GraniteLogitsAndGreedyTokens) {

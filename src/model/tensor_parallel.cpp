@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <initializer_list>
+#include <memory>
 #include <string>
 
 #include "mambacpp/error.h"
@@ -201,6 +202,30 @@ void shard_mlp(const ModelConfig& c, const TpRankPlan& p, int64_t layer, const L
   w.mlp_down_bias = p.rank == 0 ? copy_of(f.mlp_down_bias, st, tensor_name(layer, "mlp down bias")) : TensorView{};
 }
 
+// Expert parallel: the rank's routed experts (whole), the router replicated (every rank routes every token over all
+// experts), the shared expert column/row-parallel.
+std::shared_ptr<const MoeWeights> shard_moe(const TpRankPlan& p, int64_t layer, const MoeWeights& f,
+                                            std::vector<std::vector<char>>& st) {
+  auto w = std::make_shared<MoeWeights>();
+  auto whole = [&](const Weight& x, const char* what) {
+    return x.empty() ? Weight{} : gather_rows(x, {TpRange{0, x.shape[0]}}, st, tensor_name(layer, what));
+  };
+  w->router = whole(f.router, "router");
+  w->score_bias = copy_of(f.score_bias, st, tensor_name(layer, "e_score_correction_bias"));
+  for (int64_t e = p.experts.begin; e < p.experts.end(); ++e) {
+    const auto i = static_cast<size_t>(e);
+    w->up.push_back(whole(f.up[i], "expert up"));
+    if (!f.gate.empty()) w->gate.push_back(whole(f.gate[i], "expert gate"));
+    w->down.push_back(whole(f.down[i], "expert down"));
+  }
+  w->shared_up = gather_rows(f.shared_up, {p.shared}, st, tensor_name(layer, "shared expert up"));
+  w->shared_up_bias = gather_rows(f.shared_up_bias, {p.shared}, st, tensor_name(layer, "shared expert up bias"));
+  w->shared_down = slice_cols(f.shared_down, p.shared, st, tensor_name(layer, "shared expert down"));
+  w->shared_down_bias =
+      p.rank == 0 ? copy_of(f.shared_down_bias, st, tensor_name(layer, "shared expert down bias")) : TensorView{};
+  return w;
+}
+
 }  // namespace
 
 // ---- The plan --------------------------------------------------------------------------------------------------
@@ -327,10 +352,7 @@ LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, i
     case LayerKind::MoE:
       break;
   }
-  if (full.moe)
-    fail("tensor parallel slicing: layer ", layer,
-         " has experts; their split by expert is planned "
-         "(TpRankPlan::experts) but not sliced yet");
+  if (full.moe) s.w.moe = shard_moe(p, layer, *full.moe, s.storage);
   if (full.kind == LayerKind::MLP || c.mlp_after_mixer || full.kind == LayerKind::ParallelHybrid)
     shard_mlp(c, p, layer, full, s);
   return s;

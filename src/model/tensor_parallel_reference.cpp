@@ -5,6 +5,7 @@
 
 #include "mambacpp/error.h"
 #include "model/mixers.h"
+#include "model/moe_layer.h"
 #include "model/workspace.h"
 
 namespace mambacpp {
@@ -93,6 +94,63 @@ void rank_mlp(Backend& be, const ModelConfig& c, const LayerWeights& w, int64_t 
   be.linear(act, w.mlp_down, w.mlp_down_bias, out);
 }
 
+// out = a rank's share of a mixture of experts (moe_layer.cpp's recipe): every rank routes every token over all
+// experts (the router is replicated), runs the chosen experts it holds (the others' weights set to zero), and adds
+// its share of the shared expert (Nemotron-H's, or Granite's shared_mlp).
+void rank_moe(Backend& be, const ModelConfig& rc, const TpRankPlan& p, const LayerWeights& lw, int64_t T,
+              const TensorView& h, TensorView out) {
+  const MoeConfig& mc = rc.moe;
+  const MoeWeights& w = *lw.moe;
+  const int64_t E = mc.n_experts, k = mc.top_k;
+  std::vector<float> logits(static_cast<size_t>(T * E)), weights(static_cast<size_t>(T * k));
+  std::vector<int32_t> ids(static_cast<size_t>(T * k));
+  MoeRouteArgs r;
+  r.logits = host(logits, T, E);
+  be.linear(h, w.router, {}, r.logits);
+  r.bias = w.score_bias;
+  r.scoring = mc.routing == MoeRouting::SigmoidGrouped ? MoeScoring::SigmoidGrouped
+              : mc.routing == MoeRouting::SoftmaxAll   ? MoeScoring::SoftmaxAll
+                                                       : MoeScoring::SoftmaxChosen;
+  r.top_k = k;
+  r.n_group = mc.n_group;
+  r.topk_group = mc.topk_group;
+  r.renormalize = mc.norm_topk_prob;
+  r.scale = static_cast<float>(mc.routed_scaling);
+  r.ids = TensorView(ids.data(), DType::I32, {T, k});
+  r.weights = host(weights, T, k);
+  be.moe_route(r);
+  be.synchronize();
+  for (size_t i = 0; i < ids.size(); ++i) {
+    const bool mine = ids[i] >= p.experts.begin && ids[i] < p.experts.end();
+    ids[i] = mine ? static_cast<int32_t>(ids[i] - p.experts.begin) : 0;
+    if (!mine) weights[i] = 0.0f;
+  }
+  MoeExpertsArgs x;
+  x.x = h;
+  x.ids = r.ids;
+  x.weights = r.weights;
+  x.act = mc.act == MlpAct::Relu2 ? MoeExpertAct::Relu2 : MoeExpertAct::SiluGated;
+  x.expert_size = mc.expert_size;
+  x.up = w.up;
+  x.gate = w.gate;
+  x.down = w.down;
+  x.out = out;
+  be.moe_experts(x);
+  std::vector<float> shared_v(static_cast<size_t>(T * rc.d_model));
+  TensorView shared = host(shared_v, T, rc.d_model);
+  if (!w.shared_up.empty()) {
+    std::vector<float> hid_v(static_cast<size_t>(T * mc.shared_size));
+    TensorView hid = host(hid_v, T, mc.shared_size);
+    be.linear(h, w.shared_up, w.shared_up_bias, hid);
+    be.relu2(hid);
+    be.linear(hid, w.shared_down, w.shared_down_bias, shared);
+    be.add_inplace(out, shared);
+  } else if (rc.family == Family::GraniteHybrid) {
+    rank_mlp(be, rc, lw, T, h, shared);
+    be.add_inplace(out, shared);
+  }
+}
+
 }  // namespace
 
 SimulatedTensorParallel::SimulatedTensorParallel(const Model& model, int64_t n_ranks)
@@ -102,9 +160,9 @@ SimulatedTensorParallel::SimulatedTensorParallel(const Model& model, int64_t n_r
   if (c.family == Family::FalconH1) fail("simulated tensor parallelism: Falcon-H1's multipliers are not simulated");
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerKind k = c.layer_kind(l);
-    if (k != LayerKind::Mamba2 && k != LayerKind::Attention && k != LayerKind::MLP)
+    if (k != LayerKind::Mamba2 && k != LayerKind::Attention && k != LayerKind::MLP && k != LayerKind::MoE)
       fail("simulated tensor parallelism: layer ", l, " is ", layer_kind_name(k),
-           "; only mamba2, attention and mlp layers are simulated");
+           "; only mamba2, attention, mlp and moe layers are simulated");
   }
   rank_config_ = plan_.rank_config(c);
   const ModelWeights& w = model.weights();
@@ -137,6 +195,8 @@ std::vector<float> SimulatedTensorParallel::rank_sublayer(int64_t rank, int64_t 
     mamba2_mixer(be, rc, w, state.cache, batch, ws, h, y);
   } else if (kind == LayerKind::Attention) {
     rank_attention(be, rc, w, batch, h, y);
+  } else if (kind == LayerKind::MoE) {
+    rank_moe(be, rc, plan_.ranks[static_cast<size_t>(rank)], w, T, h, y);
   } else {
     rank_mlp(be, rc, w, T, h, y);
   }
@@ -206,7 +266,9 @@ std::vector<std::vector<float>> SimulatedTensorParallel::sublayer_partials(int64
   if (mlp_sublayer && !c.mlp_after_mixer) fail("simulated tensor parallelism: the model has no MLP sublayers");
   if (normed.empty() || normed.size() % static_cast<size_t>(c.d_model) != 0)
     fail("simulated tensor parallelism: expected [T, ", c.d_model, "] rows, found ", normed.size(), " values");
-  const LayerKind kind = mlp_sublayer ? LayerKind::MLP : c.layer_kind(layer);
+  const bool experts = model_.weights().layers[static_cast<size_t>(layer)].moe != nullptr;
+  // The MLP sublayer of a layer with experts (Granite-4.0-H MoE) is a mixture of experts.
+  const LayerKind kind = mlp_sublayer ? (experts ? LayerKind::MoE : LayerKind::MLP) : c.layer_kind(layer);
   if (kind == LayerKind::Mamba2 && plan_.norm_all_reduce) return mamba2_whole_norm_partials(layer, normed);
   std::vector<std::vector<float>> partials;
   for (int64_t r = 0; r < plan_.n_ranks; ++r) partials.push_back(rank_sublayer(r, layer, kind, normed));

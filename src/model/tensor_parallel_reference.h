@@ -4,9 +4,9 @@
 // vocab-parallel lm_head by concatenating their columns). It is the reference the multi-GPU (NCCL) runtime is checked
 // against: the same shards and the same reductions, without a second device.
 //
-// One sequence from a fresh state, prefilled in one piece. Pure Mamba-2 models and the hybrids of Mamba-2, attention
-// and MLP layers (Nemotron-H, Granite-4.0-H dense, Bamba); other layer kinds (Mamba-1, MoE, Falcon-H1's parallel
-// layers) are refused when constructed.
+// One sequence from a fresh state, prefilled in one piece. Pure Mamba-2 models and the hybrids of Mamba-2, attention,
+// MLP and mixture-of-experts layers (Nemotron-H and Granite-4.0-H, dense and MoE; Bamba); other layer kinds (Mamba-1,
+// Falcon-H1's parallel layers) are refused when constructed.
 #pragma once
 
 #include <cstdint>
