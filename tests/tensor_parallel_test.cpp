@@ -450,6 +450,7 @@ TEST(TensorParallelModel, BambaLogitsAndGreedyTokens) {
 TEST(TensorParallelSublayers, ExpertShardsSumToTheMixtureOfExperts) {
   expect_sublayer_shards_sum("moe/nemotron_h_moe_f32", 2);  // sigmoid-grouped routing, relu2 experts, shared expert
   expect_sublayer_shards_sum("moe/granite_moe_f32", 2);     // softmax routing, SwiGLU experts, shared_mlp
+  expect_sublayer_shards_sum("moe/jamba_f32", 2);           // and Mamba-1 layers with dt/B/C norms
 }
 
 TEST(TensorParallelModel, MixtureOfExpertsLogitsAndGreedyTokens) {
@@ -477,11 +478,20 @@ TEST(TensorParallelModel, NemotronHLogitsAndGreedyTokens) {
   expect_simulated_tp_matches(*model, 2);
 }
 
-TEST(TensorParallelModel, RefusesWhatItDoesNotSimulate) {
+TEST(TensorParallelModel, Mamba1LogitsAndGreedyTokens) {
+  // x_proj row-parallel: its [dt_low | B | C] partial sums all-reduced before dt_proj and the scan.
   test::TempDir dir;
-  auto m1 = random_model(test::tiny_mamba1_config(), dir, 1);
-  const std::string err = test::error_of([&] { SimulatedTensorParallel(*m1, 2); });
-  EXPECT_NE(err.find("layer 0 is mamba1"), std::string::npos) << err;
+  auto model = random_model(test::tiny_mamba1_config(), dir, 26);  // d_inner 40, biases
+  expect_simulated_tp_matches(*model, 2);
+  expect_simulated_tp_matches(*model, 4);
+}
+
+TEST(TensorParallelModel, JambaLogitsAndGreedyTokens) {
+  // The transformers fixture: Mamba-1 layers with dt/B/C norms, attention, experts every other layer.
+  expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/moe/jamba_f32", cpu_options()), 2);
+}
+
+TEST(TensorParallelModel, RefusesWhatItDoesNotSimulate) {
   auto granite = Model::load(test::fixture_dir() + "/hybrid/granite_h_f32", cpu_options());
   EXPECT_NE(test::error_of([&] { SimulatedTensorParallel(*granite, 4); }).find("n_heads = 10"), std::string::npos);
 }

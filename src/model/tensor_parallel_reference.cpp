@@ -160,9 +160,9 @@ SimulatedTensorParallel::SimulatedTensorParallel(const Model& model, int64_t n_r
   if (c.family == Family::FalconH1) fail("simulated tensor parallelism: Falcon-H1's multipliers are not simulated");
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerKind k = c.layer_kind(l);
-    if (k != LayerKind::Mamba2 && k != LayerKind::Attention && k != LayerKind::MLP && k != LayerKind::MoE)
+    if (k == LayerKind::ParallelHybrid)
       fail("simulated tensor parallelism: layer ", l, " is ", layer_kind_name(k),
-           "; only mamba2, attention, mlp and moe layers are simulated");
+           "; Falcon-H1's parallel layers are not simulated");
   }
   rank_config_ = plan_.rank_config(c);
   const ModelWeights& w = model.weights();
@@ -259,6 +259,83 @@ std::vector<std::vector<float>> SimulatedTensorParallel::mamba2_whole_norm_parti
   return partials;
 }
 
+std::vector<std::vector<float>> SimulatedTensorParallel::mamba1_partials(int64_t layer,
+                                                                         const std::vector<float>& normed) const {
+  Backend& be = model_.backend();
+  const ModelConfig& rc = rank_config_;
+  const int64_t T = static_cast<int64_t>(normed.size()) / rc.d_model, di = rc.d_inner, n = rc.d_state, r = rc.dt_rank;
+  const auto ranks = static_cast<size_t>(plan_.n_ranks);
+  BatchLayout batch;
+  batch.seqs = {{0, T, 0}};
+  batch.total_tokens = T;
+  be.prepare_batch(batch);
+  std::vector<float> in = normed;
+  const TensorView h = host(in, T, rc.d_model);
+  // Each rank: in_proj's x and z of its channels, conv1d + SiLU, and x_proj's partial [dt_low | B | C].
+  struct Rank {
+    Workspace ws;
+    DeviceBuffer conv, ssm;
+    std::vector<float> dbc;
+  };
+  std::vector<Rank> rk(ranks);
+  for (size_t i = 0; i < ranks; ++i) {
+    const LayerWeights& w = shards_[i][static_cast<size_t>(layer)].w;
+    Rank& k = rk[i];
+    k.ws.reserve(be, rc, T, 1);
+    k.conv = DeviceBuffer(be, static_cast<size_t>(rc.conv_state_size()) * 4);
+    k.ssm = DeviceBuffer(be, static_cast<size_t>(rc.ssm_state_size()) * 4);
+    be.fill_zero(k.conv.data(), k.conv.size());
+    be.fill_zero(k.ssm.data(), k.ssm.size());
+    const TensorView xz = Workspace::f32(k.ws.proj, be.device(), T, 2 * di);
+    be.linear(h, w.in_proj, w.in_proj_bias, xz);
+    const TensorView xc = Workspace::f32(k.ws.conv, be.device(), T, di);
+    be.conv1d_silu(xz.cols(0, di), w.conv, w.conv_bias, TensorView(k.conv.data(), DType::F32, {1, di, rc.d_conv - 1}),
+                   batch, xc);
+    k.dbc.resize(static_cast<size_t>(T * (r + 2 * n)));
+    be.linear(xc, w.x_proj, {}, host(k.dbc, T, r + 2 * n));
+  }
+  std::vector<std::vector<float>> parts;
+  for (Rank& k : rk) parts.push_back(k.dbc);
+  const std::vector<float> dbc_sum = sum_of(parts);  // the all-reduce of x_proj's [T, dt_rank + 2 d_state]
+  std::vector<std::vector<float>> partials;
+  for (size_t i = 0; i < ranks; ++i) {
+    const LayerWeights& w = shards_[i][static_cast<size_t>(layer)].w;
+    Rank& k = rk[i];
+    std::vector<float> dbc_v = dbc_sum;
+    TensorView dbc = host(dbc_v, T, r + 2 * n);
+    if (rc.mixer_rms_eps > 0) {  // FalconMamba's and Jamba's norms of dt, B and C: on the whole, reduced values
+      const float eps = static_cast<float>(rc.mixer_rms_eps);
+      const TensorView* own[] = {&w.dt_norm, &w.b_norm, &w.c_norm};
+      int j = 0;
+      for (const auto& [begin, width] : {std::pair<int64_t, int64_t>{0, r}, {r, n}, {r + n, n}}) {
+        TensorView part = dbc.cols(begin, width);
+        const TensorView& mine = *own[j++];
+        be.rmsnorm(part, mine.empty() ? w.mixer_norm.rows(0, width) : mine, eps, part);
+      }
+    }
+    const TensorView dt = Workspace::f32(k.ws.dt, be.device(), T, di);
+    be.linear(dbc.cols(0, r), w.dt_proj, {}, dt);
+    const TensorView xz = Workspace::f32(k.ws.proj, be.device(), T, 2 * di);
+    const TensorView y = Workspace::f32(k.ws.y, be.device(), T, di);
+    Mamba1ScanArgs a;
+    a.x = Workspace::f32(k.ws.conv, be.device(), T, di);
+    a.dt = dt;
+    a.A_log = w.A_log;
+    a.B = dbc.cols(r, n);
+    a.C = dbc.cols(r + n, n);
+    a.D = w.D;
+    a.dt_bias = w.dt_bias;
+    a.z = xz.cols(di, di);
+    a.state = TensorView(k.ssm.data(), DType::F32, {1, di, n});
+    a.y = y;
+    be.mamba1_scan(a, batch);
+    std::vector<float>& out = partials.emplace_back(normed.size());
+    be.linear(y, w.out_proj, w.out_proj_bias, host(out, T, rc.d_model));
+  }
+  be.synchronize();
+  return partials;
+}
+
 std::vector<std::vector<float>> SimulatedTensorParallel::sublayer_partials(int64_t layer, bool mlp_sublayer,
                                                                            const std::vector<float>& normed) const {
   const ModelConfig& c = model_.config();
@@ -270,6 +347,7 @@ std::vector<std::vector<float>> SimulatedTensorParallel::sublayer_partials(int64
   // The MLP sublayer of a layer with experts (Granite-4.0-H MoE) is a mixture of experts.
   const LayerKind kind = mlp_sublayer ? (experts ? LayerKind::MoE : LayerKind::MLP) : c.layer_kind(layer);
   if (kind == LayerKind::Mamba2 && plan_.norm_all_reduce) return mamba2_whole_norm_partials(layer, normed);
+  if (kind == LayerKind::Mamba1) return mamba1_partials(layer, normed);
   std::vector<std::vector<float>> partials;
   for (int64_t r = 0; r < plan_.n_ranks; ++r) partials.push_back(rank_sublayer(r, layer, kind, normed));
   return partials;
