@@ -491,6 +491,16 @@ TEST(TensorParallelModel, JambaLogitsAndGreedyTokens) {
   expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/moe/jamba_f32", cpu_options()), 2);
 }
 
+TEST(TensorParallelModel, FalconH1LogitsAndGreedyTokens) {
+  // The transformers fixtures: Mamba-2 and attention side by side in every layer, the muP multipliers (in_proj's
+  // slices, the branches' inputs and outputs, K, the MLP's gate and output); without the gated norm, with it before
+  // the gate, and after it.
+  for (const char* f : {"falcon_h1_f32", "falcon_h1_norm_tied_f32", "falcon_h1_gate_first_f32"}) {
+    SCOPED_TRACE(f);
+    expect_simulated_tp_matches(*Model::load(test::fixture_dir() + "/falcon_h1/" + f, cpu_options()), 2);
+  }
+}
+
 TEST(TensorParallelModel, RefusesWhatItDoesNotSimulate) {
   auto granite = Model::load(test::fixture_dir() + "/hybrid/granite_h_f32", cpu_options());
   EXPECT_NE(test::error_of([&] { SimulatedTensorParallel(*granite, 4); }).find("n_heads = 10"), std::string::npos);

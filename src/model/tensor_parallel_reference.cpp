@@ -151,19 +151,104 @@ void rank_moe(Backend& be, const ModelConfig& rc, const TpRankPlan& p, const Lay
   }
 }
 
+// out = a rank's partial of Falcon-H1's Mamba branch on x (already times ssm_in_multiplier): falcon_h1_layer.cpp's
+// recipe on the rank's heads, with its slices of in_proj's output scaled by ssm_multipliers and a gated norm whose
+// groups lie within the rank.
+void rank_falcon_mamba(Backend& be, const ModelConfig& c, const LayerWeights& w, const BatchLayout& batch,
+                       const TensorView& x, TensorView out) {
+  const int64_t T = batch.total_tokens, di = c.d_inner, gn = c.n_groups * c.d_state;
+  Workspace ws;
+  ws.reserve(be, c, T, 1);
+  FreshMambaState state(be, c);
+  TensorView zxbcdt = Workspace::f32(ws.proj, be.device(), T, c.in_proj_size());
+  be.linear(x, w.in_proj, w.in_proj_bias, zxbcdt);
+  if (!c.ssm_multipliers.empty()) {
+    const int64_t widths[5] = {di, di, gn, gn, c.n_heads};
+    int64_t begin = 0;
+    for (int i = 0; i < 5; ++i) {
+      be.scale(zxbcdt.cols(begin, widths[i]), static_cast<float>(c.ssm_multipliers[static_cast<size_t>(i)]));
+      begin += widths[i];
+    }
+  }
+  TensorView y = Workspace::f32(ws.y, be.device(), T, di);
+  mamba2_core(be, c, w, state.cache, batch, ws, zxbcdt, y);
+  const TensorView z = zxbcdt.cols(0, di);
+  TensorView gated = Workspace::f32(ws.y_normed, be.device(), T, di);
+  const float eps = static_cast<float>(c.norm_eps);
+  const int64_t group = di / c.norm_groups();
+  if (!c.mamba_rms_norm) {
+    be.silu_mul(z, y, gated);
+  } else if (!c.mamba_norm_before_gate) {
+    be.gated_rmsnorm(y, z, w.gated_norm, group, eps, gated);
+  } else {
+    for (int64_t g = 0; g < c.norm_groups(); ++g)
+      be.rmsnorm(y.cols(g * group, group), w.gated_norm.rows(g * group, group), eps, gated.cols(g * group, group));
+    be.silu_mul(z, gated, gated);
+  }
+  be.linear(gated, w.out_proj, w.out_proj_bias, out);
+  be.synchronize();
+}
+
+// out = a rank's partial of Falcon-H1's MLP, down(up(x) * silu(gate(x) * mlp_gate_multiplier)), before
+// mlp_down_multiplier (applied to the sum).
+void rank_falcon_mlp(Backend& be, const ModelConfig& c, const LayerWeights& w, int64_t T, const TensorView& x,
+                     TensorView out) {
+  const int64_t n = c.mlp_size;
+  std::vector<float> gate_v(static_cast<size_t>(T * n)), up_v(static_cast<size_t>(T * n)),
+      act_v(static_cast<size_t>(T * n));
+  TensorView gate = host(gate_v, T, n), up = host(up_v, T, n), act = host(act_v, T, n);
+  be.linear(x, w.mlp_gate, w.mlp_gate_bias, gate);
+  if (c.mlp_gate_multiplier != 1.0) be.scale(gate, static_cast<float>(c.mlp_gate_multiplier));
+  be.linear(x, w.mlp_up, w.mlp_up_bias, up);
+  be.silu_mul(gate, up, act);
+  be.linear(act, w.mlp_down, w.mlp_down_bias, out);
+}
+
 }  // namespace
+
+void SimulatedTensorParallel::falcon_h1_layer(int64_t layer, std::vector<float>& residual) const {
+  const ModelConfig& c = model_.config();
+  Backend& be = model_.backend();
+  const LayerWeights& full = model_.weights().layers[static_cast<size_t>(layer)];
+  const int64_t T = static_cast<int64_t>(residual.size()) / c.d_model, d = c.d_model;
+  const float eps = static_cast<float>(c.norm_eps);
+  BatchLayout batch;
+  batch.seqs = {{0, T, 0}};
+  batch.total_tokens = T;
+  be.prepare_batch(batch);
+  std::vector<float> ssm_in(residual.size()), attn_in(residual.size());
+  be.rmsnorm(host(residual, T, d), full.norm, eps, host(ssm_in, T, d));
+  attn_in = ssm_in;
+  for (float& v : ssm_in) v *= static_cast<float>(c.ssm_in_multiplier);  // as Backend::scale
+  for (float& v : attn_in) v *= static_cast<float>(c.attn_in_multiplier);
+  // Each branch: the ranks' partials, the all-reduce, the branch's output multiplier, the residual add.
+  auto add = [&](const std::vector<std::vector<float>>& partials, double multiplier) {
+    const std::vector<float> sum = sum_of(partials);
+    for (size_t i = 0; i < residual.size(); ++i) residual[i] += sum[i] * static_cast<float>(multiplier);
+  };
+  std::vector<std::vector<float>> partials(static_cast<size_t>(plan_.n_ranks), std::vector<float>(residual.size()));
+  for (size_t r = 0; r < partials.size(); ++r)
+    rank_falcon_mamba(be, rank_config_, shards_[r][static_cast<size_t>(layer)].w, batch, host(ssm_in, T, d),
+                      host(partials[r], T, d));
+  add(partials, c.ssm_out_multiplier);
+  for (size_t r = 0; r < partials.size(); ++r)
+    rank_attention(be, rank_config_, shards_[r][static_cast<size_t>(layer)].w, batch, host(attn_in, T, d),
+                   host(partials[r], T, d));
+  add(partials, c.attn_out_multiplier);
+  std::vector<float> normed(residual.size());
+  be.rmsnorm(host(residual, T, d), full.mlp_norm, eps, host(normed, T, d));
+  for (size_t r = 0; r < partials.size(); ++r)
+    rank_falcon_mlp(be, rank_config_, shards_[r][static_cast<size_t>(layer)].w, T, host(normed, T, d),
+                    host(partials[r], T, d));
+  add(partials, c.mlp_down_multiplier);
+}
 
 SimulatedTensorParallel::SimulatedTensorParallel(const Model& model, int64_t n_ranks)
     : model_(model), plan_(plan_tensor_parallel(model.config(), n_ranks)) {
   const ModelConfig& c = model.config();
   if (model.device() != Device::CPU) fail("simulated tensor parallelism: expected a model on the CPU");
-  if (c.family == Family::FalconH1) fail("simulated tensor parallelism: Falcon-H1's multipliers are not simulated");
-  for (int64_t l = 0; l < c.n_layer; ++l) {
-    const LayerKind k = c.layer_kind(l);
-    if (k == LayerKind::ParallelHybrid)
-      fail("simulated tensor parallelism: layer ", l, " is ", layer_kind_name(k),
-           "; Falcon-H1's parallel layers are not simulated");
-  }
+  if (c.family == Family::FalconH1 && plan_.norm_all_reduce)
+    fail("simulated tensor parallelism: Falcon-H1 with one gated norm group over the ranks is not simulated");
   rank_config_ = plan_.rank_config(c);
   const ModelWeights& w = model.weights();
   for (int64_t r = 0; r < n_ranks; ++r) {
@@ -343,6 +428,8 @@ std::vector<std::vector<float>> SimulatedTensorParallel::sublayer_partials(int64
   if (mlp_sublayer && !c.mlp_after_mixer) fail("simulated tensor parallelism: the model has no MLP sublayers");
   if (normed.empty() || normed.size() % static_cast<size_t>(c.d_model) != 0)
     fail("simulated tensor parallelism: expected [T, ", c.d_model, "] rows, found ", normed.size(), " values");
+  if (c.layer_kind(layer) == LayerKind::ParallelHybrid)
+    fail("simulated tensor parallelism: layer ", layer, " is Falcon-H1's parallel layer; only logits() runs it");
   const bool experts = model_.weights().layers[static_cast<size_t>(layer)].moe != nullptr;
   // The MLP sublayer of a layer with experts (Granite-4.0-H MoE) is a mixture of experts.
   const LayerKind kind = mlp_sublayer ? (experts ? LayerKind::MoE : LayerKind::MLP) : c.layer_kind(layer);
@@ -384,6 +471,10 @@ std::vector<float> SimulatedTensorParallel::logits(std::span<const int32_t> ids)
   };
   for (int64_t l = 0; l < c.n_layer; ++l) {
     const LayerWeights& w = full.layers[static_cast<size_t>(l)];
+    if (c.layer_kind(l) == LayerKind::ParallelHybrid) {
+      falcon_h1_layer(l, residual);
+      continue;
+    }
     sublayer(l, w.norm, false);
     if (c.mlp_after_mixer) sublayer(l, w.mlp_norm, true);
   }

@@ -4,9 +4,9 @@
 // vocab-parallel lm_head by concatenating their columns). It is the reference the multi-GPU (NCCL) runtime is checked
 // against: the same shards and the same reductions, without a second device.
 //
-// One sequence from a fresh state, prefilled in one piece. Mamba-1 and Mamba-2 models and the hybrids of their layers
-// with attention, MLP and mixture-of-experts layers (Nemotron-H and Granite-4.0-H, dense and MoE; Bamba; Jamba);
-// Falcon-H1's parallel layers are refused when constructed.
+// One sequence from a fresh state, prefilled in one piece. Mamba-1 and Mamba-2 models, the hybrids of their layers
+// with attention, MLP and mixture-of-experts layers (Nemotron-H and Granite-4.0-H, dense and MoE; Bamba; Jamba), and
+// Falcon-H1 where its gated norm groups lie within the ranks. sublayer_partials does not take Falcon-H1's layers.
 #pragma once
 
 #include <cstdint>
@@ -38,6 +38,8 @@ class SimulatedTensorParallel {
   std::vector<float> rank_sublayer(int64_t rank, int64_t layer, LayerKind kind, const std::vector<float>& normed) const;
   // A Mamba-2 layer whose gated norm spans the ranks (TpPlan::norm_all_reduce).
   std::vector<std::vector<float>> mamba2_whole_norm_partials(int64_t layer, const std::vector<float>& normed) const;
+  // Falcon-H1's parallel layer, residual [T, d_model] updated: its Mamba, attention and MLP branches, each reduced.
+  void falcon_h1_layer(int64_t layer, std::vector<float>& residual) const;
   // A Mamba-1 layer: x_proj's partial sums all-reduced before dt_proj and the scan.
   std::vector<std::vector<float>> mamba1_partials(int64_t layer, const std::vector<float>& normed) const;
 
