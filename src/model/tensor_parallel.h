@@ -10,7 +10,8 @@
 //   row-parallel (two partial sums per layer).
 // - Attention by KV heads (query heads follow their KV head), o_proj row-parallel. With fewer KV heads than ranks
 //   (MQA, small GQA), each KV head is replicated on N / n_kv_heads ranks that split its query heads (vLLM's rule).
-// - MLPs column-parallel (up and gate rows) then row-parallel (down columns); MoE by expert (a rank runs its experts).
+// - MLPs column-parallel (up and gate rows) then row-parallel (down columns). MoE by expert: every rank routes over
+//   all experts (the router replicated) and runs the chosen experts it holds; the shared expert as an MLP.
 // - Embeddings and lm_head vocab-parallel over the vocabulary padded to a multiple of kVocabPadPerRank per rank: a
 //   rank embeds the tokens of its rows (zeros elsewhere; summed) and computes its rows' logits (gathered).
 // A row-parallel projection's bias belongs to rank 0 alone, so that the sum over ranks adds it once.
@@ -61,8 +62,9 @@ struct TpPlan {
   bool norm_all_reduce = false;
   std::vector<TpRankPlan> ranks;
 
-  // The config one rank's layers run with: the Mamba heads, groups and channels, attention heads, MLP and
-  // shared-expert widths divided by n_ranks (d_model, vocab_size, the layer pattern and everything else unchanged).
+  // The config one rank's layers run with: the Mamba heads, groups and channels, attention heads (one KV head when
+  // replicated), MLP and shared-expert widths divided by n_ranks (d_model, vocab_size, moe.n_experts, the layer
+  // pattern and everything else unchanged).
   ModelConfig rank_config(const ModelConfig& full) const;
 };
 
@@ -77,6 +79,13 @@ TpPlan plan_tensor_parallel(const ModelConfig& c, int64_t n_ranks);
 struct LayerShard {
   LayerWeights w;
   std::vector<std::vector<char>> storage;
+
+  // Move-only: w's views point into storage's buffers (which a move keeps, and a copy would not).
+  LayerShard() = default;
+  LayerShard(LayerShard&&) = default;
+  LayerShard& operator=(LayerShard&&) = default;
+  LayerShard(const LayerShard&) = delete;
+  LayerShard& operator=(const LayerShard&) = delete;
 };
 LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, int64_t layer, const LayerWeights& full);
 
@@ -85,6 +94,12 @@ LayerShard shard_layer(const ModelConfig& c, const TpPlan& plan, int64_t rank, i
 struct VocabShard {
   Weight w;  // [plan.ranks[rank].vocab.count, d_model]
   std::vector<char> storage;
+
+  VocabShard() = default;  // move-only, as LayerShard
+  VocabShard(VocabShard&&) = default;
+  VocabShard& operator=(VocabShard&&) = default;
+  VocabShard(const VocabShard&) = delete;
+  VocabShard& operator=(const VocabShard&) = delete;
 };
 VocabShard shard_vocab(const ModelConfig& c, const TpPlan& plan, int64_t rank, const Weight& full, const char* what);
 
