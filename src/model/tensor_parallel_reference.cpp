@@ -1,7 +1,9 @@
 #include "model/tensor_parallel_reference.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include "mambacpp/error.h"
 #include "model/mixers.h"
