@@ -271,6 +271,16 @@ def main():
         problems.append(f"resident memory grew by {growth:.1f} MB after warm-up (limit {args.max_rss_growth_mb})")
 
     elapsed = time.time() - start
+    if proc:
+        # SIGTERM drains (nothing is in flight now): the server must exit 0, promptly.
+        proc.terminate()
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = "still running 30 s after SIGTERM"
+        if code != 0:
+            problems.append(f"the server's exit after SIGTERM: {code}")
     report = {"minutes": round(elapsed / 60, 2), "concurrency": args.concurrency, "counts": c,
               "requests_per_second": round((c["plain"] + c["stream"] + c["dropped"]) / elapsed, 1),
               "server_cpu_ms_per_request": round(1000 * cpu_seconds / max(1, c["sent"]), 2),
@@ -286,9 +296,6 @@ def main():
     if args.json:
         with open(args.json, "w") as f:
             json.dump({**report, "rss_samples": samples, "memory_samples": memory}, f, indent=1)
-    if proc:
-        proc.terminate()
-        proc.wait(timeout=30)
     sys.exit(1 if problems else 0)
 
 
