@@ -34,12 +34,12 @@ def read_rss_kb(pid):
     raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
 
 
-def read_cpu_seconds(pid):
-    """The server's user + system CPU time: per request, a cost that other load on the machine changes less than
-    the requests per second."""
+def read_cpu(pid):
+    """The server's user + system CPU seconds and its minor page faults: per request, costs that other load on the
+    machine changes less than the requests per second (faults count what mmapped allocations cost)."""
     with open(f"/proc/{pid}/stat") as f:
         fields = f.read().rsplit(")", 1)[1].split()
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
 
 
 def read_memory_breakdown(pid):
@@ -202,7 +202,7 @@ def main():
 
     stats = Stats()
     before = read_metrics(url)
-    cpu_before = read_cpu_seconds(pid)
+    cpu_before, faults_before = read_cpu(pid)
     start = time.time()
     end = start + args.minutes * 60
     samples = []  # (seconds, VmRSS kB)
@@ -245,7 +245,8 @@ def main():
     samples.append((round(time.time() - start, 1), read_rss_kb(pid)))
     stop.set()
     after = read_metrics(url)
-    cpu_seconds = read_cpu_seconds(pid) - cpu_before
+    cpu_after, faults_after = read_cpu(pid)
+    cpu_seconds, faults = cpu_after - cpu_before, faults_after - faults_before
     delta = {k: after[k] - before.get(k, 0) for k in after if k.endswith("_total")}
     c = stats.counts
     problems = list(stats.failures)
@@ -286,6 +287,8 @@ def main():
               "server_cpu_ms_per_request": round(1000 * cpu_seconds / max(1, c["sent"]), 2),
               "server_cpu_ms_per_generated_token":
                   round(1000 * cpu_seconds / max(1, delta["mambacpp_generated_tokens_total"]), 3),
+              "server_page_faults_per_generated_token":
+                  round(faults / max(1, delta["mambacpp_generated_tokens_total"]), 2),
               "metrics_delta": {k[len("mambacpp_"):]: v for k, v in delta.items()},
               "cancelled_by_server": delta["mambacpp_requests_cancelled_total"],
               "cache_at_end": {k[len("mambacpp_"):]: after[k] for k in
