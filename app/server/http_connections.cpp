@@ -105,7 +105,7 @@ class ConnectionStream final : public httplib::Stream {
 
   bool is_readable() const override { return pos_ < len_ || wait_readable(); }
 
-  bool is_writable() const override { return poll_one(sock_, POLLOUT, write_timeout_) > 0 && peer_open(); }
+  bool is_writable() const override { return wait_writable() && peer_open(); }
 
   ssize_t read(char* ptr, size_t size) override {
     if (pos_ == len_) {
@@ -125,7 +125,7 @@ class ConnectionStream final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    if (stopping_() || poll_one(sock_, POLLOUT, write_timeout_) <= 0) return -1;
+    if (!wait_writable()) return -1;
     // Never blocking: a client that stops reading is given write_timeout per attempt, not forever.
     ssize_t n;
     do n = ::send(sock_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -158,6 +158,17 @@ class ConnectionStream final : public httplib::Stream {
       const milliseconds left = until(deadline);
       if (left.count() <= 0) return false;
       if (poll_one(sock_, POLLIN, std::min(left, kStopCheck)) > 0) return true;
+    }
+    return false;
+  }
+  // Writable within the write timeout, checking in slices whether the server is closing its connections (a
+  // shutdown's end must not wait for a client that stopped reading).
+  bool wait_writable() const {
+    const auto deadline = Clock::now() + write_timeout_;
+    while (!stopping_()) {
+      const milliseconds left = until(deadline);
+      if (left.count() <= 0) return false;
+      if (poll_one(sock_, POLLOUT, std::min(left, kStopCheck)) > 0) return true;
     }
     return false;
   }
