@@ -4,13 +4,13 @@
 
 #include <chrono>
 #include <cstdint>
-#if defined(__GLIBC__)
-#include <malloc.h>
-#endif
 #include <cstdio>
 #include <sstream>
 
 #include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallinfo2, for /metrics
+#endif
 
 #include "mambacpp/error.h"
 #include "server/api_error.h"
@@ -102,7 +102,8 @@ Server::Server(const ServerOptions& options) : options_(options) {
     fail("--parallel ", options_.parallel, " + --max-queue ", options_.max_queue, " + 8 = ",
          options_.parallel + options_.max_queue + 8, " HTTP worker threads, more than the limit of ", kMaxHttpThreads,
          "; lower --max-queue or give --http-threads (at most ", kMaxHttpThreads, ")");
-  if (options_.replica_id.size() > 255) fail("--replica-id must be at most 255 characters, found ", options_.replica_id.size());
+  if (options_.replica_id.size() > 255)
+    fail("--replica-id must be at most 255 characters, found ", options_.replica_id.size());
   for (char c : options_.replica_id)
     if (c < 0x21 || c > 0x7e)  // it goes into a header as is
       fail("--replica-id may hold printable ASCII characters without spaces only, found '", options_.replica_id, "'");
