@@ -16,6 +16,7 @@ Exit status 0 when nothing was lost or truncated, /metrics agrees, and the resid
 import argparse
 import http.client
 import json
+import os
 import random
 import re
 import subprocess
@@ -31,6 +32,35 @@ def read_rss_kb(pid):
             if line.startswith("VmRSS:"):
                 return int(line.split()[1])
     raise RuntimeError(f"no VmRSS in /proc/{pid}/status")
+
+
+def read_cpu(pid):
+    """The server's user + system CPU seconds and its minor page faults: per request, costs that other load on the
+    machine changes less than the requests per second (faults count what mmapped allocations cost)."""
+    with open(f"/proc/{pid}/stat") as f:
+        fields = f.read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK"), int(fields[7])
+
+
+def read_memory_breakdown(pid):
+    """Resident MB by kind of mapping: thread stacks (glibc's 8 MiB stacks), the main heap, other anonymous memory
+    (malloc's per-thread arenas and its mmaps of large blocks: tensors, states, cache entries) and files."""
+    out = {"stacks": 0, "main_heap": 0, "other_anon": 0, "files": 0}
+    kind, size = None, 0
+    with open(f"/proc/{pid}/smaps") as f:
+        for line in f:
+            head = line.split()
+            if re.match(r"^[0-9a-f]+-[0-9a-f]+$", head[0]):
+                name = head[5] if len(head) > 5 else ""
+                kind = ("main_heap" if name == "[heap]" else "files" if name.startswith("/")
+                        else "stacks" if name == "[stack]" else None)
+            elif head[0] == "Size:":
+                size = int(head[1])
+                if kind is None and size == 8192:
+                    kind = "stacks"
+            elif head[0] == "Rss:":
+                out[kind or "other_anon"] += int(head[1])
+    return {k: round(v / 1024, 1) for k, v in out.items()}
 
 
 def read_metrics(url):
@@ -152,6 +182,9 @@ def main():
     p.add_argument("--rss-every", type=float, default=2.0, help="seconds between resident memory samples")
     p.add_argument("--warmup", type=float, default=0.25, help="fraction of the run before memory must be flat")
     p.add_argument("--max-rss-growth-mb", type=float, default=32.0)
+    p.add_argument("--memory-breakdown", action="store_true",
+                   help="with each memory sample: resident MB by mapping (stacks, heap, arenas) and the allocator's "
+                        "live and free heap from /metrics, printed to stderr and kept in --json")
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--json", help="write the figures (and the memory samples) to this file")
     args = p.parse_args()
@@ -169,14 +202,24 @@ def main():
 
     stats = Stats()
     before = read_metrics(url)
+    cpu_before, faults_before = read_cpu(pid)
     start = time.time()
     end = start + args.minutes * 60
     samples = []  # (seconds, VmRSS kB)
     stop = threading.Event()
 
+    memory = []  # (seconds, VmRSS MB, breakdown by mapping, the allocator's live and free heap MB)
+
     def sampler():
         while not stop.is_set():
-            samples.append((round(time.time() - start, 1), read_rss_kb(pid)))
+            t = round(time.time() - start, 1)
+            samples.append((t, read_rss_kb(pid)))
+            if args.memory_breakdown:
+                m = read_metrics(url)
+                memory.append({"t": t, "rss_mb": round(samples[-1][1] / 1024, 1), **read_memory_breakdown(pid),
+                               "heap_in_use_mb": round(m.get("mambacpp_heap_in_use_bytes", 0) / 2**20, 1),
+                               "heap_free_mb": round(m.get("mambacpp_heap_free_bytes", 0) / 2**20, 1)})
+                print(json.dumps(memory[-1]), file=sys.stderr, flush=True)
             stop.wait(args.rss_every)
 
     def worker(i):
@@ -202,6 +245,8 @@ def main():
     samples.append((round(time.time() - start, 1), read_rss_kb(pid)))
     stop.set()
     after = read_metrics(url)
+    cpu_after, faults_after = read_cpu(pid)
+    cpu_seconds, faults = cpu_after - cpu_before, faults_after - faults_before
     delta = {k: after[k] - before.get(k, 0) for k in after if k.endswith("_total")}
     c = stats.counts
     problems = list(stats.failures)
@@ -227,8 +272,23 @@ def main():
         problems.append(f"resident memory grew by {growth:.1f} MB after warm-up (limit {args.max_rss_growth_mb})")
 
     elapsed = time.time() - start
+    if proc:
+        # SIGTERM drains (nothing is in flight now): the server must exit 0, promptly.
+        proc.terminate()
+        try:
+            code = proc.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            code = "still running 30 s after SIGTERM"
+        if code != 0:
+            problems.append(f"the server's exit after SIGTERM: {code}")
     report = {"minutes": round(elapsed / 60, 2), "concurrency": args.concurrency, "counts": c,
               "requests_per_second": round((c["plain"] + c["stream"] + c["dropped"]) / elapsed, 1),
+              "server_cpu_ms_per_request": round(1000 * cpu_seconds / max(1, c["sent"]), 2),
+              "server_cpu_ms_per_generated_token":
+                  round(1000 * cpu_seconds / max(1, delta["mambacpp_generated_tokens_total"]), 3),
+              "server_page_faults_per_generated_token":
+                  round(faults / max(1, delta["mambacpp_generated_tokens_total"]), 2),
               "metrics_delta": {k[len("mambacpp_"):]: v for k, v in delta.items()},
               "cancelled_by_server": delta["mambacpp_requests_cancelled_total"],
               "cache_at_end": {k[len("mambacpp_"):]: after[k] for k in
@@ -238,10 +298,7 @@ def main():
     print(json.dumps(report, indent=1))
     if args.json:
         with open(args.json, "w") as f:
-            json.dump({**report, "rss_samples": samples}, f, indent=1)
-    if proc:
-        proc.terminate()
-        proc.wait(timeout=30)
+            json.dump({**report, "rss_samples": samples, "memory_samples": memory}, f, indent=1)
     sys.exit(1 if problems else 0)
 
 

@@ -22,6 +22,8 @@
 #include <fstream>
 #include <functional>
 
+#include <nlohmann/json.hpp>
+
 #include "core/atomic_file.h"
 #include "mambacpp/error.h"
 #include "mambacpp/npy.h"
@@ -54,6 +56,7 @@ struct ChildResult {
   int exit_code = -1;   // -1 when killed by a signal
   int signal = 0;
   std::string err;
+  std::string out;
   long max_rss_kb = 0;
 };
 
@@ -63,6 +66,7 @@ ChildResult run_child(const std::vector<std::string>& args, const std::function<
                       const std::function<void(pid_t)>& while_running = {}) {
   test::TempDir tmp("mambacpp_child");
   const std::string err_path = tmp.file("stderr.txt");
+  const std::string out_path = tmp.file("stdout.txt");
   std::vector<std::string> argv_s{MAMBACPP_BINARY};
   argv_s.insert(argv_s.end(), args.begin(), args.end());
   std::vector<char*> argv;
@@ -72,9 +76,9 @@ ChildResult run_child(const std::vector<std::string>& args, const std::function<
   if (pid < 0) fail("fork: ", std::strerror(errno));
   if (pid == 0) {
     const int fd = ::open(err_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int null = ::open("/dev/null", O_WRONLY);
+    const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
     if (fd >= 0) ::dup2(fd, 2);
-    if (null >= 0) ::dup2(null, 1);
+    if (out >= 0) ::dup2(out, 1);
     if (setup) setup();
     ::execv(argv[0], argv.data());
     ::_exit(127);
@@ -87,6 +91,7 @@ ChildResult run_child(const std::vector<std::string>& args, const std::function<
   if (WIFEXITED(status)) r.exit_code = WEXITSTATUS(status);
   if (WIFSIGNALED(status)) r.signal = WTERMSIG(status);
   r.err = slurp(err_path);
+  r.out = slurp(out_path);
   r.max_rss_kb = ru.ru_maxrss;
   return r;
 }
@@ -290,6 +295,77 @@ TEST(DurableFiles, KillDuringASaveLeavesThePreviousStateIntact) {
   const ChildResult load = run_child({"generate", "--device", "cpu", "--model", default_model(), "-p",
                                       "first turn of a conversation", "-n", "1", "--temp", "0", "--load-state", path});
   EXPECT_EQ(load.exit_code, 0) << load.err;
+}
+
+// The prefix cache's disk tier (generate --state-cache-dir): runs killed -9 the moment one of their cache files'
+// temporary file appears leave it behind; the next run removes every such leftover before it reads the directory,
+// and serves the conversation written before the kills from its file, with a fresh run's tokens.
+TEST(DurableFiles, KillDuringPrefixCacheWritesLeavesNoTemporaryFileAfterTheRestart) {
+  test::TempDir tmp;
+  const std::string dir = tmp.file("cache");
+  const auto gen = [&](std::vector<std::string> args, bool cache = true) {
+    std::vector<std::string> a{"generate", "--device", "cpu", "--model", default_model(), "--json", "--temp", "0"};
+    if (cache) a.insert(a.end(), {"--state-cache-dir", dir, "--state-cache-disk-mb", "64"});
+    a.insert(a.end(), args.begin(), args.end());
+    return a;
+  };
+  // What the cache's writes leave when killed: an AtomicFile's temporary, or a whole file not yet named.
+  const auto unfinished = [&] {
+    std::vector<std::string> names;
+    for (const auto& e : fs::directory_iterator(dir)) {
+      const std::string n = e.path().filename();
+      if (n.find(".tmp-") != std::string::npos || n.find(".state.new") != std::string::npos) names.push_back(n);
+    }
+    return names;
+  };
+  const ChildResult first = run_child(gen({"-p", "def parse_args(", "-n", "16"}));
+  ASSERT_EQ(first.exit_code, 0) << first.err;
+  const nlohmann::json turn1 = nlohmann::json::parse(first.out);
+
+  bool left = false;
+  for (int attempt = 0; attempt < 20 && !left; ++attempt) {
+    const int in = ::inotify_init1(IN_CLOEXEC);
+    ASSERT_GE(in, 0) << std::strerror(errno);
+    ASSERT_GE(::inotify_add_watch(in, dir.c_str(), IN_CREATE), 0);
+    const std::string prompt = "class Other" + std::to_string(attempt) + ":\n    def ";
+    const ChildResult r = run_child(gen({"-p", prompt, "-n", "8"}), {}, [&](pid_t pid) {
+      alignas(struct inotify_event) char buf[4096];
+      struct pollfd p {in, POLLIN, 0};
+      while (::poll(&p, 1, 60000) > 0) {
+        const ssize_t n = ::read(in, buf, sizeof buf);
+        for (ssize_t at = 0; at < n;) {
+          const auto* e = reinterpret_cast<const struct inotify_event*>(buf + at);
+          if (e->len > 0 && std::string(e->name).find(".tmp-") != std::string::npos) {
+            ::kill(pid, SIGKILL);
+            return;
+          }
+          at += static_cast<ssize_t>(sizeof(struct inotify_event) + e->len);
+        }
+      }
+      ::kill(pid, SIGKILL);
+    });
+    ::close(in);
+    ASSERT_EQ(r.signal, SIGKILL) << "exit " << r.exit_code << ": " << r.err;
+    left = !unfinished().empty();
+  }
+  ASSERT_TRUE(left) << "no kill landed inside a cache write in 20 attempts";
+
+  // The restart: the conversation's next turn, as token ids so that it continues the first turn exactly.
+  std::vector<int32_t> turn2 = turn1["prompt_tokens"].get<std::vector<int32_t>>();
+  for (int32_t t : turn1["tokens"].get<std::vector<int32_t>>()) turn2.push_back(t);
+  const size_t cached_at_least = turn2.size() - 1;
+  turn2.insert(turn2.end(), {13, 14, 15});
+  std::string ids;
+  for (int32_t t : turn2) ids += std::to_string(t) + " ";
+  std::ofstream(tmp.file("turn2.txt")) << ids;
+  const ChildResult second = run_child(gen({"--tokens-file", tmp.file("turn2.txt"), "-n", "8"}));
+  ASSERT_EQ(second.exit_code, 0) << second.err;
+  EXPECT_THAT(unfinished(), ::testing::IsEmpty()) << "leftovers of the killed runs are still in the directory";
+  const nlohmann::json served = nlohmann::json::parse(second.out);
+  EXPECT_GE(served["cached_prompt_tokens"].get<size_t>(), cached_at_least) << second.out;
+  const ChildResult fresh = run_child(gen({"--tokens-file", tmp.file("turn2.txt"), "-n", "8"}, false));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.err;
+  EXPECT_EQ(served["tokens"], nlohmann::json::parse(fresh.out)["tokens"]);
 }
 
 // A full file system without root: a tmpfs of 2 MiB mounted in a user and mount namespace of a child process,

@@ -83,8 +83,9 @@ int port_of(const sockaddr_storage& a) {
 // request's deadline.
 class ConnectionStream final : public httplib::Stream {
  public:
-  ConnectionStream(int sock, milliseconds write_timeout, std::function<bool()> stopping)
-      : sock_(sock), write_timeout_(write_timeout), stopping_(std::move(stopping)) {}
+  ConnectionStream(int sock, milliseconds write_timeout, std::function<bool()> stopping,
+                   std::function<bool()> draining)
+      : sock_(sock), write_timeout_(write_timeout), stopping_(std::move(stopping)), draining_(std::move(draining)) {}
 
   uint64_t consumed() const { return consumed_; }
 
@@ -94,11 +95,17 @@ class ConnectionStream final : public httplib::Stream {
   }
 
   // Waits for the first byte of the next request; false after `idle` without one or once the server stops.
-  bool wait_for_request(milliseconds idle) const { return pos_ < len_ || wait_until(Clock::now() + idle); }
+  // A draining server waits for no next request; one that has arrived already is answered (503: a load balancer
+  // resends it elsewhere) rather than dropped with the connection.
+  bool wait_for_request(milliseconds idle) const {
+    if (pos_ < len_) return true;
+    if (!draining_() && wait_until(Clock::now() + idle, draining_)) return true;
+    return draining_() && !stopping_() && poll_one(sock_, POLLIN, milliseconds(0)) > 0 && peer_open_with_data();
+  }
 
   bool is_readable() const override { return pos_ < len_ || wait_readable(); }
 
-  bool is_writable() const override { return poll_one(sock_, POLLOUT, write_timeout_) > 0 && peer_open(); }
+  bool is_writable() const override { return wait_writable() && peer_open(); }
 
   ssize_t read(char* ptr, size_t size) override {
     if (pos_ == len_) {
@@ -118,7 +125,7 @@ class ConnectionStream final : public httplib::Stream {
   }
 
   ssize_t write(const char* ptr, size_t size) override {
-    if (poll_one(sock_, POLLOUT, write_timeout_) <= 0) return -1;
+    if (!wait_writable()) return -1;
     // Never blocking: a client that stops reading is given write_timeout per attempt, not forever.
     ssize_t n;
     do n = ::send(sock_, ptr, size, MSG_NOSIGNAL | MSG_DONTWAIT);
@@ -146,11 +153,22 @@ class ConnectionStream final : public httplib::Stream {
  private:
   // Readable before `deadline`, checking in slices whether the server is stopping (which must not wait for a slow
   // client's read timeout).
-  bool wait_until(Clock::time_point deadline) const {
-    while (!stopping_()) {
+  bool wait_until(Clock::time_point deadline, const std::function<bool()>& also_stop = nullptr) const {
+    while (!stopping_() && !(also_stop && also_stop())) {
       const milliseconds left = until(deadline);
       if (left.count() <= 0) return false;
       if (poll_one(sock_, POLLIN, std::min(left, kStopCheck)) > 0) return true;
+    }
+    return false;
+  }
+  // Writable within the write timeout, checking in slices whether the server is closing its connections (a
+  // shutdown's end must not wait for a client that stopped reading).
+  bool wait_writable() const {
+    const auto deadline = Clock::now() + write_timeout_;
+    while (!stopping_()) {
+      const milliseconds left = until(deadline);
+      if (left.count() <= 0) return false;
+      if (poll_one(sock_, POLLOUT, std::min(left, kStopCheck)) > 0) return true;
     }
     return false;
   }
@@ -158,6 +176,12 @@ class ConnectionStream final : public httplib::Stream {
     if (wait_until(read_deadline_)) return true;
     if (Clock::now() >= read_deadline_) t_read_timed_out = true;
     return false;
+  }
+
+  // Readable with bytes to read, not just the peer's close.
+  bool peer_open_with_data() const {
+    char c;
+    return ::recv(sock_, &c, 1, MSG_PEEK | MSG_DONTWAIT) > 0;
   }
 
   // A streamed response notices a client that went away here (cpp-httplib's DataSink::is_writable).
@@ -170,7 +194,7 @@ class ConnectionStream final : public httplib::Stream {
 
   int sock_;
   milliseconds write_timeout_;
-  std::function<bool()> stopping_;
+  std::function<bool()> stopping_, draining_;
   Clock::time_point read_deadline_ = Clock::now();
   char buf_[4096];
   size_t pos_ = 0, len_ = 0;
@@ -244,12 +268,13 @@ class LimitedServer final : public httplib::Server {
         std::atomic<int64_t>& open;
         ~Release() { open -= 1; }
       } release{open_};
-      const auto stopping = [this] { return svr_sock_ == INVALID_SOCKET; };
-      ConnectionStream strm(sock, std::chrono::seconds(o_.write_timeout), stopping);
+      const auto stopping = [this] { return svr_sock_ == INVALID_SOCKET || closing_; };
+      const auto draining = [this] { return draining_.load(); };
+      ConnectionStream strm(sock, std::chrono::seconds(o_.write_timeout), stopping, draining);
       while (strm.wait_for_request(std::chrono::seconds(o_.keep_alive_timeout))) {
         strm.set_read_deadline(Clock::now() + std::chrono::seconds(o_.read_timeout));
         bool connection_closed = false;
-        const bool close_connection = stopping();
+        const bool close_connection = stopping() || draining();
         // A request answered without reading its body (401, 405 before routing; 413) leaves it on the connection,
         // where it must not be parsed as the next request: the connection closes (and the answer says so).
         t_request = CurrentRequest{&strm, 0, -1};
@@ -308,9 +333,34 @@ class LimitedServer final : public httplib::Server {
 
   ConnectionOptions o_;
   std::atomic<int64_t> open_{0};
+  std::atomic<bool> draining_{false}, closing_{false};
+
+ public:
+  void stop_accepting() {
+    if (draining_.exchange(true)) return;  // the socket's number may be another file's once the loop closed it
+    // Not cpp-httplib's stop(): that marks the server socket invalid, which its chunked writer takes for "stop
+    // streaming". A shut-down listening socket fails the blocked accept(), and the accepting loop closes it and waits
+    // for its workers.
+    const socket_t s = svr_sock_.load();
+    if (s != INVALID_SOCKET) ::shutdown(s, SHUT_RDWR);
+  }
+  void close_connections() { closing_ = true; }
+  int64_t open_connections() const { return open_.load(); }
 };
 
+LimitedServer& limited(httplib::Server& server) {
+  auto* s = dynamic_cast<LimitedServer*>(&server);
+  if (!s) fail("internal: the HTTP server was not made by make_http_server");
+  return *s;
+}
+
 }  // namespace
+
+void stop_accepting(httplib::Server& server) { limited(server).stop_accepting(); }
+void close_connections(httplib::Server& server) { limited(server).close_connections(); }
+int64_t open_connections(const httplib::Server& server) {
+  return limited(const_cast<httplib::Server&>(server)).open_connections();
+}
 
 bool request_read_timed_out() { return t_read_timed_out; }
 

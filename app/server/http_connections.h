@@ -35,4 +35,14 @@ bool request_read_timed_out();
 // closes after the answer, which must say so (Connection: close) or a client would send its next request on it.
 bool request_body_unread();
 
+// Graceful shutdown, in two steps. stop_accepting closes the listening socket (a client's or a load balancer's
+// connect fails at once, so it goes to another replica) while the connections open finish the request they are in,
+// answered with `Connection: close`, and idle ones close; cpp-httplib's own stop() would also cut the streams in
+// flight. close_connections then ends whatever is still open at its next read or write. Both do nothing to a server
+// that is not listening; `server` must come from make_http_server.
+void stop_accepting(httplib::Server& server);
+void close_connections(httplib::Server& server);
+// Connections being served (not counting those refused past --max-connections).
+int64_t open_connections(const httplib::Server& server);
+
 }  // namespace mambacpp::server

@@ -7,6 +7,11 @@
 #include <cstdio>
 #include <sstream>
 
+#include <unistd.h>
+#if defined(__GLIBC__)
+#include <malloc.h>  // mallinfo2, for /metrics
+#endif
+
 #include "mambacpp/error.h"
 #include "server/api_error.h"
 #include "server/completion_response.h"
@@ -97,6 +102,11 @@ Server::Server(const ServerOptions& options) : options_(options) {
     fail("--parallel ", options_.parallel, " + --max-queue ", options_.max_queue, " + 8 = ",
          options_.parallel + options_.max_queue + 8, " HTTP worker threads, more than the limit of ", kMaxHttpThreads,
          "; lower --max-queue or give --http-threads (at most ", kMaxHttpThreads, ")");
+  if (options_.replica_id.size() > 255)
+    fail("--replica-id must be at most 255 characters, found ", options_.replica_id.size());
+  for (char c : options_.replica_id)
+    if (c < 0x21 || c > 0x7e)  // it goes into a header as is
+      fail("--replica-id may hold printable ASCII characters without spaces only, found '", options_.replica_id, "'");
   http_ = make_http_server(connection_options(options_));
   add_routes();
 }
@@ -176,6 +186,14 @@ void Server::start() {
     fail("serve: cannot listen on ", options_.host, ":", options_.port,
          " (the port is taken or the address is not "
          "this machine's)");
+  if (options_.replica_id.empty()) {
+    char host[256] = {};
+    if (::gethostname(host, sizeof host - 1) != 0 || host[0] == 0) std::snprintf(host, sizeof host, "localhost");
+    replica_id_ = std::string(host) + ":" + std::to_string(port_);
+  } else {
+    replica_id_ = options_.replica_id;
+  }
+  http_->set_default_headers({{"X-Mambacpp-Replica", replica_id_}});
   http_thread_ = std::thread([this] { http_->listen_after_bind(); });
   // httplib's stop() does nothing until the listening loop runs: a stop() before it (a model that fails to load right
   // after start()) left the loop blocked in accept() and the process hung in ~Server, 7 times in 20 on this machine.
@@ -221,29 +239,51 @@ void Server::step_loop() {
   }
 }
 
-void Server::stop() {
-  if (stopped_.exchange(true)) return;
-  stopping_ = true;
-  std::vector<std::shared_ptr<RequestChannel>> channels;
-  {
-    std::lock_guard<std::mutex> lock(active_mutex_);
-    for (auto& [_, c] : active_) channels.push_back(c);
-  }
-  if (engine_)
-    for (auto& c : channels)
-      for (RequestId id : c->ids()) engine_->cancel(id);
-  const auto deadline = Clock::now() + kDrainTimeout;
-  while (Clock::now() < deadline) {
-    {
-      std::lock_guard<std::mutex> lock(active_mutex_);
-      if (active_.empty()) break;
-    }
+int64_t Server::active_requests() const {
+  std::lock_guard<std::mutex> lock(active_mutex_);
+  return static_cast<int64_t>(active_.size());
+}
+
+bool Server::wait_until_idle(Clock::time_point deadline, const std::atomic<bool>* hurry) {
+  const bool listening = http_thread_.joinable();
+  while (true) {
+    // A non-streamed answer is written after its handler returns: the open connections tell when it is out.
+    if (active_requests() == 0 && (!listening || open_connections(*http_) == 0)) return true;
+    if (Clock::now() >= deadline || (hurry && *hurry)) return false;
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
-  http_->stop();
-  if (http_thread_.joinable()) http_thread_.join();
+}
+
+int64_t Server::shutdown(std::chrono::milliseconds grace, const std::atomic<bool>* hurry) {
+  if (stopped_.exchange(true)) return 0;
+  {
+    std::lock_guard<std::mutex> lock(active_mutex_);  // handle_completion checks it under the lock
+    stopping_ = true;
+  }
+  const bool listening = http_thread_.joinable();
+  if (listening) stop_accepting(*http_);
+  int64_t cancelled = 0;
+  if (!wait_until_idle(Clock::now() + grace, hurry)) {
+    cancelling_ = true;
+    std::vector<std::shared_ptr<RequestChannel>> channels;
+    {
+      std::lock_guard<std::mutex> lock(active_mutex_);
+      for (auto& [_, c] : active_) channels.push_back(c);
+    }
+    cancelled = static_cast<int64_t>(channels.size());
+    if (engine_)
+      for (auto& c : channels)
+        for (RequestId id : c->ids()) engine_->cancel(id);
+    // The cancelled streams send their last events; then whatever is still open is closed.
+    wait_until_idle(Clock::now() + kDrainTimeout, nullptr);
+  }
+  if (listening) {
+    close_connections(*http_);
+    http_thread_.join();
+  }
   quit_ = true;
   if (step_thread_.joinable()) step_thread_.join();
+  return cancelled;
 }
 
 void Server::require_ready() const {
@@ -290,8 +330,8 @@ void Server::submit_all(const CompletionRequest& request, const std::shared_ptr<
 }
 
 void Server::cancel_if_stopping(RequestChannel& channel) {
-  // stop() cancels what is in flight when it starts; this catches a request submitted while it did.
-  if (stopping_ && !channel.finished())
+  // shutdown() cancels what is in flight when the grace ends; this catches a request submitted while it did.
+  if (cancelling_ && !channel.finished())
     for (RequestId id : channel.ids()) engine_->cancel(id);
 }
 
@@ -473,6 +513,14 @@ void Server::handle_metrics(httplib::Response& res) const {
     << "# TYPE mambacpp_step_seconds summary\n"
     << "mambacpp_step_seconds_sum " << double(step_ns_total_) * 1e-9 << "\n"
     << "mambacpp_step_seconds_count " << steps_total_ << "\n";
+#if defined(__GLIBC__)
+  // What the allocator holds, to tell live memory from memory it keeps after freeing (docs/reliability.md, soak).
+  const struct mallinfo2 heap = mallinfo2();
+  metric("heap_in_use_bytes", "gauge", "Bytes of heap allocations live (malloc's arenas and its own mmaps).",
+         static_cast<int64_t>(heap.uordblks + heap.hblkhd));
+  metric("heap_free_bytes", "gauge", "Bytes freed but kept by malloc in its arenas (not returned to the system).",
+         static_cast<int64_t>(heap.fordblks));
+#endif
   res.status = 200;
   res.set_content(m.str(), "text/plain; version=0.0.4");
 }

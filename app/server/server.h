@@ -4,6 +4,7 @@
 #pragma once
 
 #include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -53,6 +54,9 @@ struct ServerOptions {
   int64_t keep_alive_timeout = 10;
   int64_t read_timeout = 10;
   int64_t write_timeout = 10;
+  // This replica's name, sent on every answer as X-Mambacpp-Replica (a load balancer's affinity shows in it); empty:
+  // the host name and the port.
+  std::string replica_id;
   SpeculativeParams speculative;  // requests' defaults (serve --draft-*); draft_model needs EngineOptions::draft_model
 };
 
@@ -72,7 +76,17 @@ class Server {
               std::unique_ptr<ChatTemplate> chat_template, const EngineOptions& engine_options, std::string name);
 
   // Stops accepting requests, cancels those in flight (their streams end), and stops serving and stepping.
-  void stop();
+  void stop() { shutdown(std::chrono::milliseconds(0)); }
+
+  // A graceful stop (serve's SIGTERM): /health and new requests answer 503 and the listening socket closes, so that a
+  // load balancer sends the next requests elsewhere; the requests in flight run to their end for up to `grace`, after
+  // which (or once `*hurry` is set: a second SIGTERM) those left are cancelled as stop() does. When it returns the
+  // engine has stopped, so every snapshot it cached is in the prefix cache's disk tier (written through on the
+  // stepping thread). Returns the requests cancelled.
+  int64_t shutdown(std::chrono::milliseconds grace, const std::atomic<bool>* hurry = nullptr);
+  // Requests (HTTP requests, not prompts) being answered.
+  int64_t active_requests() const;
+  const std::string& replica_id() const { return replica_id_; }
 
  private:
   void add_routes();
@@ -87,6 +101,8 @@ class Server {
   void submit_all(const CompletionRequest& request, const std::shared_ptr<RequestChannel>& channel);
   void finish(const std::shared_ptr<RequestChannel>& channel);
   void cancel_if_stopping(RequestChannel& channel);
+  // Waits until no request is being answered and no connection is open, or `deadline` (or hurry()); whether idle.
+  bool wait_until_idle(std::chrono::steady_clock::time_point deadline, const std::atomic<bool>* hurry);
   bool stream_some(RequestChannel& channel, CompletionResponse& response, bool& finished,
                    httplib::DataSink& sink);  // counts its results and forgets it
 
@@ -102,7 +118,9 @@ class Server {
   std::string model_name_;
   RequestLimits limits_;
   int64_t created_ = 0;  // unix time the model was attached (/v1/models)
-  std::atomic<bool> ready_{false}, stopping_{false}, stopped_{false}, quit_{false};
+  // stopping_: refuse new requests; cancelling_: cancel those in flight (stop(), or a shutdown's grace is over).
+  std::atomic<bool> ready_{false}, stopping_{false}, cancelling_{false}, stopped_{false}, quit_{false};
+  std::string replica_id_;
   std::thread step_thread_;
 
   mutable std::mutex active_mutex_;

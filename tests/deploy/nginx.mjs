@@ -37,7 +37,8 @@ server {
         # retried too (non_idempotent): a completion has no side effect beyond the replica's cache. nginx cannot
         # retry once the response head has been passed to the client: a stream cut by a dying replica stays cut.
         proxy_next_upstream error timeout http_502 http_503 non_idempotent;
-        proxy_next_upstream_tries 2;
+        # As many tries as replicas: with one stopped for a deploy and another dead, a key still finds the third.
+        proxy_next_upstream_tries ${replicas.length};
         add_header X-Upstream $upstream_addr always;
     }
 }

@@ -288,7 +288,7 @@ describe('serve --api-key, --parallel 1 --max-queue 1, --chat-template chatml', 
   const auth = { Authorization: `Bearer ${key}` };
   before(async () => {
     server = await startServer(['--api-key', key, '--parallel', '1', '--max-queue', '1', '--chat-template', 'chatml',
-      '--max-body-mb', '1']);
+      '--max-body-mb', '1', '--shutdown-timeout', '0']);
     client = new OpenAI({ baseURL: `${server.url}/v1`, apiKey: key, maxRetries: 0 });
   });
   after(async () => {
@@ -377,7 +377,7 @@ describe('serve --api-key, --parallel 1 --max-queue 1, --chat-template chatml', 
     queued.controller.abort();
   });
 
-  test('SIGTERM ends the streams in flight and exits 0 within 5 s', async () => {
+  test('SIGTERM with --shutdown-timeout 0 ends the streams in flight and exits 0 within 5 s', async () => {
     await waitFor(async () => {
       const text = await (await fetch(`${server.url}/metrics`, { headers: auth })).text();
       return text.includes('mambacpp_requests_running 0') && text.includes('mambacpp_requests_queued 0');
