@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <unordered_map>
 
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
@@ -59,24 +60,46 @@ std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& toke
 
 namespace {
 
+// The walk over the trie. Stack sets are interned too: many prefixes lead to the same set (inside a JSON string,
+// every ordinary character does), so advancing a set by a byte is computed once per walk and then looked up.
 struct Walk {
+  static constexpr uint32_t kRejected = UINT32_MAX;
   GrammarMatcher& m;
   const TokenTrie& trie;
   std::vector<uint8_t>& allowed;
-  std::vector<std::vector<GrammarMatcher::StackId>> level;  // the stacks after each depth's byte
+  std::vector<std::vector<GrammarMatcher::StackId>> sets;  // set id -> its stacks
+  std::vector<std::bitset<256>> next;                      // set id -> the bytes it can take
+  std::unordered_map<std::string, uint32_t> set_ids;
+  std::unordered_map<uint64_t, uint32_t> step;  // (set id, byte) -> set id or kRejected
+  std::vector<GrammarMatcher::StackId> scratch;
 
-  void visit(uint32_t node, size_t depth) {
+  uint32_t intern(const std::vector<GrammarMatcher::StackId>& stacks) {
+    std::string key(reinterpret_cast<const char*>(stacks.data()), stacks.size() * sizeof(GrammarMatcher::StackId));
+    const auto [it, added] = set_ids.try_emplace(std::move(key), static_cast<uint32_t>(sets.size()));
+    if (added) sets.push_back(stacks), next.push_back(m.next_bytes(stacks));
+    return it->second;
+  }
+
+  uint32_t advance(uint32_t set, uint8_t byte) {
+    const uint64_t key = (uint64_t{set} << 8) | byte;
+    const auto found = step.find(key);
+    if (found != step.end()) return found->second;
+    m.advance(sets[set], byte, scratch);
+    const uint32_t out = scratch.empty() ? kRejected : intern(scratch);
+    step.emplace(key, out);
+    return out;
+  }
+
+  void visit(uint32_t node, uint32_t set) {
     const TokenTrie::Node& n = trie.nodes()[node];
-    if (level.size() <= depth + 1) level.resize(depth + 2);
-    const std::bitset<256> next = m.next_bytes(level[depth]);
     for (uint32_t c = n.first_child; c < n.first_child + n.n_children; ++c) {
       const TokenTrie::Node& child = trie.nodes()[c];
-      if (!next.test(child.byte)) continue;
-      m.advance(level[depth], child.byte, level[depth + 1]);
-      if (level[depth + 1].empty()) continue;
+      if (!next[set].test(child.byte)) continue;
+      const uint32_t after = advance(set, child.byte);
+      if (after == kRejected) continue;
       for (uint32_t t = child.first_token; t < child.first_token + child.n_tokens; ++t)
         allowed[static_cast<size_t>(trie.tokens()[t])] = 1;
-      if (child.n_children > 0) visit(c, depth + 1);
+      if (child.n_children > 0) visit(c, after);
     }
   }
 };
@@ -86,11 +109,9 @@ struct Walk {
 void allowed_tokens(GrammarMatcher& matcher, const TokenTrie& trie, std::vector<uint8_t>& allowed) {
   allowed.assign(static_cast<size_t>(trie.vocab()), 0);
   const size_t mark = matcher.mark();
-  Walk w{matcher, trie, allowed, {}};
-  w.level.resize(1);
-  w.level[0] = matcher.stacks();
   try {
-    w.visit(0, 0);
+    Walk w{matcher, trie, allowed, {}, {}, {}, {}, {}};
+    w.visit(0, w.intern(matcher.stacks()));
   } catch (...) {
     matcher.release(mark);
     throw;
