@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>
+#include <fstream>
 #include <random>
 #include <string>
 
@@ -332,6 +333,42 @@ TEST(GrammarEngine, JsonObjectAndBadGrammars) {
   EXPECT_EQ(g.finish_reason, FinishReason::Eos);
   EXPECT_TRUE(matches(r.grammar, g.text)) << g.text;
   EXPECT_EQ(g.draft_tokens, 0);
+}
+
+// `generate --grammar FILE` and `--json-schema` (a file or inline JSON), as llama-cli's --grammar-file/--json-schema.
+TEST(GrammarCli, GrammarAndJsonSchemaFlags) {
+  test::TempDir dir;
+  const std::string model = " --device cpu --model " + test::source_dir() + "/models/default ";
+  {
+    std::ofstream(dir.file("yn.gbnf")) << "root ::= (\"yes\" | \"no\") \"!\"\n";
+    const test::CliResult r = test::run_cli("generate" + model + "-p 'Is it?' -n 8 --temp 1.3 --seed 4 --json --grammar " +
+                                            dir.file("yn.gbnf"));
+    ASSERT_EQ(r.exit_code, 0) << r.output();
+    const json out = json::parse(r.out);
+    EXPECT_TRUE(out["text"] == "yes!" || out["text"] == "no!") << r.out;
+    EXPECT_EQ(out["stop_reason"], "eos");
+  }
+  {
+    std::ofstream(dir.file("s.json")) << R"({"type":"object","properties":{"ok":{"type":"boolean"}},"required":["ok"]})";
+    const test::CliResult r =
+        test::run_cli("generate" + model + "-p 'x' -n 200 --temp 1.0 --seed 1 --json --json-schema " + dir.file("s.json"));
+    ASSERT_EQ(r.exit_code, 0) << r.output();
+    const json v = json::parse(json::parse(r.out)["text"].get<std::string>());
+    EXPECT_TRUE(v["ok"].is_boolean());
+    const test::CliResult inline_schema =
+        test::run_cli("generate" + model + "-p 'x' -n 50 --temp 0 --json --json-schema '{\"enum\": [\"a\", \"b\"]}'");
+    ASSERT_EQ(inline_schema.exit_code, 0) << inline_schema.output();
+    const std::string text = json::parse(inline_schema.out)["text"];
+    EXPECT_TRUE(text == "\"a\"" || text == "\"b\"") << text;
+  }
+  std::ofstream(dir.file("bad.gbnf")) << "root ::= \"a\"\nb ::= (\n";
+  const test::CliResult bad = test::run_cli("generate" + model + "-p x -n 2 --grammar " + dir.file("bad.gbnf"));
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.output().find("grammar line 2, column 7: this '(' is never closed"), std::string::npos) << bad.output();
+  const test::CliResult unsupported =
+      test::run_cli("generate" + model + "-p x -n 2 --json-schema '{\"type\": \"string\", \"format\": \"date\"}'");
+  EXPECT_NE(unsupported.exit_code, 0);
+  EXPECT_NE(unsupported.output().find("the keyword 'format' (at #) is not supported"), std::string::npos);
 }
 
 }  // namespace
