@@ -335,6 +335,30 @@ TEST(GrammarEngine, JsonObjectAndBadGrammars) {
   EXPECT_EQ(g.draft_tokens, 0);
 }
 
+// A constrained row makes its step take whole rows of logits instead of device-selected candidates: the other rows
+// of the batch still get the tokens they get alone (the two paths pick the same token).
+TEST(GrammarEngine, UnconstrainedRowsBesideAConstrainedOneAreUnchanged) {
+  const auto model = Model::load(test::source_dir() + "/models/default", cpu_options());
+  const Tokenizer& tok = shipped_tokenizer();
+  std::vector<GenerateRequest> reqs(3);
+  for (size_t i = 0; i < reqs.size(); ++i) {
+    reqs[i].prompt = tok.encode(i == 1 ? "import numpy" : "def main(");
+    reqs[i].max_new_tokens = 24;
+    reqs[i].ignore_eos = true;
+    reqs[i].sampling.seed = 11 + i, reqs[i].sampling.seed_given = true;
+  }
+  reqs[0].sampling.temperature = 0.0f;
+  reqs[2].grammar = "root ::= [a-z ]{30}";
+  reqs[2].ignore_eos = false;
+  const std::vector<GenerateResult> batch = test::run_batch(*model, reqs, &tok);
+  for (size_t i = 0; i < 2; ++i) {
+    const GenerateResult alone = test::run_alone(*model, reqs[i], &tok);
+    EXPECT_EQ(batch[i].tokens, alone.tokens) << i;
+  }
+  EXPECT_TRUE(batch[2].error.empty()) << batch[2].error;
+  EXPECT_TRUE(matches(reqs[2].grammar, batch[2].text)) << batch[2].text;
+}
+
 // `generate --grammar FILE` and `--json-schema` (a file or inline JSON), as llama-cli's --grammar-file/--json-schema.
 TEST(GrammarCli, GrammarAndJsonSchemaFlags) {
   test::TempDir dir;
