@@ -31,8 +31,9 @@ int main(int argc, char** argv) {
     "notes":{"type":"string"},"id":{"type":"integer"}},"required":["name","age"],"additionalProperties":false})";
   const std::vector<int32_t> ids = tok->encode(text, false);
   std::printf("%-12s %8s %10s %10s %10s %10s\n", "grammar", "tokens", "mean_us", "p50_us", "max_us", "allowed_avg");
-  for (const auto& [name, gbnf] : {std::pair<std::string, std::string>{"json_object", json_object_grammar()},
-                                   std::pair<std::string, std::string>{"json_schema", json_schema_to_grammar(schema)}}) {
+  for (const auto& [name, gbnf] :
+       {std::pair<std::string, std::string>{"json_object", json_object_grammar()},
+        std::pair<std::string, std::string>{"json_schema", json_schema_to_grammar(schema)}}) {
     for (int rep = 0; rep < 2; ++rep) {  // the first pass warms caches; the second is reported
       TokenConstraint c(Grammar::parse(gbnf), trie);
       std::vector<double> us;

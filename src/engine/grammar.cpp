@@ -131,8 +131,10 @@ class GrammarCompiler {
   [[noreturn]] void error_at(size_t pos, const std::string& what) const {
     size_t line = 1, col = 1;
     for (size_t i = 0; i < pos && i < src_.size(); ++i) {
-      if (src_[i] == '\n') ++line, col = 1;
-      else ++col;
+      if (src_[i] == '\n')
+        ++line, col = 1;
+      else
+        ++col;
     }
     fail("grammar line ", line, ", column ", col, ": ", what);
   }
@@ -213,8 +215,7 @@ class GrammarCompiler {
   }
 
   Alternatives parse_alternatives(int depth) {
-    if (depth > limits_.max_nesting)
-      error("groups nested deeper than " + std::to_string(limits_.max_nesting));
+    if (depth > limits_.max_nesting) error("groups nested deeper than " + std::to_string(limits_.max_nesting));
     Alternatives alts;
     alts.push_back(parse_sequence(depth));
     skip_space();
@@ -274,24 +275,41 @@ class GrammarCompiler {
       if (at_end()) error_at(esc, "an escape at the end of the grammar");
       const char e = src_[pos_++];
       switch (e) {
-        case 'n': return '\n';
-        case 'r': return '\r';
-        case 't': return '\t';
-        case '\\': case '"': case '[': case ']': case '-': case '^': case '/': return static_cast<uint8_t>(e);
-        case 'x': case 'u': case 'U': {
+        case 'n':
+          return '\n';
+        case 'r':
+          return '\r';
+        case 't':
+          return '\t';
+        case '\\':
+        case '"':
+        case '[':
+        case ']':
+        case '-':
+        case '^':
+        case '/':
+          return static_cast<uint8_t>(e);
+        case 'x':
+        case 'u':
+        case 'U': {
           const int digits = e == 'x' ? 2 : e == 'u' ? 4 : 8;
           uint32_t v = 0;
           for (int i = 0; i < digits; ++i) {
             const char h = peek();
-            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            int d = h >= '0' && h <= '9'   ? h - '0'
+                    : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                    : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                           : -1;
             if (d < 0) error_at(esc, std::string("\\") + e + " needs " + std::to_string(digits) + " hex digits");
             v = v * 16 + static_cast<uint32_t>(d);
             ++pos_;
           }
-          if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF)) error_at(esc, "the escape is not a Unicode scalar value");
+          if (v > kMaxCodePoint || (v >= 0xD800 && v <= 0xDFFF))
+            error_at(esc, "the escape is not a Unicode scalar value");
           return v;
         }
-        default: error_at(esc, std::string("unknown escape '\\") + e + "'");
+        default:
+          error_at(esc, std::string("unknown escape '\\") + e + "'");
       }
     }
     const uint8_t b0 = byte();
@@ -419,8 +437,10 @@ class GrammarCompiler {
       if (peek() == ',') {
         ++pos_;
         skip_space();
-        if (peek() == '}') unbounded = true;
-        else max = parse_count();
+        if (peek() == '}')
+          unbounded = true;
+        else
+          max = parse_count();
         skip_space();
       }
       if (peek() != '}') error("expected '}' to close the repetition {m,n}");
@@ -507,7 +527,8 @@ class GrammarCompiler {
           std::string name = names_[next];
           for (const auto& [p, unused] : path)
             if (names_[p].rfind("(generated", 0) != 0) name = names_[p];
-          fail("grammar: the rule '", name, "' is left-recursive (it can reach itself before matching any "
+          fail("grammar: the rule '", name,
+               "' is left-recursive (it can reach itself before matching any "
                "character); rewrite it with repetition, e.g. 'list ::= item (\",\" item)*'");
         }
         if (color[next] == 0) color[next] = 1, path.emplace_back(next, 0);

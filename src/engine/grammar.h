@@ -30,9 +30,9 @@ namespace mambacpp {
 
 struct GrammarLimits {
   size_t max_source_bytes = size_t{1} << 20;
-  int max_nesting = 128;            // nested groups while parsing
-  size_t max_elements = 1 << 20;    // compiled elements (repetition counts multiply)
-  size_t max_stacks = 4096;         // ways of reading the text kept at once (an ambiguous grammar stops here)
+  int max_nesting = 128;          // nested groups while parsing
+  size_t max_elements = 1 << 20;  // compiled elements (repetition counts multiply)
+  size_t max_stacks = 4096;       // ways of reading the text kept at once (an ambiguous grammar stops here)
 };
 
 class Grammar {
@@ -91,8 +91,8 @@ class GrammarMatcher {
 
  private:
   struct Node {
-    uint32_t pos;     // element to match next (a Bytes element once expanded)
-    StackId parent;   // where the enclosing rule continues; kAccepted at the bottom
+    uint32_t pos;    // element to match next (a Bytes element once expanded)
+    StackId parent;  // where the enclosing rule continues; kAccepted at the bottom
   };
   StackId intern(uint32_t pos, StackId parent);
   // Adds to `out` the terminal stacks (top is Bytes, or kAccepted) that (pos, parent) expands to.

@@ -54,7 +54,8 @@ void TokenTrie::build(uint32_t node, std::vector<int32_t>::iterator lo, std::vec
 std::shared_ptr<const TokenTrie> TokenTrie::from_tokenizer(const Tokenizer& tokenizer, int64_t limit) {
   std::vector<std::string> bytes(static_cast<size_t>(limit));
   for (int64_t id = 0; id < limit; ++id)
-    if (!tokenizer.is_special(static_cast<int32_t>(id))) bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(static_cast<int32_t>(id));
+    if (!tokenizer.is_special(static_cast<int32_t>(id)))
+      bytes[static_cast<size_t>(id)] = tokenizer.token_bytes(static_cast<int32_t>(id));
   return std::make_shared<const TokenTrie>(bytes);
 }
 
@@ -130,8 +131,10 @@ void TokenConstraint::mask(std::span<float> row, const std::set<int32_t>& stop_t
   bool any = false;
   const size_t n = std::min(row.size(), allowed_.size());
   for (size_t i = 0; i < n; ++i) {
-    if (!allowed_[i]) row[i] = -std::numeric_limits<float>::infinity();
-    else any = any || row[i] != -std::numeric_limits<float>::infinity();
+    if (!allowed_[i])
+      row[i] = -std::numeric_limits<float>::infinity();
+    else
+      any = any || row[i] != -std::numeric_limits<float>::infinity();
   }
   for (size_t i = n; i < row.size(); ++i) row[i] = -std::numeric_limits<float>::infinity();
   if (!any)

@@ -51,11 +51,12 @@ std::string literal(const std::string& bytes) {
 // The JSON text of a value as it is generated (compact).
 std::string json_literal(const json& v) { return literal(v.dump(-1, ' ', false, json::error_handler_t::strict)); }
 
-const std::set<std::string> kAnnotations = {"title", "description", "examples", "default", "$schema", "$id",
-                                            "$comment", "$defs", "definitions"};
-const std::set<std::string> kSupported = {"type",     "properties", "required", "additionalProperties", "items",
-                                          "minItems", "maxItems",   "minLength", "maxLength",           "enum",
-                                          "const",    "anyOf",      "oneOf",     "allOf",               "$ref"};
+const std::set<std::string> kAnnotations = {"title", "description", "examples", "default",    "$schema",
+                                            "$id",   "$comment",    "$defs",    "definitions"};
+const std::set<std::string> kSupported = {"type",      "properties", "required", "additionalProperties",
+                                          "items",     "minItems",   "maxItems", "minLength",
+                                          "maxLength", "enum",       "const",    "anyOf",
+                                          "oneOf",     "allOf",      "$ref"};
 
 class SchemaCompiler {
  public:
@@ -131,7 +132,8 @@ class SchemaCompiler {
     if (s.contains("type")) {
       const json& t = s["type"];
       if (t.is_string()) return typed(s, t.get<std::string>(), where, depth);
-      if (!t.is_array() || t.empty()) fail("json_schema: 'type' (at ", where, ") must be a string or a non-empty array");
+      if (!t.is_array() || t.empty())
+        fail("json_schema: 'type' (at ", where, ") must be a string or a non-empty array");
       std::string alts;
       for (const json& one : t) {
         if (!one.is_string()) fail("json_schema: 'type' (at ", where, ") lists a non-string: ", one.dump());
@@ -158,7 +160,8 @@ class SchemaCompiler {
       unsupported("the reference '" + path + "' (only #/$defs/NAME and #/definitions/NAME)", where);
     const std::string name = path.substr(key.size() + 3);
     const json& defs = root_[key];
-    if (!defs.is_object() || !defs.contains(name)) fail("json_schema: '$ref' (at ", where, ") names '", path, "', which is not defined");
+    if (!defs.is_object() || !defs.contains(name))
+      fail("json_schema: '$ref' (at ", where, ") names '", path, "', which is not defined");
     const std::string rule = reserve();
     refs_[path] = rule;  // before compiling: a recursive schema refers to the rule by name
     define(rule, compile(defs[name], path, depth + 1));
