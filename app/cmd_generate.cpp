@@ -15,6 +15,7 @@
 #include "commands.h"
 #include "mambacpp/model_tokenizer.h"
 #include "mambacpp/engine.h"
+#include "mambacpp/grammar.h"
 #include "mambacpp/error.h"
 #include "mambacpp/tokenizer.h"
 #include "server/api_error.h"
@@ -54,7 +55,33 @@ struct GenerateCliOptions {
   std::string chat_file;
   std::string chat_kwargs;
   std::string chat_template = "auto";
+  // Constrained output (llama-cli's --grammar-file / --json-schema): a GBNF file, or a JSON schema (inline JSON or a
+  // file).
+  std::string grammar_file;
+  std::string json_schema;
 };
+
+// The request's grammar from --grammar / --json-schema ("" for none).
+std::string cli_grammar(const GenerateCliOptions& o) {
+  const auto read_file = [](const std::string& path, const char* flag) {
+    std::ifstream in(path, std::ios::binary);
+    if (!in) fail(flag, " '", path, "': cannot open");
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  };
+  if (!o.grammar_file.empty() && !o.json_schema.empty()) fail("generate: give --grammar or --json-schema, not both");
+  if (!o.grammar_file.empty()) {
+    std::string g = read_file(o.grammar_file, "--grammar");
+    try {
+      check_grammar(g);
+    } catch (const Error& e) {
+      fail("--grammar '", o.grammar_file, "': ", e.what());
+    }
+    return g;
+  }
+  if (o.json_schema.empty()) return {};
+  const bool inline_json = o.json_schema.find_first_of("{") == 0 || o.json_schema == "true";
+  return json_schema_to_grammar(inline_json ? o.json_schema : read_file(o.json_schema, "--json-schema"));
+}
 
 // The prompt text of --chat, rendered as /v1/chat/completions renders the same body (server/chat_template.h).
 std::string render_cli_chat(const GenerateCliOptions& o, const server::ChatTemplate* tmpl,
@@ -150,6 +177,7 @@ void run_generate(const GenerateCliOptions& o) {
   }
 
   if (!o.save_state.empty() && prompts.size() != 1) fail("--save-state needs exactly one prompt");
+  const std::string grammar = cli_grammar(o);
   std::vector<GenerateRequest> requests(prompts.size());
   for (size_t i = 0; i < prompts.size(); ++i) {
     requests[i].prompt = prompts[i];
@@ -159,6 +187,7 @@ void run_generate(const GenerateCliOptions& o) {
     requests[i].ignore_eos = o.ignore_eos;
     requests[i].save_state = o.save_state;
     requests[i].speculative = o.speculative.params();
+    requests[i].grammar = grammar;
   }
   if (o.seed >= 0) assign_batch_seeds(requests, static_cast<uint64_t>(o.seed));
 
@@ -291,6 +320,9 @@ CLI::App* add_generate_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--load-state", o->load_state, "state file to continue from (a prompt that begins with its tokens prefills only the rest)");
   cmd->add_option("--save-state", o->save_state, "write the state at the end of the generation to this file");
   cmd->add_flag("--json", o->json, "print one JSON object per prompt instead of streaming text");
+  cmd->add_option("--grammar", o->grammar_file, "a GBNF grammar file the output follows (llama.cpp's format)");
+  cmd->add_option("--json-schema", o->json_schema,
+                  "a JSON schema (inline, or a file) the output validates against (docs/server.md lists the subset)");
   cmd->add_flag("--chat", o->chat, "the prompt is a chat turn, rendered with the model's chat template");
   cmd->add_option("--system", o->system, "with --chat: a system message before the prompt");
   cmd->add_option("--chat-file", o->chat_file,

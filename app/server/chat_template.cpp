@@ -20,22 +20,6 @@ constexpr const char* kChatml =
     "{%- endfor %}"
     "{%- if add_generation_prompt %}{{- '<|im_start|>assistant\\n' }}{%- endif %}";
 
-// Ends of turn that templates of the families mambacpp runs write after an assistant message. A model stops on its
-// eos token id already; these catch a turn end that is not the tokenizer's eos.
-const char* const kTurnEnds[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|END_OF_TURN_TOKEN|>",
-                                 "<SPECIAL_12>", "<|eom|>", "<|endoftext|>", "</s>"};
-
-std::vector<std::string> stop_strings_for(const std::string& source, const ojson& special_tokens) {
-  std::vector<std::string> stops;
-  for (const char* end : kTurnEnds)
-    if (source.find(end) != std::string::npos) stops.emplace_back(end);
-  if (special_tokens.contains("eos_token") && special_tokens["eos_token"].is_string()) {
-    const std::string eos = special_tokens["eos_token"].get<std::string>();
-    if (!eos.empty() && std::find(stops.begin(), stops.end(), eos) == stops.end()) stops.push_back(eos);
-  }
-  return stops;
-}
-
 std::string read_file(const std::string& path) {
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec))
@@ -87,7 +71,7 @@ std::unique_ptr<ChatTemplate> select_chat_template(const std::string& choice, co
   } catch (const Error& e) {
     fail(t->name == "model" ? files->origin : t->name, ": ", e.what());
   }
-  t->stop_strings = stop_strings_for(source, t->special_tokens);
+  t->stop_strings = chat::turn_end_strings(source, t->special_tokens);
   return t;
 }
 

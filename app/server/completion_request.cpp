@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "mambacpp/error.h"
+#include "mambacpp/grammar.h"
 #include "server/api_error.h"
 
 namespace mambacpp::server {
@@ -116,6 +117,69 @@ void read_speculative(const json& body, const RequestLimits& limits, Speculative
   }
   sp.draft_max = static_cast<int>(read_int(body, "draft_max", sp.draft_max, 0, 32));
   sp.adaptive = read_bool(body, "draft_adaptive", sp.adaptive);
+}
+
+// Structured output: OpenAI's response_format ({"type": "text" | "json_object" | "json_schema"}), llama-server's
+// "grammar" (GBNF) and top-level "json_schema"; at most one of them. The result is the request's grammar. `ordered`:
+// the same body in the client's key order, where the caller has it (an object's properties are generated in the
+// schema's order; without it, in sorted order).
+void read_constraint(const json& body, const nlohmann::ordered_json* ordered, GenerateRequest& g) {
+  const char* given = nullptr;
+  auto from_schema = [&](std::initializer_list<const char*> path, const char* param) {
+    std::string text;
+    if (ordered) {
+      const nlohmann::ordered_json* v = ordered;
+      for (const char* key : path) v = &(*v)[key];
+      text = v->dump();
+    } else {
+      const json* v = &body;
+      for (const char* key : path) v = &(*v)[key];
+      text = v->dump();
+    }
+    try {
+      g.grammar = json_schema_to_grammar(text);
+    } catch (const Error& e) {
+      throw bad_request(param, e.what());
+    }
+  };
+  if (present(body, "response_format")) {
+    const json& rf = body["response_format"];
+    if (!rf.is_object()) throw bad_request("response_format", "expected an object, found " + type_name(rf));
+    const std::string type = string_field(rf, "type");
+    if (type == "json_object") {
+      // llama-server also takes a schema here.
+      if (present(rf, "schema")) from_schema({"response_format", "schema"}, "response_format");
+      else g.grammar = json_object_grammar();
+      given = "response_format";
+    } else if (type == "json_schema") {
+      if (present(rf, "json_schema") && rf["json_schema"].is_object() && present(rf["json_schema"], "schema"))
+        from_schema({"response_format", "json_schema", "schema"}, "response_format");
+      else if (present(rf, "schema"))
+        from_schema({"response_format", "schema"}, "response_format");
+      else
+        throw bad_request("response_format", "{\"type\": \"json_schema\"} needs \"json_schema\": {\"schema\": {...}}");
+      given = "response_format";
+    } else if (type != "text") {
+      throw bad_request("response_format", "\"type\" must be \"text\", \"json_object\" or \"json_schema\", found " +
+                                               shown(rf.value("type", json())));
+    }
+  }
+  if (present(body, "json_schema")) {
+    if (given) throw bad_request("json_schema", std::string("cannot be combined with ") + given);
+    from_schema({"json_schema"}, "json_schema");
+    given = "json_schema";
+  }
+  if (present(body, "grammar")) {
+    if (given) throw bad_request("grammar", std::string("cannot be combined with ") + given);
+    if (!body["grammar"].is_string())
+      throw bad_request("grammar", "expected a GBNF string, found " + type_name(body["grammar"]));
+    g.grammar = body["grammar"].get<std::string>();
+    try {
+      check_grammar(g.grammar);
+    } catch (const Error& e) {
+      throw bad_request("grammar", e.what());
+    }
+  }
 }
 
 // Everything /v1/completions and /v1/chat/completions share: length, sampling, stop, stream.
@@ -281,7 +345,15 @@ CompletionRequest parse_completion(const json& body, const Tokenizer* tokenizer,
     throw bad_request("suffix",
                       "only null or \"\" is supported, found " + shown(body["suffix"]) + " (no insertion mode)");
   read_generation(body, limits, out);
+  read_constraint(body, nullptr, out.base);
   out.base.logprobs = static_cast<int>(read_int(body, "logprobs", -1, 0, kMaxLogprobs));
+  return out;
+}
+
+CompletionRequest parse_completion(const nlohmann::ordered_json& body, const Tokenizer* tokenizer,
+                                   const RequestLimits& limits) {
+  CompletionRequest out = parse_completion(json(body), tokenizer, limits);
+  read_constraint(json(body), &body, out.base);  // again, with the schema's own key order
   return out;
 }
 
@@ -306,9 +378,6 @@ CompletionRequest parse_chat_completion(const nlohmann::ordered_json& ordered_bo
   const json body = ordered_body;
   CompletionRequest out;
   out.chat = true;
-  if (present(body, "response_format") &&
-      !(body["response_format"].is_object() && string_field(body["response_format"], "type") == "text"))
-    throw bad_request("response_format", "only {\"type\": \"text\"} is supported");
 
   out.prompts.push_back(encode_text(prompt, tokenizer, limits, "messages"));
   if (static_cast<int64_t>(out.prompts[0].size()) > limits.max_prompt)
@@ -316,6 +385,7 @@ CompletionRequest parse_chat_completion(const nlohmann::ordered_json& ordered_bo
                                       " tokens, more than the limit of " + str(limits.max_prompt) +
                                       " (the server's --max-prompt)");
   read_generation(body, limits, out);
+  read_constraint(body, &ordered_body, out.base);
   for (const std::string& s : chat_template->stop_strings) out.base.stop_strings.push_back(s);
   const bool tools_offered = present(body, "tools") && body["tools"].is_array() && !body["tools"].empty() &&
                              !(present(body, "tool_choice") && body["tool_choice"] == "none");

@@ -40,7 +40,11 @@ nlohmann::json parse_json_body(const std::string& body);
 nlohmann::ordered_json parse_ordered_json_body(const std::string& body);
 
 // Throws ApiError (400, naming the field) for anything missing, of the wrong type or out of range.
+// Structured output (response_format json_object / json_schema, grammar, json_schema) becomes base.grammar; a schema
+// feature not supported is a 400 naming it. The ordered body keeps a schema's property order for generation.
 CompletionRequest parse_completion(const nlohmann::json& body, const Tokenizer* tokenizer, const RequestLimits& limits);
+CompletionRequest parse_completion(const nlohmann::ordered_json& body, const Tokenizer* tokenizer,
+                                   const RequestLimits& limits);
 // The prompt of a chat body (messages, tools, tool_choice, chat_template_kwargs, add_generation_prompt) rendered
 // with the model's template: /apply-template's answer and the prompt of /v1/chat/completions. `body` keeps the
 // client's key order (tojson in templates keeps it, as transformers does). `chat_template` null: the model has no

@@ -344,7 +344,7 @@ void Server::handle_completion(const httplib::Request& req, httplib::Response& r
   require_ready();
   auto request = std::make_shared<CompletionRequest>(
       chat ? parse_chat_completion(parse_ordered_json_body(req.body), tokenizer_.get(), chat_template_.get(), limits_)
-           : parse_completion(parse_json_body(req.body), tokenizer_.get(), limits_));
+           : parse_completion(parse_ordered_json_body(req.body), tokenizer_.get(), limits_));
   auto channel = std::make_shared<RequestChannel>(request->prompts.size());
   {
     std::lock_guard<std::mutex> lock(active_mutex_);

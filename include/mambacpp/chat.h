@@ -11,6 +11,7 @@
 #include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace mambacpp::chat {
 
@@ -72,5 +73,11 @@ nlohmann::ordered_json template_variables(const Conversation& conversation,
 // Renders a conversation with a model's template.
 std::string apply_chat_template(const Template& tmpl, const Conversation& conversation,
                                 const nlohmann::ordered_json& special_tokens, const RenderLimits& limits = {});
+
+// Where an assistant's turn ends in the text of a template: the ends of turn of the families mambacpp runs that the
+// template writes (<|im_end|>, <|eot_id|>, <|END_OF_TURN_TOKEN|>, ...), then special_tokens' eos_token. Generation
+// stops at any of them (the server, `generate --chat` and Python's Model.chat): a model stops on its eos token id
+// already; these catch a turn end that is not the tokenizer's eos, or that the tokenizer splits into pieces.
+std::vector<std::string> turn_end_strings(const std::string& source, const nlohmann::ordered_json& special_tokens);
 
 }  // namespace mambacpp::chat

@@ -116,7 +116,11 @@ struct GenerateRequest {
   bool ignore_eos = false;                // false: the model config's eos_token_id (when set) also stops
   int logprobs = -1;                      // -1: none; 0..20: each token's logprob and this many top alternatives
   std::string save_state;                 // when set: the state at the request's end is written to this file
-  SpeculativeParams speculative;          // off by default
+  SpeculativeParams speculative;          // off by default; a request with a grammar never drafts
+  // A GBNF grammar (mambacpp/grammar.h) the generated text follows; empty: none. Needs a tokenizer. The end-of-
+  // sequence and stop tokens are allowed only where the grammar's text is complete; its rows are sampled from whole
+  // rows of logits on the host (the device's top-k selection does not see the mask).
+  std::string grammar;
   std::function<void(const RequestEvent&)> on_event;  // may be empty; called on the stepping thread
 };
 

@@ -87,7 +87,8 @@ class Model:
              add_generation_prompt: bool = True, *, max_tokens: int = 128, temperature: float = 0.8, top_k: int = 40,
              top_p: float = 0.95, min_p: float = 0.05, repeat_penalty: float = 1.0, seed: int | None = None,
              stop: str | Sequence[str] | None = None, stream: bool = False,
-             documents: Sequence[Mapping[str, Any]] | None = None, **template_kwargs: Any) -> str | TextStream:
+             documents: Sequence[Mapping[str, Any]] | None = None, response_format: Mapping[str, Any] | None = None,
+             grammar: str | None = None, **template_kwargs: Any) -> str | TextStream:
         """apply_chat_template, then generate: a str, or with stream=True a TextStream."""
 
 class TokenLogprob:
@@ -139,7 +140,8 @@ class Engine:
                frequency_penalty: float = 0.0, stop_tokens: Sequence[int] | None = None, ignore_eos: bool = False,
                logprobs: int | None = None, save_state: _Path | None = None,
                on_event: Callable[[RequestEvent], None] | None = None, draft_ngram: int = 0, draft_model: bool = False,
-               draft_max: int = 0, draft_adaptive: bool = True) -> int: ...
+               draft_max: int = 0, draft_adaptive: bool = True, grammar: str | None = None,
+               response_format: Mapping[str, Any] | None = None) -> int: ...
     def cancel(self, request_id: int) -> bool: ...
     def step(self) -> bool: ...
     def pop_result(self, request_id: int) -> GenerateResult | None: ...

@@ -6,7 +6,9 @@ import threading
 
 from . import _checks
 from ._errors import Error, InvalidArgumentError
-from ._mambacpp import _Engine, _SamplingParams, _engine_defaults
+import json
+
+from ._mambacpp import _Engine, _SamplingParams, _engine_defaults, _json_object_grammar, _json_schema_to_grammar
 
 
 class Engine:
@@ -73,7 +75,7 @@ class Engine:
     def submit(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
                seed=None, stop=None, *, repeat_last_n=64, presence_penalty=0.0, frequency_penalty=0.0,
                stop_tokens=None, ignore_eos=False, logprobs=None, save_state=None, on_event=None, draft_ngram=0,
-               draft_model=False, draft_max=0, draft_adaptive=True):
+               draft_model=False, draft_max=0, draft_adaptive=True, grammar=None, response_format=None):
         """Queues a request and returns its id. ``prompt``: a str (needs the model's tokenizer) or token ids.
         ``on_event(event)`` (optional) is called after the step that produced each ``RequestEvent`` (new text, a
         token, and a last one with ``finished`` and ``result``); without it only the result is kept, for
@@ -81,8 +83,10 @@ class Engine:
         request's end is written to. Speculative decoding: ``draft_ngram`` N > 0 drafts by prompt lookup (the
         continuation of the last N tokens' earlier occurrence), ``draft_model=True`` with the engine's draft model;
         ``draft_max`` tokens per step at most (0: the default), ``draft_adaptive`` shortens drafts while they are
-        rejected. Greedy output is unchanged by it; sampling keeps the model's distribution. Raises
-        InvalidArgumentError (and queues nothing) on a bad request."""
+        rejected. Greedy output is unchanged by it; sampling keeps the model's distribution. Constrained output
+        (never drafts): ``grammar`` a GBNF text, or ``response_format`` {"type": "json_object"} / {"type":
+        "json_schema", "json_schema": {"schema": {...}}} (a schema feature not supported is an
+        InvalidArgumentError naming it). Raises InvalidArgumentError (and queues nothing) on a bad request."""
         ids = self._prompt_ids(prompt)
         sampling = _SamplingParams()
         sampling.temperature = _checks.number(temperature, "temperature")
@@ -104,6 +108,7 @@ class Engine:
         max_tokens = _checks.integer(max_tokens, "max_tokens", 0, 2**31 - 1)
         draft_ngram = _checks.integer(draft_ngram, "draft_ngram", 0, 16)
         draft_max = _checks.integer(draft_max, "draft_max", 0, 32)
+        grammar_text = _grammar_of(grammar, response_format)
         if on_event is not None and not callable(on_event):
             raise InvalidArgumentError(f"on_event: expected a callable, found {type(on_event).__name__}")
         # Nobody else holds the id until submit returns, so an exception after the engine took the request (Ctrl-C
@@ -114,8 +119,8 @@ class Engine:
             with self._handlers_lock:  # held across submit: the request's first event finds its handler
                 self._native.submit(ids, max_tokens, sampling, stop_ids, stops, bool(ignore_eos), logprobs,
                                     "" if save_state is None else os.fspath(save_state), draft_ngram,
-                                    bool(draft_model), draft_max, bool(draft_adaptive), on_event is not None,
-                                    submitted)
+                                    bool(draft_model), draft_max, bool(draft_adaptive), grammar_text,
+                                    on_event is not None, submitted)
                 if on_event is not None:
                     self._handlers[submitted[0]] = on_event
                     registered = True  # no signal is handled between these two lines
@@ -253,6 +258,36 @@ class Engine:
                 break
         for i in ids:
             self.pop_result(i)
+
+
+def _grammar_of(grammar, response_format):
+    """The GBNF text of a request's ``grammar`` or ``response_format`` ("" for none)."""
+    if grammar is not None and response_format is not None:
+        raise InvalidArgumentError("grammar and response_format: give one of them, not both")
+    if grammar is not None:
+        if not isinstance(grammar, str):
+            raise InvalidArgumentError(f"grammar: expected a GBNF str, found {type(grammar).__name__}")
+        return grammar
+    if response_format is None:
+        return ""
+    kind = response_format.get("type") if isinstance(response_format, dict) else None
+    if kind == "text":
+        return ""
+    if kind == "json_object" and "schema" not in response_format:
+        return _json_object_grammar()
+    if kind in ("json_object", "json_schema"):
+        schema = response_format.get("schema")
+        if schema is None and isinstance(response_format.get("json_schema"), dict):
+            schema = response_format["json_schema"].get("schema")
+        if schema is None:
+            raise InvalidArgumentError('response_format: {"type": "json_schema"} needs "json_schema": {"schema": {...}}')
+        try:
+            text = json.dumps(schema, ensure_ascii=False, allow_nan=False)
+        except (TypeError, ValueError) as e:
+            raise InvalidArgumentError(f"response_format: the schema is not JSON data, {e}") from None
+        return _json_schema_to_grammar(text)
+    raise InvalidArgumentError('response_format: expected {"type": "text" | "json_object" | "json_schema", ...}, '
+                               f"found {response_format!r}")
 
 
 def _ignore(event):

@@ -177,7 +177,10 @@ class Model:
         of str that ends the text (not included). ``seed``: None draws one. Returns the text, or with
         ``stream=True`` an iterator of text pieces (whole UTF-8 characters) that concatenate to it.
         More keyword options as ``Engine.submit`` takes them (``repeat_last_n``, ``presence_penalty``,
-        ``frequency_penalty``, ``stop_tokens``, ``ignore_eos``). Ctrl-C cancels the request cleanly.
+        ``frequency_penalty``, ``stop_tokens``, ``ignore_eos``, ``grammar``, ``response_format``). Constrained
+        output: ``response_format={"type": "json_object"}``, ``{"type": "json_schema", "json_schema": {"schema":
+        {...}}}`` (OpenAI's shapes) or ``grammar="root ::= ..."`` (GBNF); the text then always parses and validates
+        when it ends at the end-of-sequence token. Ctrl-C cancels the request cleanly.
         Each call starts from a fresh state (no prefix cache: use an ``Engine`` for that)."""
         engine = self._default_engine()
         request = dict(max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
@@ -215,19 +218,25 @@ class Model:
 
     def chat(self, messages, tools=None, add_generation_prompt=True, *, max_tokens=128, temperature=0.8, top_k=40,
              top_p=0.95, min_p=0.05, repeat_penalty=1.0, seed=None, stop=None, stream=False, documents=None,
-             **template_kwargs):
+             response_format=None, grammar=None, **template_kwargs):
         """The assistant's reply to a conversation: ``apply_chat_template`` (same arguments; the other keyword
         arguments are template variables), encoded without added special tokens (the template writes its own, as
         transformers encodes a rendered chat), then ``generate`` with these sampling options. Returns the text,
-        or with ``stream=True`` an iterator of text pieces."""
+        or with ``stream=True`` an iterator of text pieces. The reply ends at the template's end of turn
+        (``<|im_end|>``, ``<|eot_id|>``, ..., its eos_token), as ``mambacpp serve`` ends it, besides ``stop``.
+        ``response_format`` / ``grammar``: constrained output, as ``generate`` takes them."""
         prompt = self.apply_chat_template(messages, tools, add_generation_prompt, documents=documents,
                                           **template_kwargs)
+        stops = list(self._load_chat_template().stop_strings)
+        if stop is not None:
+            stops = ([stop] if isinstance(stop, str) else list(stop)) + stops
         if self.tokenizer is None:
             raise InvalidArgumentError("chat: the model has no tokenizer.json, so the rendered prompt cannot be "
                                        "encoded; use apply_chat_template and encode it yourself")
         ids = self.tokenizer.encode(prompt, add_special_tokens=False)
         return self.generate(ids, max_tokens=max_tokens, temperature=temperature, top_k=top_k, top_p=top_p,
-                             min_p=min_p, repeat_penalty=repeat_penalty, seed=seed, stop=stop, stream=stream)
+                             min_p=min_p, repeat_penalty=repeat_penalty, seed=seed, stop=stops or None, stream=stream,
+                             response_format=response_format, grammar=grammar)
 
     def _load_chat_template(self):
         if self._chat_template is None:

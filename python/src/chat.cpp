@@ -35,6 +35,9 @@ void bind_chat(py::module_& m) {
       .def_property_readonly("source", [](const ChatTemplate& t) { return t.files.source; })
       .def_property_readonly("origin", [](const ChatTemplate& t) { return t.files.origin; })
       .def_property_readonly("special_tokens_json", [](const ChatTemplate& t) { return t.files.special_tokens.dump(); })
+      // Where the assistant's turn ends (chat.h: turn_end_strings): Model.chat stops there, as the server does.
+      .def_property_readonly("stop_strings",
+                             [](const ChatTemplate& t) { return chat::turn_end_strings(t.files.source, t.files.special_tokens); })
       // messages, tools, documents: JSON arrays (tools/documents may be null); extra: a JSON object of more
       // variables. A template that raises (raise_exception, a bad conversation) is bad input.
       .def("render",

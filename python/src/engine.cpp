@@ -8,6 +8,7 @@
 #include "errors.h"
 #include "handles.h"
 #include "mambacpp/engine.h"
+#include "mambacpp/grammar.h"
 
 namespace py = pybind11;
 
@@ -90,6 +91,12 @@ void bind_engine(py::module_& m) {
       .def_readonly("result", &Event::result)
       .def_readonly("prompt_done", &Event::prompt_done);
 
+  // Constrained output (mambacpp/grammar.h): a schema feature not supported is bad input naming it.
+  m.def("_json_object_grammar", [] { return json_object_grammar(); });
+  m.def("_json_schema_to_grammar",
+        [](const std::string& schema) { return input_errors([&] { return json_schema_to_grammar(schema); }); },
+        py::arg("schema"));
+
   // EngineOptions' defaults, so that the Python Engine follows the C++ ones.
   m.def("_engine_defaults", [] {
     const EngineOptions o;
@@ -141,7 +148,7 @@ void bind_engine(py::module_& m) {
            [](PyEngine& e, std::vector<int32_t> prompt, int max_new_tokens, const SamplingParams& sampling,
               std::vector<int32_t> stop_tokens, std::vector<std::string> stop_strings, bool ignore_eos, int logprobs,
               const std::string& save_state, int draft_ngram, bool draft_model, int draft_max, bool draft_adaptive,
-              bool stream, py::list submitted) {
+              const std::string& grammar, bool stream, py::list submitted) {
              GenerateRequest r;
              r.prompt = std::move(prompt);
              r.max_new_tokens = max_new_tokens;
@@ -155,6 +162,7 @@ void bind_engine(py::module_& m) {
              r.speculative.draft_model = draft_model;
              r.speculative.draft_max = draft_max;
              r.speculative.adaptive = draft_adaptive;
+             r.grammar = grammar;
              PyEngine* self = &e;
              r.on_event = [self, stream](const RequestEvent& ev) {
                if (!stream && !ev.finished) return;
@@ -178,7 +186,7 @@ void bind_engine(py::module_& m) {
            py::arg("prompt"), py::arg("max_new_tokens"), py::arg("sampling"), py::arg("stop_tokens"),
            py::arg("stop_strings"), py::arg("ignore_eos"), py::arg("logprobs"), py::arg("save_state"),
            py::arg("draft_ngram"), py::arg("draft_model"), py::arg("draft_max"), py::arg("draft_adaptive"),
-           py::arg("stream"), py::arg("submitted"))
+           py::arg("grammar"), py::arg("stream"), py::arg("submitted"))
       .def("cancel", [](PyEngine& e, RequestId id) { return input_errors([&] { return e.engine->cancel(id); }); },
            py::arg("id"))
       .def("step", [](PyEngine& e) { return e.engine->step(); }, py::call_guard<py::gil_scoped_release>())

@@ -1,4 +1,5 @@
 // The public chat API (mambacpp/chat.h): parse once, render many times; find a model's template and special tokens.
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
@@ -177,6 +178,23 @@ nlohmann::ordered_json template_variables(const Conversation& c, const nlohmann:
 std::string apply_chat_template(const Template& tmpl, const Conversation& conversation,
                                 const nlohmann::ordered_json& special_tokens, const RenderLimits& limits) {
   return tmpl.render(template_variables(conversation, special_tokens), limits);
+}
+
+namespace {
+// The ends of turn the templates of these families write after an assistant message.
+const char* const kTurnEnds[] = {"<|im_end|>", "<|eot_id|>", "<|eom_id|>", "<|end_of_text|>", "<|END_OF_TURN_TOKEN|>",
+                                 "<SPECIAL_12>", "<|eom|>", "<|endoftext|>", "</s>"};
+}  // namespace
+
+std::vector<std::string> turn_end_strings(const std::string& source, const nlohmann::ordered_json& special_tokens) {
+  std::vector<std::string> stops;
+  for (const char* end : kTurnEnds)
+    if (source.find(end) != std::string::npos) stops.emplace_back(end);
+  if (special_tokens.contains("eos_token") && special_tokens["eos_token"].is_string()) {
+    const std::string eos = special_tokens["eos_token"].get<std::string>();
+    if (!eos.empty() && std::find(stops.begin(), stops.end(), eos) == stops.end()) stops.push_back(eos);
+  }
+  return stops;
 }
 
 }  // namespace mambacpp::chat

@@ -35,6 +35,7 @@
 #include <set>
 #include <unordered_set>
 
+#include "engine/grammar_mask.h"
 #include "engine/prefix_cache.h"
 #include "engine/request_rules.h"
 #include "engine/sampler.h"
@@ -78,6 +79,7 @@ struct Run {
   GenerateRequest req;
   int64_t slot = 0;
   std::optional<Sampler> sampler;
+  std::optional<TokenConstraint> grammar;  // the request's grammar, where it has one
   std::set<int32_t> stop_tokens;
   size_t max_stop_len = 0;
   std::vector<int32_t> fed;  // the tokens the slot's state stands for
@@ -125,6 +127,7 @@ struct Engine::Impl {
   int64_t sample_limit = 0;  // ids at or above (padding rows of the embedding) are never sampled
   std::unique_ptr<StateCache> state;
   std::unique_ptr<StateCache> draft_state;  // the draft model's slots, one per state slot
+  std::shared_ptr<const TokenTrie> vocab_trie;  // the tokens' bytes, built for the first request with a grammar
   PrefixCache cache;
 
   // Shared with submit()/cancel() on other threads.
@@ -193,6 +196,10 @@ struct Engine::Impl {
       for (int64_t id : c.extra_eos_token_ids) r.stop_tokens.insert(static_cast<int32_t>(id));
     }
     for (const std::string& s : r.req.stop_strings) r.max_stop_len = std::max(r.max_stop_len, s.size());
+    if (!r.req.grammar.empty()) {
+      if (!vocab_trie) vocab_trie = TokenTrie::from_tokenizer(*tokenizer, sample_limit);
+      r.grammar.emplace(Grammar::parse(r.req.grammar), vocab_trie);
+    }
     // The prompt counts for the repetition penalty (as in llama.cpp); only the window's worth matters.
     const size_t window = static_cast<size_t>(r.req.sampling.repeat_last_n), L = r.req.prompt.size();
     for (size_t k = L - std::min(window, L); k < L; ++k) r.sampler->accept(r.req.prompt[k]);
@@ -302,6 +309,7 @@ struct Engine::Impl {
       r.result.timings.prompt_ms = ms_between(r.admitted, now);
     }
     if (r.stop_tokens.count(tok.id)) return finish(r, FinishReason::Eos, now);
+    if (r.grammar) r.grammar->accept(tok.id);
     r.result.tokens.push_back(tok.id);
     r.result.token_info.push_back(std::move(tok));
     const GeneratedToken* info = &r.result.token_info.back();
@@ -375,9 +383,10 @@ struct Engine::Impl {
     }
     std::span<const float> logits = out.row(static_cast<int64_t>(i));
     std::vector<float> masked;
-    if (sample_limit < vocab) {
+    if (sample_limit < vocab || r.grammar) {
       masked.assign(logits.begin(), logits.end());
       std::fill(masked.begin() + sample_limit, masked.end(), -std::numeric_limits<float>::infinity());
+      if (r.grammar) r.grammar->mask(masked, r.stop_tokens);
       tok.id = r.sampler->sample(masked);
     } else {
       tok.id = r.sampler->sample(logits);
@@ -505,7 +514,8 @@ struct Engine::Impl {
       } else {
         bool candidates = options.device_sampling;
         for (const Run* r : decode)
-          if (r->req.max_new_tokens > 0 && r->sampler->params().candidates_needed() == 0) candidates = false;
+          if (r->req.max_new_tokens > 0 && (r->sampler->params().candidates_needed() == 0 || r->grammar))
+            candidates = false;
         if (candidates) {
           std::vector<TopKRequest> reqs(seqs.size());  // prefill rows: the cheapest request, ignored
           for (size_t i = 0; i < decode.size(); ++i) reqs[prefill.size() + i] = top_k_request(*decode[i]);
@@ -565,7 +575,8 @@ struct Engine::Impl {
   // step's: whether the last prompt token runs in the prefill's step or the next one depends on the batch, and what
   // a request drafts must depend on the request alone (a seed then gives the same tokens in any batch).
   int draft_budget(Run& r) const {
-    if (!r.req.speculative.enabled() || r.req.max_new_tokens == 0 || r.first_token == Clock::time_point{}) return 0;
+    if (!r.req.speculative.enabled() || r.req.max_new_tokens == 0 || r.first_token == Clock::time_point{} || r.grammar)
+      return 0;
     int64_t k = r.draft_length.next();
     k = std::min<int64_t>(k, r.req.max_new_tokens - static_cast<int64_t>(r.result.tokens.size()) - 1);
     const int64_t limit = model.context_limit();

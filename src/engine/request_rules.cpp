@@ -6,6 +6,7 @@
 
 #include "engine/speculative.h"
 #include "mambacpp/error.h"
+#include "mambacpp/grammar.h"
 
 namespace mambacpp {
 
@@ -45,6 +46,11 @@ void validate_request(const GenerateRequest& r, const RequestLimits& lim) {
     fail("request: drafts come from the draft model or from prompt lookup (draft_ngram), not both");
   if (sp.draft_model && !lim.has_draft_model)
     fail("request: draft_model asks for the engine's draft model, but none was loaded (--draft-model DIR)");
+  if (!r.grammar.empty()) {
+    if (!lim.has_tokenizer)
+      fail("request: a grammar needs a tokenizer to know each token's bytes (this model has none)");
+    check_grammar(r.grammar);
+  }
 }
 
 size_t stop_prefix_holdback(std::string_view text, const std::vector<std::string>& stops) {

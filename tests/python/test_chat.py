@@ -122,3 +122,49 @@ def test_bad_conversations_are_invalid_arguments(chat_model, tmp_path):
     assert raising.apply_chat_template([{"role": "user", "content": "hi"}]) == "[user] hi\n"
     with pytest.raises(mambacpp.InvalidArgumentError, match="the first turn must be the user"):
         raising.apply_chat_template([{"role": "system", "content": "x"}])
+
+
+def test_chat_stops_at_the_end_of_turn(tmp_path):
+    """Model.chat ends the reply at the template's end of turn (here an eos_token the shipped model writes often),
+    as the server and `generate --chat` do; the text before it is generate's text cut there."""
+    d, _ = model_dir_with_template(tmp_path, TEMPLATE)
+    config = json.loads((d / "tokenizer_config.json").read_text())
+    config["eos_token"] = "e"  # a turn end the untrained model reaches within a few tokens
+    (d / "tokenizer_config.json").write_text(json.dumps(config))
+    model = mambacpp.Model(d, device="cpu", threads=THREADS)
+    messages = [{"role": "user", "content": "def parse_args("}]
+    ids = model.tokenizer.encode(model.apply_chat_template(messages), add_special_tokens=False)
+    cut = 0
+    for seed in range(4):
+        full = model.generate(ids, max_tokens=48, temperature=1.0, seed=seed)
+        reply = model.chat(messages, max_tokens=48, temperature=1.0, seed=seed)
+        assert "e" not in reply
+        assert "<|im_end|>" not in reply
+        if "e" in full:
+            assert reply == full[:full.index("e")]
+            cut += 1
+        assert "".join(model.chat(messages, max_tokens=48, temperature=1.0, seed=seed, stream=True)) == reply
+    assert cut >= 2
+
+
+def test_chat_and_generate_follow_a_json_schema(chat_model):
+    model, _ = chat_model
+    schema = {"type": "object", "properties": {"ok": {"type": "boolean"}, "n": {"type": "integer"}},
+              "required": ["ok"]}
+    fmt = {"type": "json_schema", "json_schema": {"name": "r", "schema": schema}}
+    for seed in range(5):
+        text = model.generate("def f(", max_tokens=200, temperature=1.5, top_k=0, top_p=1.0, min_p=0.0, seed=seed,
+                              response_format=fmt)
+        value = json.loads(text)
+        assert isinstance(value["ok"], bool) and set(value) <= {"ok", "n"}
+    reply = model.chat([{"role": "user", "content": "JSON?"}], max_tokens=200, temperature=1.0, seed=1,
+                       response_format=fmt)
+    assert isinstance(json.loads(reply)["ok"], bool)
+    # Any object: strings are unbounded, so 16 tokens rarely finish one; every prefix still starts an object.
+    assert model.generate("x", max_tokens=16, temperature=1.0, seed=2,
+                          response_format={"type": "json_object"}).startswith("{")
+    assert model.generate("x", max_tokens=8, temperature=0, grammar='root ::= "yes" | "no"') in ("yes", "no")
+    with pytest.raises(mambacpp.InvalidArgumentError, match="the keyword 'pattern'"):
+        model.generate("x", response_format={"type": "json_schema", "json_schema": {"schema": {"pattern": "a"}}})
+    with pytest.raises(mambacpp.InvalidArgumentError, match="grammar line 1, column 10"):
+        model.generate("x", grammar="root ::= [a")
