@@ -90,6 +90,7 @@ int prefill(int argc, char** argv) {
     const int step = mma ? kAttnMmaTileItems : kAttnTileItems;
     std::vector<AttnTile> tiles;
     for (int64_t it = 0; it < T * rep; it += step) tiles.push_back({0, static_cast<int32_t>(it)});
+    if (mma) std::reverse(tiles.begin(), tiles.end());  // as the backend orders them
     const auto* d_tiles = static_cast<const AttnTile*>(upload(tiles));
     AttentionLaunch p;
     p.q = {q, NH * HD};
@@ -216,8 +217,8 @@ int main(int argc, char** argv) {
       p.n_tiles = B;
       p.pages = d_pages;
       p.kv_bf16 = bf16;
-      p.pipelined = pipelined && rep <= kAttnTileItems;
       p.mma = mma;  // one tile per sequence either way (rep <= 16 items)
+      p.pipelined = (pipelined || mma) && rep <= kAttnTileItems;  // the tensor cores' decode-shaped launch
       p.n_splits = static_cast<int>(splits);
       p.split_keys = split_keys;
       p.partial = partial;

@@ -36,7 +36,7 @@ class PagedCache {
  public:
   PagedCache(Backend& be, DeviceArena& arena, Rng& rng, int64_t n_heads, int64_t n_kv, int64_t hd, int64_t page_tokens,
              DType kv, const std::vector<int64_t>& pasts, const std::vector<int64_t>& capacity)
-      : be_(be), arena_(arena), rng_(rng), n_heads_(n_heads), n_kv_(n_kv), hd_(hd), page_(page_tokens), kv_(kv),
+      : be_(be), arena_(arena), n_heads_(n_heads), n_kv_(n_kv), hd_(hd), page_(page_tokens), kv_(kv),
         past_(pasts) {
     const size_t n = pasts.size();
     k_.resize(n);
@@ -69,8 +69,10 @@ class PagedCache {
   }
 
   // One attention call: lens[s] rows of sequence s (q [T, n_heads * hd], k/v [T, kv_dim]); returns out [T, ...].
+  // max_pages > 0: device-resident mode, as captured decode steps call it (lengths and a page table of max_pages
+  // per slot on the device, keys split for the table's capacity).
   std::vector<float> call(const std::vector<int64_t>& lens, const std::vector<float>& q, const std::vector<float>& k,
-                          const std::vector<float>& v) {
+                          const std::vector<float>& v, int64_t max_pages = 0) {
     const int64_t kv_dim = n_kv_ * hd_, q_dim = n_heads_ * hd_;
     std::vector<int64_t> slots(lens.size());
     std::iota(slots.begin(), slots.end(), 0);
@@ -87,7 +89,22 @@ class PagedCache {
     a.k = arena_.upload(k, DType::F32, {T, kv_dim});
     a.v = arena_.upload(v, DType::F32, {T, kv_dim});
     a.out = arena_.poisoned({T, q_dim});
-    for (size_t s = 0; s < lens.size(); ++s) a.cache.push_back({pages_[s], past_[s]});
+    if (max_pages > 0) {
+      std::vector<void*> table(lens.size() * static_cast<size_t>(max_pages), nullptr);
+      for (size_t s = 0; s < lens.size(); ++s) {
+        EXPECT_LE(pages_[s].size(), static_cast<size_t>(max_pages));
+        std::copy(pages_[s].begin(), pages_[s].end(), table.begin() + static_cast<std::ptrdiff_t>(s * max_pages));
+      }
+      void* d_table = arena_.alloc(table.size() * sizeof(void*));
+      be_.copy_from_host(d_table, table.data(), table.size() * sizeof(void*));
+      auto* d_len = static_cast<int64_t*>(arena_.alloc(past_.size() * sizeof(int64_t)));
+      be_.copy_from_host(d_len, past_.data(), past_.size() * sizeof(int64_t));
+      a.device_pages = static_cast<void* const*>(d_table);
+      a.device_lengths = d_len;
+      a.max_pages = max_pages;
+    } else {
+      for (size_t s = 0; s < lens.size(); ++s) a.cache.push_back({pages_[s], past_[s]});
+    }
     be_.prepare_batch(batch);
     be_.attention(a, batch);
     for (size_t s = 0; s < lens.size(); ++s) {
@@ -151,7 +168,6 @@ class PagedCache {
 
   Backend& be_;
   DeviceArena& arena_;
-  Rng& rng_;
   int64_t n_heads_, n_kv_, hd_, page_;
   DType kv_;
   std::vector<int64_t> past_;
@@ -166,7 +182,7 @@ struct MmaCase {
 
 std::unique_ptr<Backend> fast_backend() { return make_cuda_backend(DType::BF16, Precision::Fast); }
 
-void check_against_fp64(const MmaCase& c, uint64_t seed, DType kv) {
+void check_against_fp64(const MmaCase& c, uint64_t seed, DType kv, int64_t max_pages = 0) {
   auto be = fast_backend();
   DeviceArena arena(*be);
   Rng rng(seed);
@@ -178,7 +194,7 @@ void check_against_fp64(const MmaCase& c, uint64_t seed, DType kv) {
   const auto q = rng.vec(static_cast<size_t>(T * q_dim), -2.0f, 2.0f);
   const auto k = rng.vec(static_cast<size_t>(T * kv_dim), -2.0f, 2.0f);
   const auto v = rng.vec(static_cast<size_t>(T * kv_dim));
-  const auto got = cache.call(c.lens, q, k, v);
+  const auto got = cache.call(c.lens, q, k, v, max_pages);
   std::vector<double> ref, bound;
   double worst = 0.0;  // max |got - ref| / bound
   int64_t t = 0, bad = 0;
@@ -236,6 +252,18 @@ TEST(GpuAttentionMma, SplitDecodeMatchesFp64OnBf16Inputs) {
                 {8, 1, 128, 64, {1, 1, 1}, {63, 64, 1000}},
             },
             100);
+}
+
+TEST(GpuAttentionMma, DeviceResidentDecodeMatchesFp64OnBf16Inputs) {
+  MAMBACPP_REQUIRE_GPU();
+  // A captured decode step's call: lengths and page table on the device, keys split for a table of 200 pages of 64
+  // rows (12,800 keys) while the contexts hold 3,000 and 40: the splits are sized to each live context.
+  const MmaCase c{32, 8, 128, 64, {1, 1}, {3000, 40}};
+  uint64_t seed = 300;
+  for (DType kv : {DType::F32, DType::BF16}) {
+    SCOPED_TRACE(dtype_name(kv));
+    check_against_fp64(c, seed++, kv, 200);
+  }
 }
 
 bool same_bits(const float* a, const float* b, size_t n) { return std::memcmp(a, b, n * sizeof(float)) == 0; }

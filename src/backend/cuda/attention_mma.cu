@@ -3,8 +3,8 @@
 //
 // A block takes one KV head g of one sequence and a tile of up to kAttnMmaTileItems items (item = one query row and
 // one query head of g's group, as in attention.cu): the group's heads share every K/V tile the block stages, so a
-// decode step's rep heads fill one warp's 16 rows, and prefill rows reuse each staged tile 128 times. Each of the 8
-// warps owns 16 items: S = Q K^T and O += P V with mma.sync m16n8k16 (bf16 in, f32 accumulation), the softmax
+// decode step's rep heads fill one warp's 16 rows, and prefill rows reuse each staged tile 128 times. Each warp owns
+// 16 items: S = Q K^T and O += P V with mma.sync m16n8k16 (bf16 in, f32 accumulation), the softmax
 // online in f32 (exp2 of scores pre-multiplied by scale * log2 e), P rounded to bf16 for its product and the row sum
 // taken over the rounded weights (the output is then an exact convex combination of the value rows it weighs).
 //
@@ -33,8 +33,6 @@ namespace {
 
 using bf16 = __nv_bfloat16;
 
-constexpr int kWarps = kAttnMmaTileItems / 16;
-constexpr int kThreads = kWarps * 32;
 constexpr int kKT = 64;  // keys per tile
 
 __device__ __forceinline__ uint32_t smem_u32(const void* ptr) {
@@ -79,15 +77,19 @@ __device__ __forceinline__ uint32_t pack_bf16(float lo, float hi) {
 __device__ __forceinline__ float round_bf16(float x) { return __bfloat162float(__float2bfloat16_rn(x)); }
 
 // HDP: head_dim rounded up to a multiple of 16 that the template is instantiated for (channels past head_dim are
-// zero in Q, K and V). Shared memory: Q [128][HDP + 8] then two buffers of K [64][HDP + 8], V [64][HDP + 8], all
-// bf16; the 8-element pad makes a row pitch of 4 mod 8 words, so the 8 rows of one ldmatrix fall on distinct banks.
-template <int HDP, class P>
-__global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionLaunch p) {
+// zero in Q, K and V). W warps of 16 items: 8 (a whole tile of kAttnMmaTileItems) for prefill-shaped calls, 4 for
+// decode-shaped ones (every tile <= kAttnTileItems items: one busy warp, and half the registers per block, so that two
+// blocks share an SM and one's loads overlap the other's compute). Shared memory: Q [16 W][HDP + 8] then two buffers
+// of K [64][HDP + 8], V [64][HDP + 8], all bf16; the 8-element pad makes a row pitch of 4 mod 8 words, so the 8 rows
+// of one ldmatrix fall on distinct banks.
+template <int HDP, int W, class P>
+__global__ void __launch_bounds__(W * 32) attention_mma_kernel(AttentionLaunch p) {
+  constexpr int kWarps = W, kThreads = W * 32, kItems = W * 16;
   constexpr int LD = HDP + 8;
   constexpr int kTileElems = kKT * LD;  // one K or V tile
   extern __shared__ __align__(16) unsigned char smem_raw[];
   bf16* q_s = reinterpret_cast<bf16*>(smem_raw);
-  bf16* kv_s = q_s + kAttnMmaTileItems * LD;  // [buffer][K, V][64][LD]
+  bf16* kv_s = q_s + kItems * LD;  // [buffer][K, V][64][LD]
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int hd = static_cast<int>(p.head_dim);
 
@@ -96,11 +98,13 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionLaunch
     tile = p.tiles[blockIdx.x];
   } else {
     tile.seq = static_cast<int32_t>(blockIdx.x / p.tiles_per_seq);
-    tile.item0 = static_cast<int32_t>((blockIdx.x % p.tiles_per_seq) * kAttnMmaTileItems);
+    // Last tile first: the tiles with the most keys start first, the short ones fill the tail.
+    tile.item0 = static_cast<int32_t>((p.tiles_per_seq - 1 - blockIdx.x % p.tiles_per_seq) * kAttnMmaTileItems);
   }
   const AttnSeq s = seq_of(p, tile.seq);
   const int64_t g = blockIdx.y, rep = p.n_heads / p.n_kv_heads, kv_dim = p.n_kv_heads * p.head_dim;
   if (tile.item0 >= s.len * rep) return;  // block-uniform, before any barrier
+  // At most kItems (the launch picks W = 4 only where every tile has <= kAttnTileItems items).
   const int n_items = static_cast<int>(min(static_cast<int64_t>(kAttnMmaTileItems), s.len * rep - tile.item0));
   const int64_t k_limit = s.past + (tile.item0 + n_items - 1) / rep + 1;  // keys any item of the tile sees
   int64_t k_begin = 0, k_end = k_limit;
@@ -119,7 +123,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionLaunch
     const int n16 = 4 * kTileElems * static_cast<int>(sizeof(bf16)) / 16;
     for (int i = threadIdx.x; i < n16; i += kThreads) z[i] = make_uint4(0u, 0u, 0u, 0u);
   }
-  for (int idx = threadIdx.x; idx < kAttnMmaTileItems * HDP; idx += kThreads) {
+  for (int idx = threadIdx.x; idx < kItems * HDP; idx += kThreads) {
     const int it = idx / HDP, d = idx - it * HDP;
     float x = 0.0f;
     if (it < n_items && d < hd) {
@@ -163,16 +167,19 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionLaunch
     cp_async_commit();
   };
 
-  // This thread's two items (rows g8 and g8 + 8 of the warp's 16): the keys each sees (0 for padding items).
+  // The warp's 16 items are those of slot `slot`, rotated with the block so that decode blocks (one slot of items)
+  // put their one busy warp on different SM sub-partitions. This thread's two items are rows g8 and g8 + 8 of the
+  // slot: the keys each sees (0 for padding items).
+  const int slot = (warp + static_cast<int>(blockIdx.x + blockIdx.y + blockIdx.z)) % kWarps;
   const int g8 = lane >> 2, t4 = lane & 3;
   int64_t nk[2];
 #pragma unroll
   for (int r = 0; r < 2; ++r) {
-    const int it = warp * 16 + g8 + 8 * r;
+    const int it = slot * 16 + g8 + 8 * r;
     nk[r] = it < n_items ? s.past + (tile.item0 + it) / rep + 1 : 0;
   }
-  const bool warp_active = warp * 16 < n_items;
-  const int it_last = min(warp * 16 + 15, n_items - 1);
+  const bool warp_active = slot * 16 < n_items;
+  const int it_last = min(slot * 16 + 15, n_items - 1);
   const int64_t warp_keys = s.past + (tile.item0 + it_last) / rep + 1;  // keys the warp's last item sees
 
   float o[HDP / 8][4];
@@ -202,7 +209,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionLaunch
 #pragma unroll
       for (int kk = 0; kk < HDP / 16; ++kk) {
         uint32_t a[4];
-        ldsm_x4(a, smem_u32(q_s + (warp * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8));
+        ldsm_x4(a, smem_u32(q_s + (slot * 16 + (lane & 15)) * LD + kk * 16 + (lane >> 4) * 8));
 #pragma unroll
         for (int nn = 0; nn < kKT / 16; ++nn) {
           uint32_t b[4];
@@ -214,13 +221,15 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionLaunch
       // Online softmax per row; the 4 lanes of a quad hold one row's 64 scores (2 per 8-key column block each).
 #pragma unroll
       for (int r = 0; r < 2; ++r) {
+        // Keys of this tile the row sees: offsets below lim (in 32 bits: the tile's own offsets).
+        const int64_t seen = (nk[r] < k_end ? nk[r] : k_end) - k0;
+        const int lim = seen < 0 ? 0 : seen > kKT ? kKT : static_cast<int>(seen);
         float mx = -INFINITY;
 #pragma unroll
         for (int n = 0; n < kKT / 8; ++n)
 #pragma unroll
           for (int e = 0; e < 2; ++e) {
-            const int64_t pos = k0 + n * 8 + 2 * t4 + e;
-            const float v = pos < nk[r] && pos < k_end ? sc[n][2 * r + e] * sl2 : -INFINITY;
+            const float v = n * 8 + 2 * t4 + e < lim ? sc[n][2 * r + e] * sl2 : -INFINITY;
             sc[n][2 * r + e] = v;
             mx = fmaxf(mx, v);
           }
@@ -270,7 +279,7 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionLaunch
   for (int r = 0; r < 2; ++r) {
     float lt = l[r] + __shfl_xor_sync(0xffffffffu, l[r], 1);
     lt += __shfl_xor_sync(0xffffffffu, lt, 2);
-    const int it = warp * 16 + g8 + 8 * r;
+    const int it = slot * 16 + g8 + 8 * r;
     if (it >= n_items) continue;
     const int64_t item = tile.item0 + it, i = item / rep, h = g * rep + item % rep, t = s.start + i;
     if (p.n_splits == 1) {
@@ -303,15 +312,23 @@ __global__ void __launch_bounds__(kThreads) attention_mma_kernel(AttentionLaunch
   }
 }
 
-template <int HDP, class P>
-void launch_hdp(const AttentionLaunch& p, cudaStream_t stream) {
-  const size_t smem = sizeof(bf16) * static_cast<size_t>((kAttnMmaTileItems + 4 * kKT) * (HDP + 8));
-  MAMBACPP_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<HDP, P>, cudaFuncAttributeMaxDynamicSharedMemorySize,
-                                           static_cast<int>(smem)));
+template <int HDP, int W, class P>
+void launch_w(const AttentionLaunch& p, cudaStream_t stream) {
+  const size_t smem = sizeof(bf16) * static_cast<size_t>((W * 16 + 4 * kKT) * (HDP + 8));
+  MAMBACPP_CUDA_CHECK(cudaFuncSetAttribute(attention_mma_kernel<HDP, W, P>,
+                                           cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
   const dim3 grid(static_cast<unsigned>(p.n_tiles), static_cast<unsigned>(p.n_kv_heads),
                   static_cast<unsigned>(p.n_splits));
-  attention_mma_kernel<HDP, P><<<grid, kThreads, smem, stream>>>(p);
+  attention_mma_kernel<HDP, W, P><<<grid, W * 32, smem, stream>>>(p);
   MAMBACPP_CUDA_LAUNCHED();
+}
+
+// Decode-shaped calls (AttentionLaunch::pipelined: every tile <= kAttnTileItems items) take 4 warps.
+template <int HDP, class P>
+void launch_hdp(const AttentionLaunch& p, cudaStream_t stream) {
+  static_assert(kAttnTileItems <= 4 * 16 && kAttnMmaTileItems == 8 * 16);
+  if (p.pipelined) launch_w<HDP, 4, P>(p, stream);
+  else launch_w<HDP, 8, P>(p, stream);
 }
 
 template <class P>

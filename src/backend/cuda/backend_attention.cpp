@@ -99,10 +99,13 @@ void CudaBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
          c.pages.size(), " pages of ", a.page_tokens, " rows for ", keys, " positions");
     seqs[i] = {sp.start, sp.len, c.past, static_cast<int64_t>(pages.size())};
     pages.insert(pages.end(), c.pages.begin(), c.pages.end());
+    const size_t first_tile = tiles.size();
     for (int64_t it = 0; it < sp.len * rep; it += tile_items) {
       need(it <= INT32_MAX, op, ": sequence ", i, " has too many rows for one call (", sp.len, ")");
       tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(it)});
     }
+    // The tensor-core kernel's tiles last first (the most keys start first, the short ones fill the tail).
+    if (p.mma) std::reverse(tiles.begin() + static_cast<std::ptrdiff_t>(first_tile), tiles.end());
     max_keys = std::max(max_keys, keys);
     max_len = std::max(max_len, sp.len);
   }
