@@ -5,7 +5,8 @@
 # layer: f32 kernel vs tensor cores in TFLOP/s), and the 16k prefill rows of nemotron-h-8b and bamba-9b with the
 # f32 kernel (MAMBACPP_ATTN_MMA=0, the phase-1 A/B switch) and with the tensor-core kernel (default), interleaved.
 # Prints a summary; logs under $OUT/attn55/. Runs in <= 120 s.
-# Usage (repo root): bash dev/device_attn55.sh [BUILD_DIR (build-gpu)]
+# Usage (repo root, after building mambacpp_gpu_tests mambacpp_cli attention_bench):
+#   bash dev/device_attn55.sh [BUILD_DIR (build-gpu)]
 set -u -o pipefail
 B=${1:-build-gpu}
 LOG=${OUT:-/tmp}/attn55; mkdir -p "$LOG"
@@ -20,6 +21,7 @@ timeout 40 "$B/tests/mambacpp_gpu_tests" --gtest_filter="$filter" > "$LOG/tests.
 echo "tests rc=$? ($((SECONDS - t0)) s)"
 grep -E "^\[ +(OK|FAILED) +\]|Failure|worst|outside|^\[  PASSED" "$LOG/tests.log" | head -40
 
+[ -x "$B/tests/attention_bench" ] || echo "!! $B/tests/attention_bench missing: build the attention_bench target too"
 echo "== attention_bench decode: batch 32, context 16384, 32/8 heads of 128"
 timeout 15 "$B/tests/attention_bench" 32 16384 32 8 128 10 2>&1 | tee "$LOG/bench_decode.log"
 echo "== attention_bench prefill: 16384 rows, 32/8 heads of 128"

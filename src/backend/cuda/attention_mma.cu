@@ -116,9 +116,9 @@ __global__ void __launch_bounds__(W * 32) attention_mma_kernel(AttentionLaunch p
   }
   const int n_tiles = k_end > k_begin ? static_cast<int>((k_end - k_begin + kKT - 1) / kKT) : 0;
 
-  // Zero the K/V buffers (their channels past head_dim are never written again), then Q rounded to bf16 (items
-  // past the tile and channels past head_dim zero).
-  {
+  // Zero the K/V buffers where head_dim < HDP (their channels past head_dim are read and never written again), then
+  // Q rounded to bf16 (items past the tile and channels past head_dim zero).
+  if (hd < HDP) {
     uint4* z = reinterpret_cast<uint4*>(kv_s);
     const int n16 = 4 * kTileElems * static_cast<int>(sizeof(bf16)) / 16;
     for (int i = threadIdx.x; i < n16; i += kThreads) z[i] = make_uint4(0u, 0u, 0u, 0u);
