@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/weight.h"
@@ -162,6 +163,11 @@ struct FusedLinearArgs {
   TensorView conv_bias;   // [conv_channels] or empty
   TensorView conv_state;  // [n_slots, conv_channels, K - 1], as for conv1d_silu
   TensorView conv_out;    // [B, conv_channels] f32
+  // Multipliers (Granite's residual multiplier, Falcon-H1's muP multipliers; 1 and empty: none): output o is
+  // (x_scale * (prologue(x) . w^T)[o] + bias[o]) * s(o) before the conv or the store / residual add, where s(o) is the
+  // scale of the run of outputs o falls in: out_scales holds {end, scale} runs, ends ascending, the last one `out`.
+  float x_scale = 1.0f;
+  std::vector<std::pair<int64_t, float>> out_scales;
 };
 
 // ---- Mixture of experts (Backend::moe_route, Backend::moe_experts) ----------------------------------------------
