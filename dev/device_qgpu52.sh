@@ -21,9 +21,11 @@ grep -hE "^\[  (PASSED|FAILED) |^\[  FAILED|Failure|\[quant\]|Expected|Which is|
 : > "$LOG/rows.txt"; : > "$LOG/bench.err"
 bench() {
   local name=$1; shift
-  if [ $((SECONDS - t0)) -gt 105 ]; then echo "$name: skipped (time)"; return; fi
+  local left=$((116 - (SECONDS - t0)))
+  [ $left -gt 40 ] && left=40
+  if [ $left -lt 8 ]; then echo "$name: skipped (time)"; return; fi
   local j
-  j=$(timeout 40 "$B/mambacpp" bench --device cuda --json "$@" 2> /tmp/qgpu52_bench.err)
+  j=$(timeout $left "$B/mambacpp" bench --device cuda --json "$@" 2> /tmp/qgpu52_bench.err)
   local rc=$?
   { echo "== $name rc=$rc"; cat /tmp/qgpu52_bench.err; } >> "$LOG/bench.err"
   if [ $rc -ne 0 ]; then echo "$name: rc=$rc $(tail -c 300 /tmp/qgpu52_bench.err)"; return; fi
