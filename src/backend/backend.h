@@ -234,6 +234,8 @@ class Backend {
   // The same for a matrix weight of any format this backend runs (supports_weight_format): a dense one goes through
   // adopt_weight; a packed one is copied byte for byte.
   virtual Weight adopt_matrix(const Weight& host);
+  // adopt_matrix's packed case on a device backend: the host weight's bytes in the backend's own layout.
+  virtual Weight adopt_packed(const Weight& host);
   // Whether linear, fused_linear and embed run weights of format f (dense f32/f16/bf16 on every backend).
   virtual bool supports_weight_format(WeightFormat f) const { return is_dense(f); }
 
