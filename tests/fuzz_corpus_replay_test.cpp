@@ -23,7 +23,7 @@ namespace fs = std::filesystem;
 // The targets that must exist (a target dropped from the build fails here instead of silently not being replayed).
 const char* const kTargets[] = {"chat_template", "checkpoint_dir", "completion_request", "config", "gguf",
                                 "jinja_template", "npy", "safetensors", "state_file", "token_lists", "tokenizer_encode", "tokenizer_json", "torch_checkpoint",
-                                "torch_pickle"};
+                                "torch_pickle", "spm_tokenizer"};
 
 const fuzz::Target* find_target(const std::string& name) {
   for (const fuzz::Target& t : fuzz::registry())

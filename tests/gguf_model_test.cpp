@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -124,6 +125,63 @@ TEST(GgufModel, TheFileHasLlamaCppsNamesAndConventions) {
     EXPECT_FLOAT_EQ(a[h], -std::exp(alog->ptr<const float>()[h]));
 }
 
+// granitehybrid (Bamba here) as llama.cpp's converter writes it: q and k reordered within each head so that its RoPE
+// on adjacent pairs rotates transformers' rotate-half pairs (stored row 2j + s of a head of d rows is row s * d/2 + j),
+// and rope.scaling.finetuned set (llama.cpp's granitehybrid switch: false turns RoPE off whatever
+// rope.dimension_count says). The file read back gives the checkpoint's rows in their own order; a file with the flag
+// false runs without RoPE, as llama.cpp runs it.
+TEST(GgufModel, GraniteHybridQueryAndKeyRowsAreInLlamaCppsRopeOrder) {
+  const std::string dir = (fs::path(test::fixture_dir()) / "hybrid" / "bamba_f32").string();
+  Checkpoint ck(dir);
+  const ModelConfig& c = ck.config();
+  ASSERT_GT(c.rope_theta, 0.0);
+  const fs::path d = scratch("permute");
+  const std::string out = (d / "b.gguf").string();
+  write_gguf(dir, out, GgufTarget::F32);
+  int64_t attn = -1;
+  for (int64_t i = 0; i < c.n_layer && attn < 0; ++i)
+    if (c.layer_kind(i) == LayerKind::Attention) attn = i;
+  ASSERT_GE(attn, 0);
+  {
+    GgufFile f(out);
+    EXPECT_TRUE(f.get_bool("granitehybrid.rope.scaling.finetuned", false));
+    EXPECT_EQ(f.get_int("granitehybrid.rope.dimension_count"), c.rope_dim);
+    const int64_t hd = c.attn_head_dim;
+    for (const auto& [proj, heads] : {std::pair<std::string, int64_t>{"q", c.n_attn_heads}, {"k", c.n_kv_heads}}) {
+      const TensorView* hf = ck.find("model.layers." + std::to_string(attn) + ".self_attn." + proj + "_proj.weight");
+      const GgufTensor* t = f.tensor("blk." + std::to_string(attn) + ".attn_" + proj + ".weight");
+      ASSERT_TRUE(hf && t) << proj;
+      const float* stored = reinterpret_cast<const float*>(t->data);
+      const float* src = hf->ptr<const float>();
+      for (int64_t h = 0; h < heads; ++h)
+        for (int64_t j = 0; j < hd / 2; ++j)
+          for (int64_t s = 0; s < 2; ++s)
+            for (int64_t col = 0; col < c.d_model; ++col)
+              ASSERT_EQ(stored[(h * hd + 2 * j + s) * c.d_model + col], src[(h * hd + s * hd / 2 + j) * c.d_model + col])
+                  << proj << " head " << h << " pair " << j;
+    }
+    GgufModel gm(out);
+    EXPECT_EQ(gm.config().rope_dim, c.rope_dim);
+    const std::string q = "model.layers." + std::to_string(attn) + ".self_attn.q_proj.weight";
+    const Weight back = *gm.find(q);
+    const TensorView& v = back.dense_view("test");
+    ASSERT_EQ(v.dtype, DType::F32);
+    ASSERT_EQ(back.numel(), ck.find(q)->numel());
+    EXPECT_EQ(std::memcmp(v.ptr<const float>(), ck.find(q)->ptr<const float>(), static_cast<size_t>(back.numel()) * 4), 0);
+  }
+  // The same file with the flag cleared (a Granite-4.0-H file carries rope.dimension_count without it): no RoPE.
+  GgufFile f(out);
+  GgufWriter w;
+  for (const std::string& k : f.keys()) w.set(k, *f.find(k));
+  w.set_bool("granitehybrid.rope.scaling.finetuned", false);
+  for (const GgufTensor& t : f.tensors())
+    w.add_tensor(t.name, t.format, t.shape(), [&t](uint8_t* o) { std::memcpy(o, t.data, t.nbytes); });
+  const std::string nope = (d / "nope.gguf").string();
+  w.write(nope);
+  EXPECT_EQ(GgufModel(nope).config().rope_dim, 0);
+  EXPECT_EQ(GgufModel(nope).config().rope_theta, 0.0);
+}
+
 // A model whose rows are whole K-quant blocks, so each target's own types are used, not only the fallbacks.
 ModelConfig block_config(Arch arch) {
   ModelConfig c = arch == Arch::Mamba1 ? test::tiny_mamba1_config() : test::tiny_mamba2_config();
@@ -216,6 +274,50 @@ TEST(GgufTensorType, FollowsLlamaCppsQuantizer) {
     if (gguf_tensor_type(GgufTarget::Q4_K_M, "blk.x.ffn_down.weight", m, true, i, 16) == WeightFormat::Q6_K)
       q6.push_back(i);
   EXPECT_EQ(q6, (std::vector<int>{0, 1, 4, 7, 10, 13, 14, 15}));
+}
+
+// llama.cpp's quantizer writes shapes without ggml's padding 1s (ssm_norm of one group as [d_inner], A and D as
+// [heads]) where its converter and our writer keep them: such a file is the same model.
+TEST(GgufModel, ShapesWithoutTheirOnesReadTheSame) {
+  const fs::path d = scratch("squeezed");
+  ModelConfig c = test::tiny_mamba2_config();
+  c.n_groups = 1;
+  test::write_random_model((d / "m").string(), c, 5);
+  const std::string full = (d / "m.gguf").string(), squeezed = (d / "s.gguf").string();
+  write_gguf((d / "m").string(), full, GgufTarget::F32);
+  GgufFile f(full);
+  GgufWriter w;
+  for (const std::string& k : f.keys()) w.set(k, *f.find(k));
+  int changed = 0;
+  for (const GgufTensor& t : f.tensors()) {
+    std::vector<int64_t> shape;
+    for (int64_t x : t.shape())
+      if (x != 1) shape.push_back(x);
+    changed += shape != t.shape();
+    w.add_tensor(t.name, t.format, shape, [&t](uint8_t* o) { std::memcpy(o, t.data, t.nbytes); });
+  }
+  EXPECT_GT(changed, 0);
+  w.write(squeezed);
+  const std::vector<int32_t> ids = {1, 5, 9, 2, 7};
+  EXPECT_EQ(logits_of(*load_cpu(squeezed), ids), logits_of(*load_cpu(full), ids));
+}
+
+// Checkpoints whose llama.cpp conventions mambacpp does not write yet are refused naming the model kind, not
+// written without their experts (a Granite MoE file of only its shared MLP loaded in llama.cpp and gave wrong logits).
+TEST(GgufModel, TheWriterRefusesMoeFalconH1AndJambaNamingThem) {
+  const fs::path d = scratch("refuse_writer");
+  const fs::path fix = test::fixture_dir();
+  const std::pair<std::string, std::string> cases[] = {
+      {"moe/granite_moe_f32", "mixture-of-experts"}, {"moe/granite_moe_all_f32", "mixture-of-experts"},
+      {"moe/nemotron_h_moe_f32", "nemotron_h_moe"},   {"moe/jamba_f32", "jamba"},
+      {"falcon_h1/falcon_h1_f32", "falcon-h1"}};
+  for (const auto& [dir, named] : cases) {
+    if (!fs::exists(fix / dir / "config.json")) continue;
+    SCOPED_TRACE(dir);
+    const std::string err = test::error_of([&] { write_gguf((fix / dir).string(), (d / "x.gguf").string(), GgufTarget::F32); });
+    EXPECT_NE(err.find(named), std::string::npos) << err;
+    EXPECT_FALSE(fs::exists(d / "x.gguf"));
+  }
 }
 
 TEST(GgufModel, RefusesWhatItCannotRunNamingIt) {

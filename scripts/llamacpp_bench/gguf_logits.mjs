@@ -3,18 +3,24 @@
 // the same file (docs/gguf.md). Sampling options that leave the distribution untouched (temperature 1, no top-k /
 // top-p / min-p), so log(p) = log_softmax(logits).
 //   node gguf_logits.mjs --model m.gguf --tokens "1 2 3" --gen 8 --out ll.json [--text "some text" | --text-file F]
+//                        [--kv f32]   (an f32 KV cache and no flash attention: llama.cpp's defaults, an f16 cache
+//                                      and its CPU flash attention, round attention's K, V and Q to f16)
 // (with a text, its tokenization by llama.cpp is written too, as "tokenized")
 import fs from "node:fs";
 import { getLlama, LlamaLogLevel } from "node-llama-cpp";
 
-const a = { model: "", tokens: "", gen: 8, out: "", text: "", "text-file": "" };
+const a = { model: "", tokens: "", gen: 8, out: "", text: "", "text-file": "", kv: "" };
 for (let i = 2; i < process.argv.length; i += 2) a[process.argv[i].replace(/^--/, "")] = process.argv[i + 1];
 if (!a.model || !a.out) throw new Error("--model FILE.gguf and --out FILE.json are required");
 const ids = a.tokens.split(/[\s,]+/).filter(Boolean).map(Number);
 
 const llama = await getLlama({ gpu: false, build: "never", logLevel: LlamaLogLevel.error, maxThreads: 2 });
 const model = await llama.loadModel({ modelPath: a.model, gpuLayers: 0 });
-const ctx = await model.createContext({ contextSize: ids.length + Number(a.gen) + 16, threads: 2, sequences: 1 });
+// ggml's type ids: the context's constructor hands the value to the addon, which takes only numbers.
+const kvType = { f32: 0, f16: 1, q8_0: 8 }[a.kv];
+if (a.kv && kvType === undefined) throw new Error(`--kv ${a.kv}: expected f32, f16 or q8_0`);
+const kv = a.kv ? { experimentalKvCacheKeyType: kvType, experimentalKvCacheValueType: kvType, flashAttention: false } : {};
+const ctx = await model.createContext({ contextSize: ids.length + Number(a.gen) + 16, threads: 2, sequences: 1, ...kv });
 const seq = ctx.getSequence();
 const opts = { temperature: 1, topK: 0, topP: 1, minP: 0 };
 const out = await seq.controlledEvaluate(ids.map((t) => [t, { generateNext: { probabilities: true, options: opts } }]));

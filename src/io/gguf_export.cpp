@@ -150,7 +150,11 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
     const int64_t row_offset = n.conversion == GgufConversion::UpHalf ? rows : 0;  // the second half's first row
     const Weight weight = *src;
     const GgufConversion conv = n.conversion;
-    w.add_tensor(n.gguf, f, n.gguf_shape, [weight, f, rows, cols, row_offset, conv](uint8_t* out) {
+    const int64_t heads = n.heads, units = rows > 1 ? rows : cols;  // HeadPermute moves rows, or a bias's elements
+    if (conv == GgufConversion::HeadPermute && (heads < 1 || units % heads != 0 || (units / heads) % 2 != 0))
+      fail("GGUF export: tensor '", n.hf, "' of ", units, " channels cannot be split into ", heads,
+           " heads of an even size (llama.cpp's RoPE pairs)");
+    w.add_tensor(n.gguf, f, n.gguf_shape, [weight, f, rows, cols, row_offset, conv, heads](uint8_t* out) {
       std::vector<float> row(static_cast<size_t>(cols));
       const int64_t rb = weight_row_bytes(f, cols);
       // conv [C, 1, K] -> [C, K] keeps the row length; A / D [H] -> [H, 1] and ssm_norm [d] -> [G, d / G] regroup
@@ -164,7 +168,13 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
       }
       for (int64_t r = 0; r < rows; ++r) {
         if (regroup) std::memcpy(row.data(), all.data() + r * cols, static_cast<size_t>(cols) * 4);
+        else if (conv == GgufConversion::HeadPermute && rows > 1)
+          read_rows(weight, gguf_head_permuted_source(r, rows, heads), 1, row.data());
         else read_rows(weight, row_offset + r, 1, row.data());
+        if (conv == GgufConversion::HeadPermute && rows == 1) {
+          const std::vector<float> hf = row;
+          for (int64_t i = 0; i < cols; ++i) row[static_cast<size_t>(i)] = hf[static_cast<size_t>(gguf_head_permuted_source(i, cols, heads))];
+        }
         if (conv == GgufConversion::NegExp)
           for (float& v : row) v = -std::exp(v);
         ggml_quantize_row(f, row.data(), cols, out + r * rb);

@@ -38,9 +38,9 @@ TensorView view_of(void* p, DType t, const Shape& s) {
 struct Names {
   std::vector<GgufTensorName> list;
   void add(const std::string& hf, const std::string& gguf, Shape hf_shape, Shape gguf_shape = {},
-           GgufConversion conv = GgufConversion::Plain) {
+           GgufConversion conv = GgufConversion::Plain, int64_t heads = 0) {
     if (gguf_shape.empty()) gguf_shape = hf_shape;
-    list.push_back({hf, gguf, std::move(hf_shape), std::move(gguf_shape), conv});
+    list.push_back({hf, gguf, std::move(hf_shape), std::move(gguf_shape), conv, heads});
   }
 };
 
@@ -61,15 +61,19 @@ void mamba2_names(Names& n, const ModelConfig& c, const std::string& m, const st
   if (c.use_bias) n.add(m + "out_proj.bias", b + "ssm_out.bias", {c.d_model});
 }
 
+// granitehybrid and nemotron_h both come from llama.cpp's GraniteHybridModel converter, which permutes q and k
+// (HeadPermute); its other architectures store them as transformers does.
 void attention_names(Names& n, const ModelConfig& c, const std::string& a, const std::string& b) {
   const int64_t q = c.q_dim(), kv = c.kv_dim();
-  n.add(a + "q_proj.weight", b + "attn_q.weight", {q, c.d_model});
-  n.add(a + "k_proj.weight", b + "attn_k.weight", {kv, c.d_model});
+  const bool permuted = c.family == Family::GraniteHybrid || c.family == Family::Bamba || c.family == Family::NemotronH;
+  const GgufConversion qk = permuted ? GgufConversion::HeadPermute : GgufConversion::Plain;
+  n.add(a + "q_proj.weight", b + "attn_q.weight", {q, c.d_model}, {}, qk, c.n_attn_heads);
+  n.add(a + "k_proj.weight", b + "attn_k.weight", {kv, c.d_model}, {}, qk, c.n_kv_heads);
   n.add(a + "v_proj.weight", b + "attn_v.weight", {kv, c.d_model});
   n.add(a + "o_proj.weight", b + "attn_output.weight", {c.d_model, q});
   if (c.attn_bias) {
-    n.add(a + "q_proj.bias", b + "attn_q.bias", {q});
-    n.add(a + "k_proj.bias", b + "attn_k.bias", {kv});
+    n.add(a + "q_proj.bias", b + "attn_q.bias", {q}, {}, qk, c.n_attn_heads);
+    n.add(a + "k_proj.bias", b + "attn_k.bias", {kv}, {}, qk, c.n_kv_heads);
     n.add(a + "v_proj.bias", b + "attn_v.bias", {kv});
     n.add(a + "o_proj.bias", b + "attn_output.bias", {c.d_model});
   }
@@ -103,14 +107,31 @@ const GgufTensor& need_tensor(const GgufFile& f, const std::string& name) {
 
 }  // namespace
 
+int64_t gguf_head_permuted_source(int64_t i, int64_t n, int64_t heads) {
+  const int64_t d = n / heads, h = i / d, k = i % d;
+  return h * d + (k % 2) * (d / 2) + k / 2;
+}
+
 std::string gguf_arch_name(const ModelConfig& c) {
+  // llama.cpp has these too (nemotron_h_moe, granitehybrid with ffn_*_exps, falcon-h1, jamba), with conventions of
+  // their own (stacked expert tensors, Falcon-H1's multipliers folded into the weights) that mambacpp does not
+  // write or read yet: refused here rather than written wrong.
+  if (c.moe.n_experts > 0)
+    fail("GGUF: ", family_name(c.family), " models with mixture-of-experts layers cannot be written or read as GGUF "
+         "by mambacpp yet (llama.cpp's ", c.family == Family::NemotronH ? "nemotron_h_moe" : "granitehybrid",
+         " with stacked ffn_*_exps tensors)");
   switch (c.family) {
     case Family::Mamba: return c.arch == Arch::Mamba1 ? "mamba" : "mamba2";
     case Family::NemotronH: return "nemotron_h";
     case Family::GraniteHybrid:
     case Family::Bamba: return "granitehybrid";
+    case Family::FalconH1:
+      fail("GGUF: falcon_h1 models cannot be written or read as GGUF by mambacpp yet (llama.cpp's falcon-h1, "
+           "whose converter folds the muP multipliers into the weights)");
+    case Family::Jamba:
+      fail("GGUF: jamba models cannot be written or read as GGUF by mambacpp yet (llama.cpp's jamba)");
   }
-  fail("GGUF: llama.cpp has no architecture for ", family_name(c.family), " models");
+  fail("GGUF: no llama.cpp architecture for ", family_name(c.family), " models");
 }
 
 std::vector<GgufTensorName> gguf_tensor_names(const ModelConfig& c) {
@@ -237,6 +258,9 @@ void gguf_write_config(const ModelConfig& c, GgufWriter& w) {
     if (c.attn_scale > 0) w.set_f32(a + ".attention.scale", static_cast<float>(c.attn_scale));
     w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(c.rope_theta > 0 ? c.rope_dim : 0));
     if (c.rope_theta > 0) w.set_f32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
+    // llama.cpp's granitehybrid switches RoPE off where this flag is false (its converter sets it for Bamba, clears
+    // it for Granite-4.0-H, whose files still carry a rope.dimension_count); absent, RoPE is on.
+    w.set_bool(a + ".rope.scaling.finetuned", c.rope_theta > 0);
   }
 }
 
@@ -253,8 +277,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.family = Family::GraniteHybrid;
   } else if (a == "nemotron_h_moe" || a == "falcon-h1" || a == "jamba" || a == "granitemoe" || a == "plamo2" ||
              a == "lfm2") {
-    fail(f.path(), ": GGUF architecture '", a, "' is not one mambacpp runs yet (it runs mamba, mamba2, nemotron_h "
-         "and granitehybrid)");
+    fail(f.path(), ": GGUF architecture '", a, "' is not one mambacpp reads yet (it reads mamba, mamba2, nemotron_h "
+         "and granitehybrid files; the model's checkpoint directory runs)");
   } else {
     fail(f.path(), ": unknown GGUF architecture '", a, "'; mambacpp runs mamba, mamba2, nemotron_h and granitehybrid");
   }
@@ -333,7 +357,8 @@ ModelConfig gguf_model_config(const GgufFile& f) {
       c.residual_multiplier = f.get_float(a + ".residual_scale", 1.0);
       c.logits_scaling = f.get_float(a + ".logit_scale", 1.0);
       c.attn_scale = f.get_float(a + ".attention.scale", 0.0);
-      c.rope_dim = f.get_int(a + ".rope.dimension_count", 0);
+      // RoPE where llama.cpp applies it: unless rope.scaling.finetuned is false (absent: on, as in llama.cpp).
+      c.rope_dim = f.get_bool(a + ".rope.scaling.finetuned", true) ? f.get_int(a + ".rope.dimension_count", 0) : 0;
       if (c.rope_dim > 0) {
         c.rope_theta = f.get_float(a + ".rope.freq_base", 10000.0);
         c.max_position = f.get_int(a + ".context_length", 0);
@@ -381,7 +406,17 @@ GgufModel::GgufModel(const std::string& path)
     const GgufTensor* t = f.tensor(n.gguf);
     if (!t) continue;  // the binder reports what it needs and cannot find
     const Shape stored = t->shape();
-    if (stored != n.gguf_shape && !(n.gguf_shape.size() == 2 && n.gguf_shape[1] == 1 && stored == Shape{n.gguf_shape[0]}))
+    // ggml pads shapes with 1s, and its writers differ in what they keep: llama.cpp's converter stores ssm_norm of one
+    // group as [1, d_inner] and A / D as [heads, 1], its quantizer (ggml_n_dims) drops those 1s. Either is the
+    // same tensor; a packed one must still have the expected row length.
+    auto squeezed = [](const Shape& s) {
+      Shape r;
+      for (int64_t d : s)
+        if (d != 1) r.push_back(d);
+      return r;
+    };
+    if (stored != n.gguf_shape && (squeezed(stored) != squeezed(n.gguf_shape) ||
+                                   (!is_dense(t->format) && stored.back() != n.gguf_shape.back())))
       fail(path, ": tensor '", n.gguf, "' has shape ", t->shape_string(), "; expected ", shape_str(n.gguf_shape),
            " for this ", gguf_arch_name(config_), " config");
     const bool matrix = n.hf_shape.size() == 2 && n.conversion != GgufConversion::NegExp;
@@ -392,6 +427,23 @@ GgufModel::GgufModel(const std::string& path)
     if (n.conversion == GgufConversion::GateHalf || n.conversion == GgufConversion::UpHalf) {
       auto& h = halves[n.hf];
       (n.conversion == GgufConversion::GateHalf ? h.first : h.second) = t;
+      continue;
+    }
+    if (n.conversion == GgufConversion::HeadPermute) {
+      // Back to transformers' order: stored row (or element) i is transformers' gguf_head_permuted_source(i).
+      const int64_t units = n.hf_shape[0];  // rows of a matrix, elements of a bias
+      if (n.heads < 1 || units % n.heads != 0 || (units / n.heads) % 2 != 0 || t->nbytes % static_cast<uint64_t>(units))
+        fail(path, ": tensor '", n.gguf, "' of ", units, " channels cannot hold ", n.heads,
+             " heads of an even size; the attention metadata disagrees with it");
+      const size_t unit = static_cast<size_t>(t->nbytes / static_cast<uint64_t>(units));
+      std::vector<uint8_t> out(static_cast<size_t>(t->nbytes));
+      for (int64_t i = 0; i < units; ++i)
+        std::memcpy(out.data() + static_cast<size_t>(gguf_head_permuted_source(i, units, n.heads)) * unit,
+                    t->data + static_cast<size_t>(i) * unit, unit);
+      converted_->owned.push_back(std::move(out));
+      void* p = converted_->owned.back().data();
+      converted_->weights[n.hf] = is_dense(t->format) ? Weight(view_of(p, dense_dtype(t->format), n.hf_shape))
+                                                      : Weight::packed(t->format, p, {n.hf_shape[0], n.hf_shape[1]});
       continue;
     }
     if (n.conversion == GgufConversion::NegExp) {

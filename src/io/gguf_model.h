@@ -29,6 +29,11 @@ enum class GgufConversion : uint8_t {
   NegExp,     // stored as -exp(value): ssm_a from A_log
   GateHalf,   // the first half of the rows (Granite's input_linear -> ffn_gate)
   UpHalf,     // the second half of the rows (-> ffn_up)
+  // attn_q / attn_k (weight rows, bias elements) of granitehybrid and nemotron_h: llama.cpp's converter reorders
+  // each head's channels from transformers' rotate-half pairs (j, j + d/2) to adjacent pairs (2j, 2j + 1), because
+  // its RoPE for these architectures rotates adjacent pairs (LLAMA_ROPE_TYPE_NORM). Stored channel 2j + s of a head
+  // is transformers' channel s * d/2 + j (gguf_head_permuted_source).
+  HeadPermute,
 };
 
 struct GgufTensorName {
@@ -37,10 +42,14 @@ struct GgufTensorName {
   std::vector<int64_t> hf_shape;  // the shape the binder expects
   std::vector<int64_t> gguf_shape;  // the logical (PyTorch-order) shape llama.cpp stores
   GgufConversion conversion = GgufConversion::Plain;
+  int64_t heads = 0;  // HeadPermute: the heads the rows (or elements) hold
 };
 
+// HeadPermute: the transformers row (or element) stored at position `i` of `n` holding `heads` heads.
+int64_t gguf_head_permuted_source(int64_t i, int64_t n, int64_t heads);
+
 // llama.cpp's architecture name for a config ("mamba", "mamba2", "nemotron_h", "granitehybrid"); throws naming the
-// family for one llama.cpp has no architecture for.
+// family for one mambacpp cannot write as GGUF (MoE layers, Falcon-H1, Jamba: not yet).
 std::string gguf_arch_name(const ModelConfig& config);
 // Every tensor of a model with this config, transformers name beside the GGUF one (Granite's input_linear appears
 // twice, once per half).
