@@ -48,9 +48,9 @@ int32_t argmax(std::span<const float> row) {
   return static_cast<int32_t>(std::max_element(row.begin(), row.end()) - row.begin());
 }
 
-// A ggml block format `--weights` names (random weights quantized to it: Model::random_quantized).
+// A ggml block format or fp8 `--weights` names (random weights quantized to it: Model::random_quantized).
 bool is_block_format(const std::string& w) {
-  for (const char* f : {"q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"})
+  for (const char* f : {"q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "fp8"})
     if (w == f) return true;
   return false;
 }
@@ -374,9 +374,10 @@ CLI::App* add_bench_command(CLI::App& app, std::function<void()>& run) {
   cmd->add_option("--shape", o->shape, "random weights of a real shape: " + shapes);
   cmd->add_option_function<std::string>("--weights", [o](const std::string& w) { o->weights = w, o->weights_given = true; },
                   "--shape: stored format of the random weights: f32|bf16|f16 (the GPU converts them to --dtype), or "
-                  "a ggml block format q8_0|q4_k|q6_k|q4_0|q5_0|q5_1|q5_k for the matrices (CPU; q4_k as Q4_K_M's "
-                  "embedding and output in q6_k); default bf16")
-      ->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k"}));
+                  "a ggml block format q8_0|q4_k|q6_k|q4_0|q5_0|q5_1|q5_k for the matrices (CPU; q8_0 on CUDA too; q4_k as Q4_K_M's "
+                  "embedding and output in q6_k), or fp8 (e4m3 with per-channel scales, CUDA; embedding and output bf16); "
+                  "default bf16")
+      ->check(CLI::IsMember({"f32", "fp32", "bf16", "f16", "fp16", "q8_0", "q4_0", "q5_0", "q5_1", "q4_k", "q5_k", "q6_k", "fp8"}));
   cmd->add_option("-b,--batch", o->batch, "sequences decoded together")->check(IntRange(1, kMaxBenchBatch))->capture_default_str();
   cmd->add_option("-p,--prompt", o->prompt, "prompt tokens per sequence")->check(IntRange(1, kMaxCliCount))->capture_default_str();
   cmd->add_option("-g,--gen", o->gen, "generated tokens per sequence")->check(IntRange(0, kMaxCliCount))->capture_default_str();

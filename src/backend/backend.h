@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/weight.h"
@@ -162,6 +163,11 @@ struct FusedLinearArgs {
   TensorView conv_bias;   // [conv_channels] or empty
   TensorView conv_state;  // [n_slots, conv_channels, K - 1], as for conv1d_silu
   TensorView conv_out;    // [B, conv_channels] f32
+  // Multipliers (Granite's residual multiplier, Falcon-H1's muP multipliers; 1 and empty: none): output o is
+  // (x_scale * (prologue(x) . w^T)[o] + bias[o]) * s(o) before the conv or the store / residual add, where s(o) is the
+  // scale of the run of outputs o falls in: out_scales holds {end, scale} runs, ends ascending, the last one `out`.
+  float x_scale = 1.0f;
+  std::vector<std::pair<int64_t, float>> out_scales;
 };
 
 // ---- Mixture of experts (Backend::moe_route, Backend::moe_experts) ----------------------------------------------
@@ -228,6 +234,8 @@ class Backend {
   // The same for a matrix weight of any format this backend runs (supports_weight_format): a dense one goes through
   // adopt_weight; a packed one is copied byte for byte.
   virtual Weight adopt_matrix(const Weight& host);
+  // adopt_matrix's packed case on a device backend: the host weight's bytes in the backend's own layout.
+  virtual Weight adopt_packed(const Weight& host);
   // Whether linear, fused_linear and embed run weights of format f (dense f32/f16/bf16 on every backend).
   virtual bool supports_weight_format(WeightFormat f) const { return is_dense(f); }
 

@@ -4,8 +4,6 @@
 
 namespace mambacpp {
 
-namespace {
-
 // The SSD's arguments over in_proj's output [z | xBC | dt] and the conv output xBC = [x | B | C].
 Mamba2ScanArgs mamba2_scan_args(const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                                 const TensorView& proj, const TensorView& xbc, TensorView y) {
@@ -29,6 +27,8 @@ Mamba2ScanArgs mamba2_scan_args(const ModelConfig& c, const LayerWeights& w, con
   a.y = y;
   return a;
 }
+
+namespace {
 
 // Mamba-1 between its projections: in_proj's output xz = [x | z] -> conv, x_proj, dt_proj, the scan gated by silu(z)
 // -> y [T, d_inner], out_proj's input.
@@ -137,6 +137,7 @@ bool mamba_block_fused_projections(Backend& be, const ModelConfig& c, const Laye
   }
   out.y = residual;
   out.accumulate = true;
+  if (c.residual_multiplier != 1.0) out.out_scales = {{c.d_model, static_cast<float>(c.residual_multiplier)}};
   if (!be.supports_fused_linear(in, batch) || !be.supports_fused_linear(out, batch)) return false;
   be.fused_linear(in, batch);
   if (mamba2)
@@ -184,6 +185,7 @@ bool mamba_block_decode_fused(Backend& be, const ModelConfig& c, const LayerWeig
   }
   out.y = residual;
   out.accumulate = true;
+  if (c.residual_multiplier != 1.0) out.out_scales = {{c.d_model, static_cast<float>(c.residual_multiplier)}};
 
   FusedLinearArgs xp;  // Mamba-1's x_proj -> [dt_low | B | C]
   const int64_t r = c.dt_rank, n = c.d_state;

@@ -14,6 +14,11 @@ namespace mambacpp {
 void mamba1_mixer(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                   const BatchLayout& batch, Workspace& ws, const TensorView& h, TensorView out);
 
+// The SSD's arguments over in_proj's output proj = [z | xBC | dt] [T, in_proj_size] and the conv output
+// xbc = [x | B | C] [T, conv_channels], writing y [T, d_inner] (no gate: the caller sets z for the decode step's).
+Mamba2ScanArgs mamba2_scan_args(const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
+                                const TensorView& proj, const TensorView& xbc, TensorView y);
+
 // Mamba-2 between in_proj and the gated norm: zxbcdt = [z | xBC | dt] -> conv, SSD -> y [T, d_inner] (ungated).
 void mamba2_core(Backend& be, const ModelConfig& c, const LayerWeights& w, const LayerCache& cache,
                  const BatchLayout& batch, Workspace& ws, const TensorView& zxbcdt, TensorView y);

@@ -1,6 +1,7 @@
 // Model::random: weights of a real shape drawn from a counter-based generator (fast, parallel, reproducible), for
 // benchmarks. Norm weights are 1, decays span slow and fast, projections are scaled by 1/sqrt(fan_in).
-// Model::random_quantized: the same values, the matrices quantized to a ggml block format (core/ggml_blocks.h).
+// Model::random_quantized: the same values, the matrices quantized to a ggml block format (core/ggml_blocks.h), or
+// to fp8 e4m3 with per-output-channel scales (core/fp8.h; embeddings and lm_head stay bf16, as ModelOpt leaves them).
 #include <algorithm>
 #include <cmath>
 #include <map>
@@ -11,6 +12,7 @@
 #include "mambacpp/error.h"
 #include "model/model_impl.h"
 #include "core/splitmix.h"
+#include "core/fp8.h"
 #include "core/ggml_blocks.h"
 #include "core/weight.h"
 #include "model/weights.h"
@@ -63,6 +65,7 @@ WeightFormat random_matrix_format(WeightFormat target, const std::string& name, 
   if (name.find("router") != std::string::npos) return WeightFormat::F32;
   const bool table = ends_with(name, "embeddings.weight") || ends_with(name, "embed_tokens.weight") ||
                      ends_with(name, "embedding.weight") || ends_with(name, "lm_head.weight");
+  if (target == WeightFormat::FP8_E4M3) return table ? WeightFormat::BF16 : target;
   WeightFormat f = target == WeightFormat::Q4_K && table ? WeightFormat::Q6_K : target;
   if (weight_format_info(f).block_elems == 256 && cols % 256 != 0)
     f = f == WeightFormat::Q6_K ? WeightFormat::Q8_0 : f == WeightFormat::Q5_K ? WeightFormat::Q5_1 : WeightFormat::Q5_0;
@@ -81,8 +84,7 @@ std::unique_ptr<Model> Model::random(const ModelConfig& config, const LoadOption
 std::unique_ptr<Model> Model::random_quantized(const ModelConfig& config, const LoadOptions& options, uint64_t seed,
                                                const std::string& format) {
   config.validate();
-  const WeightFormat wf = parse_weight_format(format);
-  if (wf == WeightFormat::FP8_E4M3) fail("random model: fp8_e4m3 is not a ggml block format");
+  const WeightFormat wf = format == "fp8" ? WeightFormat::FP8_E4M3 : parse_weight_format(format);
   const DType storage = is_dense(wf) ? dense_dtype(wf) : DType::F32;
   const bool quantized = !is_dense(wf);
   auto impl = std::make_unique<Impl>();
@@ -126,6 +128,11 @@ std::unique_ptr<Model> Model::random_quantized(const ModelConfig& config, const 
       if (!is_dense(f)) {
         if (shape.size() > 3) fail("random model: tensor '", name, "' has more than 3 dims; cannot quantize it");
         const int64_t cols = shape.back(), rows = n / cols, rb = weight_row_bytes(f, cols);
+        // fp8's scales first: a later emplace_back would move the blob's vector (its bytes stay where they are).
+        const bool fp8 = f == WeightFormat::FP8_E4M3;
+        float* scales = fp8 ? reinterpret_cast<float*>(
+                                  impl->random_blobs.emplace_back(static_cast<size_t>(rows) * sizeof(float)).data())
+                            : nullptr;
         std::vector<char>& blob = impl->random_blobs.emplace_back(static_cast<size_t>(rows * rb));
         const int64_t rows_per_task = std::max<int64_t>(1, kBlock / cols);
         cpu::parallel_tasks(threads, (rows + rows_per_task - 1) / rows_per_task, [&](int64_t task) {
@@ -135,11 +142,16 @@ std::unique_ptr<Model> Model::random_quantized(const ModelConfig& config, const 
             for (int64_t i = 0; i < cols; ++i)
               vals[i] = static_cast<float>((2.0 * uniform01(seed, stream, static_cast<uint64_t>(r * cols + i)) - 1.0) *
                                            scale);
-            ggml_quantize_row(f, vals.data(), cols, reinterpret_cast<uint8_t*>(blob.data()) + r * rb);
+            uint8_t* row = reinterpret_cast<uint8_t*>(blob.data()) + r * rb;
+            if (fp8)
+              fp8_quantize_rows(vals.data(), 1, cols, row, scales + r);
+            else
+              ggml_quantize_row(f, vals.data(), cols, row);
           }
         });
-        packed[name] = shape.size() == 2 ? Weight::packed(f, blob.data(), {shape[0], shape[1]})
-                                         : Weight::packed(f, blob.data(), {shape[0], shape[1], shape[2]});
+        const TensorView sv = fp8 ? TensorView(scales, DType::F32, {rows}) : TensorView();
+        packed[name] = shape.size() == 2 ? Weight::packed(f, blob.data(), {shape[0], shape[1]}, Device::CPU, sv)
+                                         : Weight::packed(f, blob.data(), {shape[0], shape[1], shape[2]}, Device::CPU, sv);
         names.push_back(name);
         continue;
       }

@@ -4,16 +4,20 @@
 // the batch) and the bandwidth that is, beside a device-to-device copy's bandwidth measured in the same process.
 // Variants: f32 pages staged in place with the keys split for 2 blocks per SM (the kernel as it was before bf16 pages
 // and pipelining), then f32 and bf16 pages, in place and pipelined, split for 16 blocks per SM (the backend's choice
-// for decode-shaped calls; it pipelines them).
+// for decode-shaped calls; it pipelines them), then the tensor-core kernel of fast precision (f32 and bf16 pages).
+// `prefill` mode times one layer's attention of a whole prompt (append + attention, one sequence, no cache before),
+// the f32 kernel against the tensor-core one, in TFLOP/s of the causal products (4 * n_heads * head_dim * T(T+1)/2).
 // Built with the GPU tests, not run by ctest (docs/benchmarks.md "Hybrid models on the GPU").
 //
 //   attention_bench [batch 32] [context 16384] [n_heads 32] [n_kv_heads 8] [head_dim 128] [repeats 20]
+//   attention_bench prefill [rows 16384] [n_heads 32] [n_kv_heads 8] [head_dim 128] [repeats 3]
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "backend/cuda/cuda_ops.h"
@@ -52,9 +56,76 @@ double median_ms(int repeats, F&& f) {
   return ms[ms.size() / 2];
 }
 
+// One prompt of T rows through one layer's attention (bf16 pages), f32 kernel and tensor-core kernel.
+int prefill(int argc, char** argv) {
+  auto arg = [&](int i, int64_t d) { return argc > i ? std::atoll(argv[i]) : d; };
+  const int64_t T = arg(2, 16384), NH = arg(3, 32), KV = arg(4, 8), HD = arg(5, 128);
+  const int repeats = static_cast<int>(arg(6, 3));
+  const int64_t page = 64, kv_dim = KV * HD, rep = NH / KV, n_pages = (T + page - 1) / page;
+  cudaDeviceProp prop{};
+  check(cudaGetDeviceProperties(&prop, 0), "cudaGetDeviceProperties");
+  std::printf("attention_bench prefill: %s; %lld rows, %lld/%lld heads of %lld, bf16 pages of %lld rows\n", prop.name,
+              static_cast<long long>(T), static_cast<long long>(NH), static_cast<long long>(KV),
+              static_cast<long long>(HD), static_cast<long long>(page));
+  auto* q = static_cast<float*>(dev_alloc(static_cast<size_t>(T * NH * HD) * 4));
+  auto* k = static_cast<float*>(dev_alloc(static_cast<size_t>(T * kv_dim) * 4));
+  auto* v = static_cast<float*>(dev_alloc(static_cast<size_t>(T * kv_dim) * 4));
+  auto* out = static_cast<float*>(dev_alloc(static_cast<size_t>(T * NH * HD) * 4));
+  std::vector<void*> pages(static_cast<size_t>(n_pages));
+  for (void*& p : pages) p = dev_alloc(static_cast<size_t>(2 * page * kv_dim) * 2);
+  auto upload = [](const auto& host) {
+    const size_t n = host.size() * sizeof(host[0]);
+    void* d = dev_alloc(n);
+    check(cudaMemcpy(d, host.data(), n, cudaMemcpyHostToDevice), "upload");
+    return d;
+  };
+  const std::vector<AttnSeq> seqs = {{0, T, 0, 0}};
+  const std::vector<int32_t> token_seq(static_cast<size_t>(T), 0);
+  const auto* d_seqs = static_cast<const AttnSeq*>(upload(seqs));
+  const auto* d_token_seq = static_cast<const int32_t*>(upload(token_seq));
+  auto* d_pages = static_cast<void* const*>(upload(pages));
+  const double flops = 4.0 * static_cast<double>(NH * HD) * static_cast<double>(T) * static_cast<double>(T + 1) / 2.0;
+  std::printf("%-36s %10s %10s\n", "kernel", "ms", "TFLOP/s");
+  for (bool mma : {false, true}) {
+    const int step = mma ? kAttnMmaTileItems : kAttnTileItems;
+    std::vector<AttnTile> tiles;
+    for (int64_t it = 0; it < T * rep; it += step) tiles.push_back({0, static_cast<int32_t>(it)});
+    if (mma) std::reverse(tiles.begin(), tiles.end());  // as the backend orders them
+    const auto* d_tiles = static_cast<const AttnTile*>(upload(tiles));
+    AttentionLaunch p;
+    p.q = {q, NH * HD};
+    p.k = {k, kv_dim};
+    p.v = {v, kv_dim};
+    p.out = {out, NH * HD};
+    p.T = T;
+    p.n_heads = NH;
+    p.n_kv_heads = KV;
+    p.head_dim = HD;
+    p.page_tokens = page;
+    p.scale = 0.088f;
+    p.seqs = d_seqs;
+    p.token_seq = d_token_seq;
+    p.tiles = d_tiles;
+    p.n_tiles = static_cast<int64_t>(tiles.size());
+    p.pages = d_pages;
+    p.kv_bf16 = true;
+    p.mma = mma;
+    p.split_keys = T;
+    const double ms = median_ms(mma ? repeats : 1, [&] {
+      launch_kv_append(p, nullptr);
+      launch_attention(p, nullptr);
+    });
+    std::printf("%-36s %10.3f %10.1f\n", mma ? "tensor cores (fast precision)" : "f32 (exact precision)", ms,
+                flops / (ms * 1e-3) / 1e12);
+  }
+  check(cudaGetLastError(), "kernels");
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  if (argc > 1 && std::string(argv[1]) == "prefill") return prefill(argc, argv);
   auto arg = [&](int i, int64_t d) { return argc > i ? std::atoll(argv[i]) : d; };
   const int64_t B = arg(1, 32), L = arg(2, 16384), NH = arg(3, 32), KV = arg(4, 8), HD = arg(5, 128);
   const int repeats = static_cast<int>(arg(6, 20));
@@ -124,8 +195,8 @@ int main(int argc, char** argv) {
     std::vector<void*> pages(static_cast<size_t>(B * n_pages));
     for (void*& p : pages) p = dev_alloc(static_cast<size_t>(2 * page * kv_dim) * elem, 0x3c);
     auto* d_pages = static_cast<void* const*>(upload(pages));
-    for (int variant = 0; variant < 3; ++variant) {
-      const bool pipelined = variant == 2, old_splits = variant == 0;
+    for (int variant = 0; variant < 4; ++variant) {
+      const bool pipelined = variant == 2, old_splits = variant == 0, mma = variant == 3;
       if (bf16 && old_splits) continue;
       int64_t split_keys = 0;
       const int64_t splits = split_count(old_splits ? 2 : 16, &split_keys);
@@ -146,7 +217,8 @@ int main(int argc, char** argv) {
       p.n_tiles = B;
       p.pages = d_pages;
       p.kv_bf16 = bf16;
-      p.pipelined = pipelined && rep <= kAttnTileItems;
+      p.mma = mma;  // one tile per sequence either way (rep <= 16 items)
+      p.pipelined = (pipelined || mma) && rep <= kAttnTileItems;  // the tensor cores' decode-shaped launch
       p.n_splits = static_cast<int>(splits);
       p.split_keys = split_keys;
       p.partial = partial;
@@ -157,8 +229,8 @@ int main(int argc, char** argv) {
       const double bytes = static_cast<double>(B * max_keys * 2 * kv_dim) * static_cast<double>(elem);
       const double tbs = bytes / (ms * 1e-3) / 1e12;
       char name[64];
-      std::snprintf(name, sizeof name, "%s pages, %s%s", bf16 ? "bf16" : "f32", pipelined ? "pipelined" : "in place",
-                    old_splits ? ", old splits" : "");
+      std::snprintf(name, sizeof name, "%s pages, %s%s", bf16 ? "bf16" : "f32",
+                    mma ? "tensor cores" : pipelined ? "pipelined" : "in place", old_splits ? ", old splits" : "");
       std::printf("%-36s %6lld %10.3f %10.2f %10.2f %8.0f\n", name, static_cast<long long>(splits), ms, bytes / 1e9, tbs,
                   100.0 * tbs / copy_tbs);
     }

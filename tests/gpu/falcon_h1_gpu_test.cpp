@@ -1,5 +1,6 @@
-// Falcon-H1 on the GPU: the parallel layer runs through the same backend ops as on the CPU (no fused projections),
-// so the checks are those of the other hybrids: the transformers fixtures (fixtures/falcon_h1, made by
+// Falcon-H1 on the GPU: prefill runs the parallel layer through the same backend ops as on the CPU, decode steps of up
+// to 8 rows on the fused GEMVs with the multipliers in their epilogue (fused_hybrid_test.cpp compares the two), so the
+// checks are those of the other hybrids: the transformers fixtures (fixtures/falcon_h1, made by
 // scripts/make_falcon_h1_fixtures.py), the CPU path (logits and the state left behind), and graph decode against
 // eager decode. Tolerances as in hybrid_gpu_test.cpp: f32 weights 1e-4 of the largest logit against the fp64
 // reference (f32 rounding through 3-4 layers), bf16 weights 3e-2; GPU vs CPU with f32 weights and state 1e-5

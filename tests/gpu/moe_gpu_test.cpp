@@ -12,7 +12,11 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <chrono>
 #include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <string>
 #include <cstring>
 #include <random>
 #include <span>
@@ -380,6 +384,35 @@ TEST(GpuMoe, ExpertsGiveATokenTheSameBitsInAnyBatch) {
     }
 }
 
+// The released models' expert widths (Granite-4.0-H Tiny: D 1536, I 512, fused gate/up; Nemotron 3 Nano: D 2688,
+// I 1856, per-expert relu2) with fewer experts: the streaming GEMV's rows per warp and its partial last chunk (2688 and
+// 1856 are not multiples of a warp's 256 features) against the CPU, and a token's bits alone and in batches of every
+// size the decode path takes (1 token, a few, the sorted path with several pairs per expert).
+TEST(GpuMoe, ExpertsAtReleasedWidthsMatchTheCpuAndKeepATokensBits) {
+  MAMBACPP_REQUIRE_GPU();
+  const ExpertCase cases[] = {
+      {MoeExpertAct::SiluGated, false, true, 8, 1536, 512, 6},
+      {MoeExpertAct::Relu2, false, false, 6, 2688, 1856, 4},
+  };
+  for (const ExpertCase& c : cases) {
+    SCOPED_TRACE("D " + std::to_string(c.D) + " I " + std::to_string(c.I));
+    Rng rng(static_cast<uint64_t>(c.D));
+    const HostExperts h = make_experts(c, DType::BF16, rng, -1);
+    auto cpu_be = make_cpu_backend(0);
+    auto gpu_be = make_cuda_backend(DType::BF16);
+    ExpertRunner cpu(*cpu_be, c, h), gpu(*gpu_be, c, h);
+    const int64_t T = 24;  // 4 or 6 pairs per expert on average: runs of several pairs
+    const ExpertInputs in = make_inputs(c, T, rng, -1);
+    const std::vector<float> want = cpu.run(in), all = gpu.run(in);
+    std::vector<double> ref(want.begin(), want.end());
+    EXPECT_LE(gputest::rel_err(all, ref), 2e-5);
+    for (int64_t t : {int64_t(0), int64_t(13), T - 1})
+      EXPECT_EQ(gpu.run(slice(in, t, 1, c.D, c.k)), token_rows(all, t, 1, c.D)) << "token " << t << " alone";
+    for (int64_t n : {2, 3, 5, 8})
+      EXPECT_EQ(gpu.run(slice(in, 4, n, c.D, c.k)), token_rows(all, 4, n, c.D)) << n << " tokens from 4";
+  }
+}
+
 TEST(GpuMoe, OpsReplayFromACapturedGraph) {
   MAMBACPP_REQUIRE_GPU();
   const ExpertCase c = {MoeExpertAct::SiluGated, false, true, 12, 64, 40, 4};
@@ -421,6 +454,100 @@ TEST(GpuMoe, OpsReplayFromACapturedGraph) {
     step();
     EXPECT_EQ(replayed, arena.download(a.out)) << "round " << round;
     for (float v : replayed) ASSERT_TRUE(std::isfinite(v));
+  }
+}
+
+// ---- Timing (not run in CI: the device scripts run it with --gtest_also_run_disabled_tests) ----------------------
+
+// Random bf16 bits in +-[2^-7, 2^-6): cheap to make for gigabytes of experts.
+void random_bf16(std::vector<uint16_t>& bits, uint64_t seed) {
+  uint64_t s = seed * 0x9E3779B97F4A7C15ull + 1;
+  for (uint16_t& b : bits) {
+    s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+    b = static_cast<uint16_t>(0x3C00u | (s & 0x807Fu));
+  }
+}
+
+// moe_experts at the released shapes (all experts, bf16) for T = 1, 32, 128 tokens: 16 calls with different routings
+// captured in one graph (so that consecutive calls read mostly other experts, as layers do), replayed; the
+// microseconds per call and the bandwidth of the chosen experts' bytes, once per GEMV kernel (MAMBACPP_MOE_GEMV=old:
+// the kernel before the streaming one). Prints "[moe time] ..." rows.
+TEST(GpuMoe, DISABLED_ExpertTimesAtReleasedShapes) {
+  MAMBACPP_REQUIRE_GPU();
+  struct Shape {
+    const char* name;
+    ExpertCase c;
+  };
+  const Shape shapes[] = {{"granite-4.0-h-tiny", {MoeExpertAct::SiluGated, false, true, 64, 1536, 512, 6}},
+                          {"nemotron-3-nano-30b-a3b", {MoeExpertAct::Relu2, false, true, 128, 2688, 1856, 6}}};
+  for (const Shape& sh : shapes) {
+    const ExpertCase& c = sh.c;
+    auto be = make_cuda_backend(DType::BF16);
+    DeviceArena arena(*be);
+    const int64_t up_rows = c.act == MoeExpertAct::SiluGated ? 2 * c.I : c.I;
+    // Every expert holds the same values at its own address (the timing needs distinct bytes, not distinct values).
+    auto experts = [&](int64_t rows, int64_t cols, uint64_t seed) {
+      std::vector<uint16_t> bits(static_cast<size_t>(rows * cols));
+      random_bf16(bits, seed);
+      char* d = static_cast<char*>(arena.alloc(static_cast<size_t>(c.E) * bits.size() * 2));
+      std::vector<Weight> ws;
+      for (int64_t e = 0; e < c.E; ++e) {
+        char* de = d + static_cast<size_t>(e) * bits.size() * 2;
+        be->copy_from_host(de, bits.data(), bits.size() * 2);
+        ws.emplace_back(TensorView(de, DType::BF16, {rows, cols}, Device::CUDA));
+      }
+      return ws;
+    };
+    MoeExpertsArgs base;
+    base.act = c.act;
+    base.expert_size = c.I;
+    base.up = experts(up_rows, c.D, 1);
+    base.down = experts(c.D, c.I, 2);
+    const double expert_bytes = double(up_rows * c.D + c.D * c.I) * 2;
+    Rng rng(3);
+    for (int64_t T : {1, 32, 128}) {
+      constexpr int kCalls = 16;
+      std::vector<MoeExpertsArgs> calls;
+      double bytes = 0;
+      for (int i = 0; i < kCalls; ++i) {
+        const ExpertInputs in = make_inputs(c, T, rng, -1);
+        MoeExpertsArgs a = base;
+        a.x = arena.upload(in.x, DType::F32, {T, c.D});
+        a.ids = TensorView(arena.alloc(in.ids.size() * 4), DType::I32, {T, c.k}, Device::CUDA);
+        be->copy_from_host(a.ids.data, in.ids.data(), in.ids.size() * 4);
+        a.weights = arena.upload(in.weights, DType::F32, {T, c.k});
+        a.out = arena.poisoned({T, c.D});
+        calls.push_back(a);
+        std::vector<int32_t> chosen = in.ids;
+        std::sort(chosen.begin(), chosen.end());
+        bytes += double(std::unique(chosen.begin(), chosen.end()) - chosen.begin()) * expert_bytes;
+      }
+      std::vector<float> first;
+      for (const char* kernel : {"old", "new"}) {
+        if (std::string(kernel) == "old") setenv("MAMBACPP_MOE_GEMV", "old", 1);
+        else unsetenv("MAMBACPP_MOE_GEMV");
+        for (const auto& a : calls) be->moe_experts(a);  // eager first: scratch sized before the capture
+        be->synchronize();
+        const std::vector<float> out = arena.download(calls.back().out);
+        if (first.empty()) first = out;
+        else EXPECT_EQ(out, first) << "at T " << T;  // both sum a pair's products in the same order
+        be->begin_capture();
+        for (const auto& a : calls) be->moe_experts(a);
+        auto graph = be->end_capture();
+        be->replay(*graph);
+        be->synchronize();
+        constexpr int kReps = 20;
+        const auto t0 = std::chrono::steady_clock::now();
+        for (int r = 0; r < kReps; ++r) be->replay(*graph);
+        be->synchronize();
+        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        const double us = s / (kReps * kCalls) * 1e6;
+        std::printf("[moe time] %s T %lld kernel %s: %.2f us per call, chosen experts %.1f MB -> %.0f GB/s\n",
+                    sh.name, static_cast<long long>(T), kernel, us, bytes / kCalls / 1e6,
+                    bytes / kCalls / (us * 1e-6) / 1e9);
+      }
+      unsetenv("MAMBACPP_MOE_GEMV");
+    }
   }
 }
 

@@ -97,6 +97,7 @@ bool CpuBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayo
     if (s.start != i || s.len != 1) return false;
   }
   if (a.x.ndim != 2 || a.w.data.ndim != 2 || !a.gate.empty()) return false;  // no gated prologue here
+  if (a.x_scale != 1.0f || !a.out_scales.empty()) return false;  // no multipliers here: the plain ops apply them
   const int64_t in = a.x.dim(1), out = a.w.data.dim(0);
   if (!f32_rows(a.x, B, in) || !f32_rows(a.y, B, out) || !a.w.data.contiguous() || a.w.data.device != Device::CPU)
     return false;

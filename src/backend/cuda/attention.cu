@@ -18,6 +18,7 @@
 #include <cfloat>
 #include <type_traits>
 
+#include "backend/cuda/attention_common.cuh"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
@@ -42,18 +43,6 @@ __device__ __forceinline__ P from_f32(float v) {
   else return v;
 }
 
-// Position pos of a sequence's cache: the K row (value = false) or the V row of KV head g.
-// Positions and page sizes fit 32 bits (a context of 2^32 rows would be terabytes of pages): the page division in
-// 32 bits costs a fraction of a 64-bit one, and decode computes it for every row it stages.
-template <class P>
-__device__ __forceinline__ const P* kv_at(void* const* pages, const AttnSeq& s, int64_t pos, int64_t page_tokens,
-                                          int64_t kv_dim, int64_t g, int64_t hd, bool value) {
-  const uint32_t pos32 = static_cast<uint32_t>(pos), pt = static_cast<uint32_t>(page_tokens);
-  const uint32_t pg = pos32 / pt, row = pos32 - pg * pt;
-  const P* page = static_cast<const P*>(pages[s.page0 + pg]);
-  return page + ((value ? page_tokens : 0) + row) * kv_dim + g * hd;
-}
-
 // The 16 / sizeof(P) elements of a 16-byte chunk as floats (bf16: element 0 in the low half of each word).
 __device__ __forceinline__ void unpack(const uint4& c, float* out, float) {
   out[0] = __uint_as_float(c.x);
@@ -68,18 +57,6 @@ __device__ __forceinline__ void unpack(const uint4& c, float* out, __nv_bfloat16
     out[2 * i] = __uint_as_float(w[i] << 16);
     out[2 * i + 1] = __uint_as_float(w[i] & 0xffff0000u);
   }
-}
-
-// Sequence k of the call, from the uploaded table or (device-resident mode) from the prepared spans and lengths.
-__device__ __forceinline__ AttnSeq seq_of(const AttentionLaunch& p, int64_t k) {
-  if (!p.spans) return p.seqs[k];
-  const SeqSpan sp = p.spans[k];
-  AttnSeq s;
-  s.start = sp.start;
-  s.len = sp.len;
-  s.past = p.lengths[sp.slot];
-  s.page0 = sp.slot * p.max_pages;
-  return s;
 }
 
 // grid: one block per row of this call; copies its k and v rows into the pages at position past + i.
@@ -327,7 +304,8 @@ void launch_kv_append(const AttentionLaunch& p, cudaStream_t stream) {
 
 void launch_attention(const AttentionLaunch& p, cudaStream_t stream) {
   if (p.T <= 0 || p.n_tiles <= 0) return;
-  if (p.kv_bf16 && p.pipelined) launch_p<__nv_bfloat16, true>(p, stream);
+  if (p.mma) launch_attention_mma(p, stream);
+  else if (p.kv_bf16 && p.pipelined) launch_p<__nv_bfloat16, true>(p, stream);
   else if (p.kv_bf16) launch_p<__nv_bfloat16, false>(p, stream);
   else if (p.pipelined) launch_p<float, true>(p, stream);
   else launch_p<float, false>(p, stream);

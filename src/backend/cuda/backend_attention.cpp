@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
+#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -15,6 +16,18 @@
 namespace mambacpp {
 
 using namespace cuda;
+
+namespace {
+// Fast precision computes attention on the tensor cores (attention_mma.cu); MAMBACPP_ATTN_MMA=0 keeps the f32
+// kernel, for the A/B against it while the two are compared.
+bool mma_attention_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("MAMBACPP_ATTN_MMA");
+    return !(e && std::strcmp(e, "0") == 0);
+  }();
+  return on;
+}
+}  // namespace
 
 // The call's sequences, tiles and page pointers go up in one copy (stream-ordered, so reusing the buffer for the
 // next layer is safe), then the append kernel, the attention kernel and, for split keys, the combine.
@@ -49,6 +62,10 @@ void CudaBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
   p.scale = a.scale;
   p.kv_bf16 = a.kv_dtype == DType::BF16;
   const int64_t elem = static_cast<int64_t>(dtype_size(a.kv_dtype));
+  // Fast precision covers 16-bit weights only (as Mamba2Launch::fast). The tensor-core kernel stages rows in 16-byte
+  // chunks of 8 channels (pages cudaMalloc'd: 256-byte aligned).
+  p.mma = fast_ && weight_dtype_ != DType::F32 && HD % 8 == 0 && mma_attention_enabled();
+  const int64_t tile_items = p.mma ? kAttnMmaTileItems : kAttnTileItems;
   if (a.device_pages) {
     need(a.device_lengths && a.max_pages > 0, op, ": device_pages needs device_lengths and max_pages > 0");
     int64_t max_len = 0;
@@ -57,12 +74,13 @@ void CudaBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
     p.lengths = a.device_lengths;
     p.pages = a.device_pages;
     p.max_pages = a.max_pages;
-    p.tiles_per_seq = (max_len * rep + kAttnTileItems - 1) / kAttnTileItems;
-    p.pipelined = p.tiles_per_seq == 1 && HD * elem % 16 == 0;
+    p.tiles_per_seq = (max_len * rep + tile_items - 1) / tile_items;
+    const bool decode_shaped = max_len * rep <= kAttnTileItems;
+    p.pipelined = decode_shaped && HD * elem % 16 == 0;
     p.n_tiles = static_cast<int64_t>(batch.seqs.size()) * p.tiles_per_seq;
     need(p.n_tiles <= INT32_MAX, op, ": too many query tiles in one call");
     if (p.n_tiles == 0) return;
-    set_splits(p, a.max_pages * a.page_tokens, p.tiles_per_seq == 1);
+    set_splits(p, a.max_pages * a.page_tokens, decode_shaped);
     launch_kv_append(p, stream());
     launch_attention(p, stream());
     return;
@@ -81,10 +99,13 @@ void CudaBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
          c.pages.size(), " pages of ", a.page_tokens, " rows for ", keys, " positions");
     seqs[i] = {sp.start, sp.len, c.past, static_cast<int64_t>(pages.size())};
     pages.insert(pages.end(), c.pages.begin(), c.pages.end());
-    for (int64_t it = 0; it < sp.len * rep; it += kAttnTileItems) {
+    const size_t first_tile = tiles.size();
+    for (int64_t it = 0; it < sp.len * rep; it += tile_items) {
       need(it <= INT32_MAX, op, ": sequence ", i, " has too many rows for one call (", sp.len, ")");
       tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(it)});
     }
+    // The tensor-core kernel's tiles last first (the most keys start first, the short ones fill the tail).
+    if (p.mma) std::reverse(tiles.begin() + static_cast<std::ptrdiff_t>(first_tile), tiles.end());
     max_keys = std::max(max_keys, keys);
     max_len = std::max(max_len, sp.len);
   }
@@ -94,6 +115,13 @@ void CudaBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
   bool aligned = HD * elem % 16 == 0;
   for (void* pg : pages) aligned = aligned && reinterpret_cast<uintptr_t>(pg) % 16 == 0;
   p.pipelined = decode_shaped && aligned;
+  p.mma = p.mma && aligned;
+  if (!p.mma && tile_items != kAttnTileItems) {  // unaligned pages: the f32 kernel's tiles
+    tiles.clear();
+    for (size_t i = 0; i < seqs.size(); ++i)
+      for (int64_t it = 0; it < batch.seqs[i].len * rep; it += kAttnTileItems)
+        tiles.push_back({static_cast<int32_t>(i), static_cast<int32_t>(it)});
+  }
   need(tiles.size() <= INT32_MAX, op, ": too many query tiles in one call");
   if (tiles.empty()) return;
 

@@ -56,6 +56,7 @@ std::vector<RowRun> row_runs(const BatchLayout& b) {
 // rounding of the weights themselves (2^-9 relative each), which stays within ~1e-2 of the logits' range.
 // f16 caveat: |x| > 65504 would overflow hi; projection inputs are normalised or gated activations, far below it.
 void CudaBackend::linear(const TensorView& x, const Weight& weight_in, const TensorView& bias, TensorView y) {
+  if (!weight_in.dense()) return linear_quant(x, weight_in, bias, y);  // q8_0 / fp8: quant_linear.cpp
   const TensorView& w = weight_in.dense_view("linear");
   check_f32_2d(x, "linear: x");
   check_f32_2d(y, "linear: y");

@@ -3,7 +3,8 @@
 // moe_route: one routing thread per token, the host's rules step for step (ties to the lower expert index).
 // moe_experts:
 // - up to kGemvMaxTokens tokens (decode steps and short pieces), and any number inside a graph capture: the sort,
-//   the grouped GEMVs (up with the activation fused, then down) over the active experts only, the combine. No host
+//   the grouped GEMVs (up with the activation fused, then down) over the active experts only, the combine (up to
+//   kPairMaxTokens tokens: the up GEMV per pair, then the down GEMV per token with the combine, no sort). No host
 //   copy or wait, fixed launch shapes for a given token count: a decode step with MoE layers is captured as a graph.
 //   Each (token, slot)'s dot products are summed in an order that does not depend on the other tokens, so a token's
 //   output is the same bits in any batch.
@@ -31,6 +32,9 @@ using namespace cuda;
 namespace {
 
 constexpr int64_t kGemvMaxTokens = 256;
+// Up to this many tokens (16-bit weights) the GEMVs take one pair / one token per grid row, without the sort: two
+// experts' rows read twice where tokens share one cost less than the sort's and the combine's launches.
+constexpr int64_t kPairMaxTokens = 8;
 constexpr int64_t kPrefillBlock = 1024;
 
 bool capturing(cudaStream_t s) {
@@ -138,8 +142,6 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   float* act = static_cast<float*>(grow(Slot::kMoeHidden, size_t(P * I) * 4));
   float* y = static_cast<float*>(grow(Slot::kMoeOut, size_t(P * D) * 4));
 
-  launch_moe_sort(a.ids.ptr<int32_t>(), P, E, sb.offsets, sb.sorted, sb.pos, sb.active, stream());
-
   MoeGemvLaunch up;
   up.dtype = wd;
   up.in = D;
@@ -168,8 +170,6 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
     up.b_row0 = I;
     up.epilogue = MoeEpilogue::SiluMul;
   }
-  launch_moe_gemv(up, stream());
-
   MoeGemvLaunch down = up;
   down.a = down_t;
   down.b = nullptr;
@@ -183,8 +183,27 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   down.y = y;
   down.y_stride = D;
   down.vec = aligned && I % per16 == 0 && aligned16(act);
-  launch_moe_gemv(down, stream());
 
+  if (T <= kPairMaxTokens && wd != DType::F32 && up.vec && down.vec && k <= kMoeCombineMaxSlots && !moe_gemv_old()) {
+    // Few tokens: no sort and no separate combine (the same bits as below).
+    up.rows = MoeGemvRows::Pairs;
+    up.ids = a.ids.ptr<int32_t>();
+    up.E = E;
+    up.n_rows = P;
+    launch_moe_gemv(up, stream());
+    down.rows = MoeGemvRows::DownCombine;
+    down.ids = up.ids;
+    down.E = E;
+    down.n_rows = T;
+    down.combine_weights = a.weights.ptr<float>();
+    down.y = a.out.ptr<float>();
+    down.y_stride = a.out.stride0();
+    launch_moe_gemv(down, stream());
+    return;
+  }
+  launch_moe_sort(a.ids.ptr<int32_t>(), P, E, sb.offsets, sb.sorted, sb.pos, sb.active, stream());
+  launch_moe_gemv(up, stream());
+  launch_moe_gemv(down, stream());
   launch_moe_combine(y, D, sb.pos, a.weights.ptr<float>(), T, k, D, a.out.ptr<float>(), a.out.stride0(), stream());
 }
 

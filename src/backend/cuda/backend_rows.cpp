@@ -15,6 +15,7 @@ namespace mambacpp {
 using namespace cuda;
 
 void CudaBackend::embed(const Weight& table_weight, const TensorView& ids, TensorView out) {
+  if (!table_weight.dense()) return embed_quant(table_weight, ids, out);  // q8_0 / fp8: quant_linear.cpp
   const TensorView& table = table_weight.dense_view("embed");
   check_f32_2d(out, "embed: out");
   need(table.ndim == 2 && is_float_dtype(table.dtype), "embed: table must be a 2-D float tensor, found ",

@@ -77,6 +77,10 @@ class CudaBackend final : public Backend {
   bool supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const override;
   void fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) override;
 
+  // ---- Quantized weights (quant_linear.cpp) ----
+  void linear_quant(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y);
+  void embed_quant(const Weight& table, const TensorView& ids, TensorView out);
+
   // ---- SSM (backend_ssm.cpp) ----
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                    const BatchLayout& batch, TensorView out) override;
@@ -109,6 +113,9 @@ class CudaBackend final : public Backend {
   // A dense stack of matrices (a fused [E, out, in] expert tensor) in the weight dtype, as 2-D matrices are; the
   // rest as Backend::adopt_matrix does.
   Weight adopt_matrix(const Weight& host) override;
+  // Quantized weights (quant_linear.cpp): q8_0 and fp8_e4m3 matrices in the device layouts of quant_ops.h.
+  bool supports_weight_format(WeightFormat f) const override;
+  Weight adopt_packed(const Weight& host) override;
 
  private:
   using Slot = cuda::ScratchArena::Slot;

@@ -264,6 +264,8 @@ struct AttnSeq {
 };
 // Up to kAttnTileItems consecutive items of one sequence, item = i * rep + r: query row i, head r of the group.
 inline constexpr int kAttnTileItems = 16;
+// Items per tile of the tensor-core kernel (AttentionLaunch::mma): 8 warps of 16.
+inline constexpr int kAttnMmaTileItems = 128;
 struct AttnTile {
   int32_t seq = 0;
   int32_t item0 = 0;
@@ -280,6 +282,10 @@ struct AttentionLaunch {
   void* const* pages = nullptr;       // device
   bool kv_bf16 = false;               // page elements: bf16 (rounded to nearest even on append), else f32
   bool pipelined = false;             // stage keys with the next step's loads in flight (decode-shaped calls)
+  // Fast precision: q, k, v rounded to bf16, products on the tensor cores (attention_mma.cu); tiles of
+  // kAttnMmaTileItems items; head_dim a multiple of 8, pages 16-byte aligned. Splits are sized per sequence from its
+  // live length (split_keys unused).
+  bool mma = false;
   // Device-resident mode (AttentionArgs::device_lengths): seqs and tiles are null; sequence k is spans[k] with
   // past = lengths[slot] and its pages at pages[slot * max_pages ...]; block x is tile x % tiles_per_seq of
   // sequence x / tiles_per_seq (tiles past the sequence's items exit).

@@ -21,6 +21,16 @@ __device__ __forceinline__ void compute_group_scales(const FusedGemvLaunch& p, i
   }
 }
 
+// Output o of a row from its dot product (the one-group norm's scale already applied): the multipliers and the
+// bias (FusedGemvLaunch::x_scale, scale_of). Multiplying by 1 changes no bits, so blocks without them are unchanged.
+__device__ __forceinline__ float scaled_output(const FusedGemvLaunch& p, int64_t o, float dot) {
+  float v = dot * p.x_scale;
+  if (p.bias.data) v += load_f(p.bias.data, p.bias.dtype, o);
+  for (int r = 0; r < p.n_scale_runs; ++r)
+    if (o < p.scale_end[r]) return v * p.scale_of[r];
+  return v;
+}
+
 // What the thread finishing output o of row t needs for the conv epilogue, loaded before the wait: the taps are
 // weights and the conv state is written by this kernel alone, so neither depends on the previous kernel.
 struct ConvTaps {

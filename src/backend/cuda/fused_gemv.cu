@@ -140,7 +140,7 @@ __global__ void __launch_bounds__(kThreads, NT <= 2 ? 4 : 2) fused_gemv_kernel(F
     float a = 0.0f, s = 0.0f;
     for (int k = 0; k < wpr; ++k) a += part[warp + k][t], s += part_ss[warp + k][t];
     if (post_scale) a *= rsqrtf(s / static_cast<float>(p.in) + p.eps);
-    if (p.bias.data) a += load_f(p.bias.data, p.bias.dtype, o);
+    a = scaled_output(p, o, a);
     finish_output(p, t, o, a, taps[warp][t]);
   }
 }

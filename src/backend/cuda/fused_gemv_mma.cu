@@ -154,7 +154,7 @@ __global__ void __launch_bounds__(kThreads, 2) fused_gemv_mma_kernel(FusedGemvLa
     float a = 0.0f, s = 0.0f;
     for (int k = 0; k < wpr; ++k) a += part[tile * wpr + k][r][t], s += part_ss[tile * wpr + k][t];
     if (post_scale) a *= rsqrtf(s / static_cast<float>(p.in) + p.eps);
-    if (p.bias.data) a += load_f(p.bias.data, p.bias.dtype, o);
+    a = scaled_output(p, o, a);
     finish_output(p, t, o, a, load_conv_taps(p, t, o));
   }
 }

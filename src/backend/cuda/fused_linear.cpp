@@ -26,6 +26,26 @@ bool f32_vector(const TensorView& v) { return v.dtype == DType::F32 && v.contigu
 
 namespace {
 
+// FusedLinearArgs::x_scale and out_scales into the launch; false when there are more runs than it holds.
+bool set_multipliers(const FusedLinearArgs& a, int64_t out, FusedGemvLaunch& p) {
+  const char* op = "fused_linear";
+  int64_t prev = 0;
+  for (const auto& [end, scale] : a.out_scales) {
+    need(end > prev && end <= out, op, ": out_scales run ends must ascend within (0, ", out, "], found ", end,
+         " after ", prev);
+    prev = end;
+  }
+  need(a.out_scales.empty() || prev == out, op, ": the last out_scales run ends at ", prev, ", expected ", out);
+  if (a.out_scales.size() > static_cast<size_t>(kFusedMaxScaleRuns)) return false;
+  p.x_scale = a.x_scale;
+  p.n_scale_runs = static_cast<int>(a.out_scales.size());
+  for (int r = 0; r < p.n_scale_runs; ++r) {
+    p.scale_end[r] = a.out_scales[static_cast<size_t>(r)].first;
+    p.scale_of[r] = a.out_scales[static_cast<size_t>(r)].second;
+  }
+  return true;
+}
+
 // The launch parameters for up to max_rows rows; nullopt for what no fused kernel takes.
 std::optional<FusedGemvLaunch> build_launch(const FusedLinearArgs& a, int64_t B, int64_t max_rows) {
   const char* op = "fused_linear";
@@ -55,6 +75,7 @@ std::optional<FusedGemvLaunch> build_launch(const FusedLinearArgs& a, int64_t B,
   }
   p.y = rows(a.y);
   p.accumulate = a.accumulate;
+  if (!set_multipliers(a, out, p)) return std::nullopt;
   if (!a.conv_w.empty()) {
     need(a.conv_w.ndim == 3 && a.conv_w.dim(1) == 1, op, ": conv_w must be [channels, 1, K], found ",
          a.conv_w.shape_string());
@@ -111,6 +132,8 @@ bool fast_fused_supported(const FusedLinearArgs& a, int64_t B) {
   const bool gate_ok = f32_rows(a.gate, B) || (a.gate.dtype == DType::BF16 && a.x.dtype == DType::BF16 &&
                                                a.gate.ndim == 2 && a.gate.dim(0) >= B);
   if (B < 1 || in < 1 || out < 1 || !x_ok || !y_ok || !a.w.data.contiguous()) return false;
+  // The pinned GEMM has no per-output scales: the plain ops apply the multipliers.
+  if (a.x_scale != 1.0f || !a.out_scales.empty()) return false;
   if (!a.gate.empty() && (!gate_ok || a.gate.dim(1) != in)) return false;
   if (a.w.data.dtype != DType::BF16 && a.w.data.dtype != DType::F16) return false;
   if (!a.bias.empty() && (a.accumulate || a.bias.numel() != out || !is_float_dtype(a.bias.dtype))) return false;

@@ -20,6 +20,7 @@ namespace mambacpp::cuda {
 inline constexpr int64_t kFusedMaxRows = 8;
 inline constexpr int64_t kFusedMaxNormGroups = 16;  // group-wise norm prologue: scales kept in shared memory
 inline constexpr int kFusedMaxConvTaps = 4;          // conv epilogue: d_conv (4 in every released model)
+inline constexpr int kFusedMaxScaleRuns = 8;         // runs of FusedLinearArgs::out_scales (Falcon-H1 uses 5)
 // Fast precision (mambacpp/precision.h) runs fused_linear for decode batches of every size up to the model's
 // largest decode batch as norm-and-round kernel -> one pinned tensor-core GEMM (gemm_lt.h) -> conv step kernel,
 // the same kernels at every batch size (batch invariance).
@@ -34,6 +35,7 @@ bool fast_fused_supported(const FusedLinearArgs& a, int64_t B);
 //     rsqrt(mean(x^2 over the run) + eps) and by norm_w. With one group (norm_group == in) the scale is applied
 //     after the dot product, from a sum of squares gathered in the same pass over x; with several groups the block
 //     computes the scales first.
+//   - multipliers: the dot product times x_scale, plus the bias, times the scale of the output's run;
 //   - epilogue: outputs [conv_begin, conv_begin + conv_channels) feed a one-token causal conv1d + SiLU (the
 //     result goes to conv_out and the slot's conv state shifts by one); other outputs go to y, or are added to it
 //     (accumulate: the residual add).
@@ -55,6 +57,12 @@ struct FusedGemvLaunch {
   bool state_bf16 = false;
   F32Rows conv_out;    // [T, conv_channels]
   const SeqSpan* seqs = nullptr;  // device; row t is sequence t
+  // Multipliers (FusedLinearArgs::x_scale, out_scales): output o is (x_scale * dot + bias) * scale_of[r] for the
+  // first run r with o < scale_end[r]; n_scale_runs 0: times 1.
+  float x_scale = 1.0f;
+  int n_scale_runs = 0;
+  int64_t scale_end[kFusedMaxScaleRuns] = {};
+  float scale_of[kFusedMaxScaleRuns] = {};
 };
 // Whether launch_fused_gemv takes these shapes, dtypes and alignments; and whether it uses the tensor cores.
 bool fused_gemv_supported(const FusedGemvLaunch& p);

@@ -4,6 +4,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
+#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/moe_kernels.cuh"
@@ -326,11 +328,239 @@ __global__ void __launch_bounds__(kGemvWarps * 32) moe_gemv_kernel(MoeGemvLaunch
   }
 }
 
+// The streaming GEMVs for 16-bit weights with 16-byte loads: each warp owns R consecutive output rows and issues
+// kStreamLoads 16-byte loads per lane (over its rows and tables) before the first FMA, so that a decode step's few
+// experts are read at the memory's bandwidth rather than one load round trip at a time. R is chosen from the
+// matrix's width alone (stream_rows), never from the number of tokens. Lane l reads features (32 c + l) * 8 .. + 7,
+// c = 0, 1, ... in ascending order whatever R or the number of pairs sharing the pass, and the warp's partial sums
+// are reduced by the same shuffle tree, so a pair's dot product is summed in one fixed order: the sorted kernel
+// (pairs grouped by expert), the pair kernel (one pair per block row, no sort) and the down-and-combine kernel give a
+// pair the same bits, and a token's result does not depend on the batch around it.
+constexpr int kStreamLoads = 16;
+
+// acc_a[r][q] (+)= row r of table a . x row q, for the pairs q < n (NRUN at most); likewise table b when TWO.
+template <class W, bool TWO, int R, int NRUN>
+__device__ __forceinline__ void stream_dots(const W* const (&wa)[R], const W* const (&wb)[R],
+                                            const float* const (&xr)[NRUN], int n, int64_t in, int lane,
+                                            float (&acc_a)[R][NRUN], float (&acc_b)[R][NRUN]) {
+  constexpr int NT = TWO ? 2 : 1;             // tables read per row
+  constexpr int C = kStreamLoads / (R * NT);  // loads per lane, row and table in one chunk
+  constexpr int V = 8;                        // 16-bit weights per 16-byte load
+  static_assert(C >= 1, "at least one load per row and table");
+#pragma unroll
+  for (int r = 0; r < R; ++r)
+#pragma unroll
+    for (int q = 0; q < NRUN; ++q) acc_a[r][q] = 0.0f, acc_b[r][q] = 0.0f;
+  for (int64_t base = 0; base < in; base += int64_t(C) * 32 * V) {
+    uint4 ra[R][C], rb[R][C];  // every load of the chunk in flight before the first use
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = base + (int64_t(c) * 32 + lane) * V;
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        const uint4 zero = make_uint4(0, 0, 0, 0);
+        ra[r][c] = i < in ? __ldg(reinterpret_cast<const uint4*>(wa[r] + i)) : zero;
+        if constexpr (TWO) rb[r][c] = i < in ? __ldg(reinterpret_cast<const uint4*>(wb[r] + i)) : zero;
+      }
+    }
+#pragma unroll
+    for (int c = 0; c < C; ++c) {
+      const int64_t i = base + (int64_t(c) * 32 + lane) * V;
+      if (i >= in) continue;  // lanes past the row's end add nothing (their x is out of range)
+      float fa[R][V], fb[R][V];
+#pragma unroll
+      for (int r = 0; r < R; ++r) {
+        unpack16<W>(ra[r][c], fa[r]);
+        if constexpr (TWO) unpack16<W>(rb[r][c], fb[r]);
+      }
+#pragma unroll
+      for (int q = 0; q < NRUN; ++q) {
+        if (q < n) {
+          float xv[V];
+          load_x<V>(xr[q] + i, xv);
+#pragma unroll
+          for (int r = 0; r < R; ++r)
+#pragma unroll
+            for (int v = 0; v < V; ++v) {
+              acc_a[r][q] = fmaf(fa[r][v], xv[v], acc_a[r][q]);
+              if constexpr (TWO) acc_b[r][q] = fmaf(fb[r][v], xv[v], acc_b[r][q]);
+            }
+        }
+      }
+    }
+  }
+}
+
+__device__ __forceinline__ float epilogue(MoeEpilogue kind, float a, float b) {
+  if (kind == MoeEpilogue::Relu2) {
+    const float v = a > 0.0f ? a : 0.0f;
+    return v * v;
+  }
+  if (kind == MoeEpilogue::SiluMul) return a / (1.0f + expf(-a)) * b;
+  return a;
+}
+
+// Rows o0 .. o0 + R - 1 of expert e's tables (rows past `out` repeat the last one, never stored).
+template <class W, bool TWO, int R>
+__device__ __forceinline__ void stream_rows_of(const MoeGemvLaunch& p, int32_t e, int64_t o0, const W* (&wa)[R],
+                                               const W* (&wb)[R]) {
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const int64_t o = o0 + r < p.out ? o0 + r : p.out - 1;
+    wa[r] = static_cast<const W*>(p.a[e]) + (p.a_row0 + o) * p.in;
+    wb[r] = TWO ? static_cast<const W*>(p.b[e]) + (p.b_row0 + o) * p.in : nullptr;
+  }
+}
+
+// Grid (row blocks, active expert slot): the pairs grouped by launch_moe_sort, kRun at a time per pass.
+template <class W, bool TWO, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32, 1) moe_gemv_stream_kernel(MoeGemvLaunch p) {
+  const int32_t e = p.active[blockIdx.y];
+  if (e < 0) return;
+  const int64_t o0 = (blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32) * R;
+  if (o0 >= p.out) return;  // warp-uniform
+  const int lane = threadIdx.x % 32;
+  const W* wa[R];
+  const W* wb[R];
+  stream_rows_of<W, TWO, R>(p, e, o0, wa, wb);
+  const int64_t beg = p.offsets[e], end = p.offsets[e + 1];
+  for (int64_t s0 = beg; s0 < end; s0 += kRun) {
+    const int n = static_cast<int>(end - s0 < kRun ? end - s0 : kRun);
+    const float* xr[kRun];
+#pragma unroll
+    for (int q = 0; q < kRun; ++q) {
+      const int64_t s = s0 + (q < n ? q : 0);
+      const int64_t row = p.by_token ? p.sorted[s] / p.k : s;
+      xr[q] = p.x + row * p.x_stride;
+    }
+    float acc_a[R][kRun], acc_b[R][kRun];
+    stream_dots<W, TWO, R, kRun>(wa, wb, xr, n, p.in, lane, acc_a, acc_b);
+#pragma unroll
+    for (int q = 0; q < kRun; ++q) {
+      if (q < n) {  // n is the same across the warp: every lane takes part in the shuffles
+#pragma unroll
+        for (int r = 0; r < R; ++r) {
+          const float a = warp_sum(acc_a[r][q]);
+          const float b = TWO ? warp_sum(acc_b[r][q]) : 0.0f;
+          if (lane == 0 && o0 + r < p.out) p.y[(s0 + q) * p.y_stride + o0 + r] = epilogue(p.epilogue, a, b);
+        }
+      }
+    }
+  }
+}
+
+// Grid (row blocks, pair): pair p = blockIdx.y of ids (no sort), its x row p / k (by_token) or p, its y row p.
+template <class W, bool TWO, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32, 1) moe_gemv_pairs_kernel(MoeGemvLaunch p) {
+  const int64_t pair = blockIdx.y;
+  const int32_t e = p.ids[pair];
+  if (e < 0 || e >= p.E) return;  // the combine writes NaN for its token
+  const int64_t o0 = (blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32) * R;
+  if (o0 >= p.out) return;
+  const int lane = threadIdx.x % 32;
+  const W* wa[R];
+  const W* wb[R];
+  stream_rows_of<W, TWO, R>(p, e, o0, wa, wb);
+  const float* xr[1] = {p.x + (p.by_token ? pair / p.k : pair) * p.x_stride};
+  float acc_a[R][1], acc_b[R][1];
+  stream_dots<W, TWO, R, 1>(wa, wb, xr, 1, p.in, lane, acc_a, acc_b);
+#pragma unroll
+  for (int r = 0; r < R; ++r) {
+    const float a = warp_sum(acc_a[r][0]);
+    const float b = TWO ? warp_sum(acc_b[r][0]) : 0.0f;
+    if (lane == 0 && o0 + r < p.out) p.y[pair * p.y_stride + o0 + r] = epilogue(p.epilogue, a, b);
+  }
+}
+
+// Grid (row blocks of R rows, token): the down projection of token t's k pairs (x row t * k + j), warp w taking the
+// slots j = w, w + 8, ... so that every chosen expert's rows stream at once, then their combine in slot order as
+// launch_moe_combine sums them: out[t, o] = w[0] y[0], then fmaf(w[j], y[j], .) for j = 1 .. k - 1.
+template <class W, int R>
+__global__ void __launch_bounds__(kGemvWarps * 32, 1) moe_down_combine_kernel(MoeGemvLaunch p) {
+  __shared__ float part[kMoeCombineMaxSlots][R];
+  __shared__ int bad;
+  const int64_t t = blockIdx.y, o0 = blockIdx.x * int64_t(R);
+  const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+  if (threadIdx.x == 0) bad = 0;
+  __syncthreads();
+  for (int64_t j = warp; j < p.k; j += kGemvWarps) {
+    const int64_t pair = t * p.k + j;
+    const int32_t e = p.ids[pair];
+    if (e < 0 || e >= p.E) {  // the token's output is NaN, as the combine makes it
+      if (lane == 0) bad = 1;
+      continue;
+    }
+    const W* wa[R];
+    const W* wb[R];
+    stream_rows_of<W, false, R>(p, e, o0, wa, wb);
+    const float* xr[1] = {p.x + pair * p.x_stride};
+    float acc_a[R][1], acc_b[R][1];
+    stream_dots<W, false, R, 1>(wa, wb, xr, 1, p.in, lane, acc_a, acc_b);
+#pragma unroll
+    for (int r = 0; r < R; ++r) {
+      const float y = warp_sum(acc_a[r][0]);
+      if (lane == 0) part[j][r] = y;
+    }
+  }
+  __syncthreads();
+  const int r = threadIdx.x;
+  if (r < R && o0 + r < p.out) {
+    const float* w = p.combine_weights + t * p.k;
+    float sum = w[0] * part[0][r];
+    for (int64_t j = 1; j < p.k; ++j) sum = fmaf(w[j], part[j][r], sum);
+    p.y[t * p.y_stride + o0 + r] = bad ? NAN : sum;
+  }
+}
+
+// Rows per warp for the streaming GEMVs: enough that a lane's kStreamLoads loads cover a whole row of each of its
+// rows and tables where the rows are short (the down projection's), at most 4.
+int stream_rows(int64_t in, bool two) {
+  const int64_t loads = (in + 32 * 8 - 1) / (32 * 8) * (two ? 2 : 1);  // per lane, one row
+  return loads * 4 <= kStreamLoads ? 4 : loads * 2 <= kStreamLoads ? 2 : 1;
+}
+
+}  // namespace
+
+// The pre-streaming kernel, for an A/B of the two in one process (MAMBACPP_MOE_GEMV=old, read at every call so that
+// a timing test can switch it between captures).
+bool moe_gemv_old() {
+  const char* v = std::getenv("MAMBACPP_MOE_GEMV");
+  return v != nullptr && std::string(v) == "old";
+}
+
+namespace {
+
+bool old_gemv() { return moe_gemv_old(); }
+
+template <class W, int R>
+void stream_launch(const MoeGemvLaunch& p, unsigned grid_y, bool two, cudaStream_t stream) {
+  const int64_t rows = p.rows == MoeGemvRows::DownCombine ? R : int64_t(kGemvWarps) * R;  // per block
+  const dim3 grid(static_cast<unsigned>((p.out + rows - 1) / rows), grid_y);
+  const unsigned block = kGemvWarps * 32;
+  if (p.rows == MoeGemvRows::DownCombine) moe_down_combine_kernel<W, R><<<grid, block, 0, stream>>>(p);
+  else if (p.rows == MoeGemvRows::Pairs && two) moe_gemv_pairs_kernel<W, true, R><<<grid, block, 0, stream>>>(p);
+  else if (p.rows == MoeGemvRows::Pairs) moe_gemv_pairs_kernel<W, false, R><<<grid, block, 0, stream>>>(p);
+  else if (two) moe_gemv_stream_kernel<W, true, R><<<grid, block, 0, stream>>>(p);
+  else moe_gemv_stream_kernel<W, false, R><<<grid, block, 0, stream>>>(p);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
 template <class W>
 void gemv_for(const MoeGemvLaunch& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.out + kGemvWarps - 1) / kGemvWarps), static_cast<unsigned>(p.max_active));
   const dim3 block(kGemvWarps * 32);
   const bool two = p.epilogue == MoeEpilogue::SiluMul;
+  if constexpr (sizeof(W) == 2) {
+    if (p.vec && (!old_gemv() || p.rows != MoeGemvRows::Sorted)) {
+      const int r = stream_rows(p.in, two);
+      const unsigned gy = static_cast<unsigned>(p.rows == MoeGemvRows::Sorted ? p.max_active : p.n_rows);
+      if (r == 4) stream_launch<W, 4>(p, gy, two, stream);
+      else if (r == 2) stream_launch<W, 2>(p, gy, two, stream);
+      else stream_launch<W, 1>(p, gy, two, stream);
+      return;
+    }
+  }
+  MAMBACPP_ASSERT(p.rows == MoeGemvRows::Sorted);  // the pair and down-combine kernels need 16-byte loads
   if (two && p.vec) moe_gemv_kernel<W, true, true><<<grid, block, 0, stream>>>(p);
   else if (two) moe_gemv_kernel<W, true, false><<<grid, block, 0, stream>>>(p);
   else if (p.vec) moe_gemv_kernel<W, false, true><<<grid, block, 0, stream>>>(p);
@@ -363,8 +593,8 @@ __global__ void moe_combine_kernel(const float* y, int64_t y_stride, const int32
         o[c] = NAN;
         continue;
       }
-      float acc = wt[0] * y[pt[0] * y_stride + c];
-      for (int64_t j = 1; j < k; ++j) acc += wt[j] * y[pt[j] * y_stride + c];
+      float acc = wt[0] * y[pt[0] * y_stride + c];  // as moe_down_combine_kernel: the same bits
+      for (int64_t j = 1; j < k; ++j) acc = fmaf(wt[j], y[pt[j] * y_stride + c], acc);
       o[c] = acc;
     }
   }
@@ -392,7 +622,7 @@ void launch_moe_sort(const int32_t* ids, int64_t P, int64_t E, int32_t* offsets,
 }
 
 void launch_moe_gemv(const MoeGemvLaunch& p, cudaStream_t stream) {
-  if (p.out == 0 || p.max_active == 0) return;
+  if (p.out == 0 || (p.rows == MoeGemvRows::Sorted ? p.max_active : p.n_rows) == 0) return;
   switch (p.dtype) {
     case DType::BF16: gemv_for<__nv_bfloat16>(p, stream); return;
     case DType::F16: gemv_for<__half>(p, stream); return;

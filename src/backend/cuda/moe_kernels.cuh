@@ -6,9 +6,14 @@
 // - Sort: the (token, slot) pairs of a block of tokens grouped by expert, ascending pair index within an expert (a
 //   stable counting sort by one warp: the order never depends on timing), with the experts that received a pair
 //   listed in ascending order.
-// - Grouped GEMV: one warp per output row of an active expert, over that expert's pairs in runs of 8: each pair's
-//   dot product is summed in the same order whatever the other pairs are, so a token's result does not depend on
-//   the batch around it. Only the active experts' rows are read.
+// - Grouped GEMV: each warp streams R output rows of an active expert (16-bit weights with 16-byte loads: a chunk
+//   of 16 loads per lane in flight at once; else one warp per row), over that expert's pairs in runs of 8: each
+//   pair's dot product is summed in the same order whatever the other pairs are, so a token's result does not
+//   depend on the batch around it. Only the active experts' rows are read.
+// - Few tokens (MoeGemvRows::Pairs and DownCombine): no sort; the up GEMV takes one pair per grid row and the down
+//   GEMV one token per grid row (its k pairs on different warps, all experts streaming at once), summing the pairs'
+//   outputs in slot order (the combine folded in). The same dot products and the same combine as the sorted path,
+//   bit for bit.
 // - Combine: out[t] = sum over j in slot order of weights[t, j] * y[pos(t, j)].
 #pragma once
 
@@ -24,6 +29,7 @@ namespace mambacpp::cuda {
 
 inline constexpr int64_t kMoeMaxExperts = 1024;  // the routing kernel's bit masks and the sort's shared counters
 inline constexpr int64_t kMoeMaxGroups = 64;
+inline constexpr int64_t kMoeCombineMaxSlots = 64;  // top-k of the down-and-combine kernel (its shared memory)
 
 // MoeScoring's rules (backend.h), as the kernels name them.
 enum class MoeRouteRule : int { SigmoidGrouped, SoftmaxChosen, SoftmaxAll };
@@ -50,6 +56,12 @@ void launch_moe_sort(const int32_t* ids, int64_t P, int64_t E, int32_t* offsets,
 // The grouped GEMV's epilogue per output (a = the dot product with the row of table a, b = with the row of table b).
 enum class MoeEpilogue : int { Plain, Relu2, SiluMul };
 
+// Which rows a grouped GEMV launch computes: Sorted: the pairs of launch_moe_sort, grouped by active expert (y in
+// sorted order); Pairs: pair p = 0 .. n_rows - 1 of ids (y row p); DownCombine: token t = 0 .. n_rows - 1, its pairs
+// t * k + j through the down projection (x row t * k + j), combined with combine_weights into y row t (Plain only).
+// Pairs and DownCombine need 16-bit weights with 16-byte loads (vec); DownCombine k <= kMoeCombineMaxSlots.
+enum class MoeGemvRows : int { Sorted, Pairs, DownCombine };
+
 struct MoeGemvLaunch {
   const void* const* a = nullptr;  // [E] device table: expert e's matrix (row o: a[e] + (a_row0 + o) * in)
   const void* const* b = nullptr;  // [E] second table for SiluMul (row o: b[e] + (b_row0 + o) * in), else null
@@ -69,8 +81,16 @@ struct MoeGemvLaunch {
   MoeEpilogue epilogue = MoeEpilogue::Plain;
   float* y = nullptr;  // row s (sorted order), columns [0, out)
   int64_t y_stride = 0;
+  MoeGemvRows rows = MoeGemvRows::Sorted;
+  const int32_t* ids = nullptr;  // Pairs, DownCombine: [T, k] expert ids (outside [0, E): NaN for the token)
+  int64_t E = 0;
+  int64_t n_rows = 0;                      // Pairs: T * k; DownCombine: T
+  const float* combine_weights = nullptr;  // DownCombine: [T, k]
 };
 void launch_moe_gemv(const MoeGemvLaunch& p, cudaStream_t stream);
+// Whether MAMBACPP_MOE_GEMV=old asks for the kernel before the streaming ones (an A/B switch while they are
+// measured against each other: the sorted path with the old kernel for every token count).
+bool moe_gemv_old();
 
 // xs[s] = x[sorted[s] / k] for s < P (the prefill path's gathered rows, for the per-expert GEMMs).
 void launch_moe_gather(const float* x, int64_t x_stride, const int32_t* sorted, int64_t P, int64_t k, int64_t D,

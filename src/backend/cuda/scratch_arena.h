@@ -36,6 +36,7 @@ class ScratchArena {
     kMoeHidden,    // moe_experts: the experts' activations [pairs, I] (and [pairs, 2 I] before the prefill's act)
     kMoeOut,       // moe_experts: the experts' outputs [pairs, d_model]
     kMoeGather,    // moe_experts, prefill path: the gathered input rows [pairs, d_model]
+    kQuantDense,   // linear with quantized weights, many rows: the weight dequantized to 16 bits
     kSlotCount
   };
 
