@@ -9,6 +9,8 @@
 #      its rows run only with NANO=1 (b1, b32; + b128 with NANO128=1, its stderr kept: the run that printed no JSON).
 #   AB=1 repeats the granite decode rows with MAMBACPP_MOE_GEMV=old (the same binary, the old kernel).
 # <= 120 s with the defaults. Details under $OUT/moe48/; the summary is printed last.
+# Phase 1's A/B (commit 1c61abc). Since phase 2 MAMBACPP_MOE_GEMV is gone (AB=1 repeats the same rows) and the timing
+# test times the product path alone; the phase-2 rows are dev/device_moe48b.sh.
 set -u -o pipefail
 B=${B:-build-gpu}
 LOG=${OUT:-/tmp}/moe48

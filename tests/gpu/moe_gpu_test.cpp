@@ -387,7 +387,8 @@ TEST(GpuMoe, ExpertsGiveATokenTheSameBitsInAnyBatch) {
 // The released models' expert widths (Granite-4.0-H Tiny: D 1536, I 512, fused gate/up; Nemotron 3 Nano: D 2688,
 // I 1856, per-expert relu2) with fewer experts: the streaming GEMV's rows per warp and its partial last chunk (2688 and
 // 1856 are not multiples of a warp's 256 features) against the CPU, and a token's bits alone and in batches of every
-// size the decode path takes (1 token, a few, the sorted path with several pairs per expert).
+// size the decode path takes (1 token and up to 8: the pair kernels; 9 and more: the sorted path, several pairs per
+// expert).
 TEST(GpuMoe, ExpertsAtReleasedWidthsMatchTheCpuAndKeepATokensBits) {
   MAMBACPP_REQUIRE_GPU();
   const ExpertCase cases[] = {
@@ -408,7 +409,8 @@ TEST(GpuMoe, ExpertsAtReleasedWidthsMatchTheCpuAndKeepATokensBits) {
     EXPECT_LE(gputest::rel_err(all, ref), 2e-5);
     for (int64_t t : {int64_t(0), int64_t(13), T - 1})
       EXPECT_EQ(gpu.run(slice(in, t, 1, c.D, c.k)), token_rows(all, t, 1, c.D)) << "token " << t << " alone";
-    for (int64_t n : {2, 3, 5, 8})
+    // Up to 8 tokens the pair kernels, from 9 the sorted path (as the 24): the same bits on both sides.
+    for (int64_t n : {2, 3, 5, 8, 9, 16})
       EXPECT_EQ(gpu.run(slice(in, 4, n, c.D, c.k)), token_rows(all, 4, n, c.D)) << n << " tokens from 4";
   }
 }
@@ -468,10 +470,10 @@ void random_bf16(std::vector<uint16_t>& bits, uint64_t seed) {
   }
 }
 
-// moe_experts at the released shapes (all experts, bf16) for T = 1, 32, 128 tokens: 16 calls with different routings
-// captured in one graph (so that consecutive calls read mostly other experts, as layers do), replayed; the
-// microseconds per call and the bandwidth of the chosen experts' bytes, once per GEMV kernel (MAMBACPP_MOE_GEMV=old:
-// the kernel before the streaming one). Prints "[moe time] ..." rows.
+// moe_experts at the released shapes (all experts, bf16) for 1 to 128 tokens (8 and 9: either side of the switch
+// from the pair kernels to the sorted path): 16 calls with different routings captured in one graph (so that
+// consecutive calls read mostly other experts, as layers do), replayed; the microseconds per call and the bandwidth
+// of the chosen experts' bytes. Prints "[moe time] ..." rows.
 TEST(GpuMoe, DISABLED_ExpertTimesAtReleasedShapes) {
   MAMBACPP_REQUIRE_GPU();
   struct Shape {
@@ -505,7 +507,7 @@ TEST(GpuMoe, DISABLED_ExpertTimesAtReleasedShapes) {
     base.down = experts(c.D, c.I, 2);
     const double expert_bytes = double(up_rows * c.D + c.D * c.I) * 2;
     Rng rng(3);
-    for (int64_t T : {1, 32, 128}) {
+    for (int64_t T : {1, 4, 8, 9, 16, 32, 128}) {
       constexpr int kCalls = 16;
       std::vector<MoeExpertsArgs> calls;
       double bytes = 0;
@@ -522,31 +524,22 @@ TEST(GpuMoe, DISABLED_ExpertTimesAtReleasedShapes) {
         std::sort(chosen.begin(), chosen.end());
         bytes += double(std::unique(chosen.begin(), chosen.end()) - chosen.begin()) * expert_bytes;
       }
-      std::vector<float> first;
-      for (const char* kernel : {"old", "new"}) {
-        if (std::string(kernel) == "old") setenv("MAMBACPP_MOE_GEMV", "old", 1);
-        else unsetenv("MAMBACPP_MOE_GEMV");
-        for (const auto& a : calls) be->moe_experts(a);  // eager first: scratch sized before the capture
-        be->synchronize();
-        const std::vector<float> out = arena.download(calls.back().out);
-        if (first.empty()) first = out;
-        else EXPECT_EQ(out, first) << "at T " << T;  // both sum a pair's products in the same order
-        be->begin_capture();
-        for (const auto& a : calls) be->moe_experts(a);
-        auto graph = be->end_capture();
-        be->replay(*graph);
-        be->synchronize();
-        constexpr int kReps = 20;
-        const auto t0 = std::chrono::steady_clock::now();
-        for (int r = 0; r < kReps; ++r) be->replay(*graph);
-        be->synchronize();
-        const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        const double us = s / (kReps * kCalls) * 1e6;
-        std::printf("[moe time] %s T %lld kernel %s: %.2f us per call, chosen experts %.1f MB -> %.0f GB/s\n",
-                    sh.name, static_cast<long long>(T), kernel, us, bytes / kCalls / 1e6,
-                    bytes / kCalls / (us * 1e-6) / 1e9);
-      }
-      unsetenv("MAMBACPP_MOE_GEMV");
+      for (const auto& a : calls) be->moe_experts(a);  // eager first: scratch sized before the capture
+      be->synchronize();
+      be->begin_capture();
+      for (const auto& a : calls) be->moe_experts(a);
+      auto graph = be->end_capture();
+      be->replay(*graph);
+      be->synchronize();
+      constexpr int kReps = 20;
+      const auto t0 = std::chrono::steady_clock::now();
+      for (int r = 0; r < kReps; ++r) be->replay(*graph);
+      be->synchronize();
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      const double us = s / (kReps * kCalls) * 1e6;
+      std::printf("[moe time] %s T %lld: %.2f us per call, chosen experts %.1f MB -> %.0f GB/s\n",
+                  sh.name, static_cast<long long>(T), us, bytes / kCalls / 1e6,
+                  bytes / kCalls / (us * 1e-6) / 1e9);
     }
   }
 }

@@ -4,7 +4,7 @@
 // moe_experts:
 // - up to kGemvMaxTokens tokens (decode steps and short pieces), and any number inside a graph capture: the sort,
 //   the grouped GEMVs (up with the activation fused, then down) over the active experts only, the combine (up to
-//   kPairMaxTokens tokens: the up GEMV per pair, then the down GEMV per token with the combine, no sort). No host
+//   kPairMaxTokens tokens: the streaming up GEMV per pair, then the down GEMV per token with the combine, no sort). No host
 //   copy or wait, fixed launch shapes for a given token count: a decode step with MoE layers is captured as a graph.
 //   Each (token, slot)'s dot products are summed in an order that does not depend on the other tokens, so a token's
 //   output is the same bits in any batch.
@@ -32,8 +32,14 @@ using namespace cuda;
 namespace {
 
 constexpr int64_t kGemvMaxTokens = 256;
-// Up to this many tokens (16-bit weights) the GEMVs take one pair / one token per grid row, without the sort: two
-// experts' rows read twice where tokens share one cost less than the sort's and the combine's launches.
+// Up to this many tokens (16-bit weights) the GEMVs take one pair / one token per grid row, without the sort, and
+// stream the rows (moe_kernels.cuh); above it, the sort and one warp per row over each expert's pairs. Measured on
+// H100 (docs/perf-log/moe-gpu-2026-12-07.md): at 1 token the pair kernels take 18 us against the sorted path's 35
+// (Granite-4.0-H Tiny) and 58 against 127 (Nemotron 3 Nano); at 32 and 128 tokens the sorted path wins (294 vs 393,
+// 818 vs 1200 us), since an expert shared by several tokens is read once there. The crossover between 1 and 32
+// was not measured: 8 is the largest count the pair kernels were built for (at 8 tokens they read ~1.4x the
+// distinct experts' bytes, at near 2x the sorted path's bandwidth, so they should still win). Both sides give a
+// token the same bits.
 constexpr int64_t kPairMaxTokens = 8;
 constexpr int64_t kPrefillBlock = 1024;
 
@@ -184,7 +190,7 @@ void CudaBackend::moe_experts(const MoeExpertsArgs& a) {
   down.y_stride = D;
   down.vec = aligned && I % per16 == 0 && aligned16(act);
 
-  if (T <= kPairMaxTokens && wd != DType::F32 && up.vec && down.vec && k <= kMoeCombineMaxSlots && !moe_gemv_old()) {
+  if (T <= kPairMaxTokens && wd != DType::F32 && up.vec && down.vec && k <= kMoeCombineMaxSlots) {
     // Few tokens: no sort and no separate combine (the same bits as below).
     up.rows = MoeGemvRows::Pairs;
     up.ids = a.ids.ptr<int32_t>();

@@ -4,8 +4,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdlib>
-#include <string>
 
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/moe_kernels.cuh"
@@ -332,10 +330,10 @@ __global__ void __launch_bounds__(kGemvWarps * 32) moe_gemv_kernel(MoeGemvLaunch
 // kStreamLoads 16-byte loads per lane (over its rows and tables) before the first FMA, so that a decode step's few
 // experts are read at the memory's bandwidth rather than one load round trip at a time. R is chosen from the
 // matrix's width alone (stream_rows), never from the number of tokens. Lane l reads features (32 c + l) * 8 .. + 7,
-// c = 0, 1, ... in ascending order whatever R or the number of pairs sharing the pass, and the warp's partial sums
-// are reduced by the same shuffle tree, so a pair's dot product is summed in one fixed order: the sorted kernel
-// (pairs grouped by expert), the pair kernel (one pair per block row, no sort) and the down-and-combine kernel give a
-// pair the same bits, and a token's result does not depend on the batch around it.
+// c = 0, 1, ... in ascending order whatever R, and the warp's partial sums are reduced by the same shuffle tree, as
+// moe_gemv_kernel's 16-byte path does, so a pair's dot product is summed in one fixed order: the sorted kernel
+// (pairs grouped by expert, more than 8 tokens), the pair kernel (one pair per block row, no sort) and the
+// down-and-combine kernel give a pair the same bits, and a token's result does not depend on the batch around it.
 constexpr int kStreamLoads = 16;
 
 // acc_a[r][q] (+)= row r of table a . x row q, for the pairs q < n (NRUN at most); likewise table b when TWO.
@@ -412,43 +410,6 @@ __device__ __forceinline__ void stream_rows_of(const MoeGemvLaunch& p, int32_t e
   }
 }
 
-// Grid (row blocks, active expert slot): the pairs grouped by launch_moe_sort, kRun at a time per pass.
-template <class W, bool TWO, int R>
-__global__ void __launch_bounds__(kGemvWarps * 32, 1) moe_gemv_stream_kernel(MoeGemvLaunch p) {
-  const int32_t e = p.active[blockIdx.y];
-  if (e < 0) return;
-  const int64_t o0 = (blockIdx.x * int64_t(kGemvWarps) + threadIdx.x / 32) * R;
-  if (o0 >= p.out) return;  // warp-uniform
-  const int lane = threadIdx.x % 32;
-  const W* wa[R];
-  const W* wb[R];
-  stream_rows_of<W, TWO, R>(p, e, o0, wa, wb);
-  const int64_t beg = p.offsets[e], end = p.offsets[e + 1];
-  for (int64_t s0 = beg; s0 < end; s0 += kRun) {
-    const int n = static_cast<int>(end - s0 < kRun ? end - s0 : kRun);
-    const float* xr[kRun];
-#pragma unroll
-    for (int q = 0; q < kRun; ++q) {
-      const int64_t s = s0 + (q < n ? q : 0);
-      const int64_t row = p.by_token ? p.sorted[s] / p.k : s;
-      xr[q] = p.x + row * p.x_stride;
-    }
-    float acc_a[R][kRun], acc_b[R][kRun];
-    stream_dots<W, TWO, R, kRun>(wa, wb, xr, n, p.in, lane, acc_a, acc_b);
-#pragma unroll
-    for (int q = 0; q < kRun; ++q) {
-      if (q < n) {  // n is the same across the warp: every lane takes part in the shuffles
-#pragma unroll
-        for (int r = 0; r < R; ++r) {
-          const float a = warp_sum(acc_a[r][q]);
-          const float b = TWO ? warp_sum(acc_b[r][q]) : 0.0f;
-          if (lane == 0 && o0 + r < p.out) p.y[(s0 + q) * p.y_stride + o0 + r] = epilogue(p.epilogue, a, b);
-        }
-      }
-    }
-  }
-}
-
 // Grid (row blocks, pair): pair p = blockIdx.y of ids (no sort), its x row p / k (by_token) or p, its y row p.
 template <class W, bool TWO, int R>
 __global__ void __launch_bounds__(kGemvWarps * 32, 1) moe_gemv_pairs_kernel(MoeGemvLaunch p) {
@@ -519,29 +480,14 @@ int stream_rows(int64_t in, bool two) {
   return loads * 4 <= kStreamLoads ? 4 : loads * 2 <= kStreamLoads ? 2 : 1;
 }
 
-}  // namespace
-
-// The pre-streaming kernel, for an A/B of the two in one process (MAMBACPP_MOE_GEMV=old, read at every call so that
-// a timing test can switch it between captures).
-bool moe_gemv_old() {
-  const char* v = std::getenv("MAMBACPP_MOE_GEMV");
-  return v != nullptr && std::string(v) == "old";
-}
-
-namespace {
-
-bool old_gemv() { return moe_gemv_old(); }
-
 template <class W, int R>
 void stream_launch(const MoeGemvLaunch& p, unsigned grid_y, bool two, cudaStream_t stream) {
   const int64_t rows = p.rows == MoeGemvRows::DownCombine ? R : int64_t(kGemvWarps) * R;  // per block
   const dim3 grid(static_cast<unsigned>((p.out + rows - 1) / rows), grid_y);
   const unsigned block = kGemvWarps * 32;
   if (p.rows == MoeGemvRows::DownCombine) moe_down_combine_kernel<W, R><<<grid, block, 0, stream>>>(p);
-  else if (p.rows == MoeGemvRows::Pairs && two) moe_gemv_pairs_kernel<W, true, R><<<grid, block, 0, stream>>>(p);
-  else if (p.rows == MoeGemvRows::Pairs) moe_gemv_pairs_kernel<W, false, R><<<grid, block, 0, stream>>>(p);
-  else if (two) moe_gemv_stream_kernel<W, true, R><<<grid, block, 0, stream>>>(p);
-  else moe_gemv_stream_kernel<W, false, R><<<grid, block, 0, stream>>>(p);
+  else if (two) moe_gemv_pairs_kernel<W, true, R><<<grid, block, 0, stream>>>(p);
+  else moe_gemv_pairs_kernel<W, false, R><<<grid, block, 0, stream>>>(p);
   MAMBACPP_CUDA_LAUNCHED();
 }
 
@@ -550,10 +496,15 @@ void gemv_for(const MoeGemvLaunch& p, cudaStream_t stream) {
   const dim3 grid(static_cast<unsigned>((p.out + kGemvWarps - 1) / kGemvWarps), static_cast<unsigned>(p.max_active));
   const dim3 block(kGemvWarps * 32);
   const bool two = p.epilogue == MoeEpilogue::SiluMul;
+  // Pairs and DownCombine (few tokens): the streaming kernels. Sorted (more tokens): one warp per row over runs of
+  // kRun pairs, which measured faster there than streaming R rows per warp over the sorted pairs (H100,
+  // docs/perf-log/moe-gpu-2026-12-07.md: granite-tiny 294 vs 393 us at 32 tokens, 818 vs 1200 at 128), and sums a
+  // pair's products in the same order (the same bits).
   if constexpr (sizeof(W) == 2) {
-    if (p.vec && (!old_gemv() || p.rows != MoeGemvRows::Sorted)) {
+    if (p.rows != MoeGemvRows::Sorted) {
+      MAMBACPP_ASSERT(p.vec);  // the pair and down-combine kernels need 16-byte loads
       const int r = stream_rows(p.in, two);
-      const unsigned gy = static_cast<unsigned>(p.rows == MoeGemvRows::Sorted ? p.max_active : p.n_rows);
+      const unsigned gy = static_cast<unsigned>(p.n_rows);
       if (r == 4) stream_launch<W, 4>(p, gy, two, stream);
       else if (r == 2) stream_launch<W, 2>(p, gy, two, stream);
       else stream_launch<W, 1>(p, gy, two, stream);

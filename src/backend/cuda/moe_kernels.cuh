@@ -6,14 +6,15 @@
 // - Sort: the (token, slot) pairs of a block of tokens grouped by expert, ascending pair index within an expert (a
 //   stable counting sort by one warp: the order never depends on timing), with the experts that received a pair
 //   listed in ascending order.
-// - Grouped GEMV: each warp streams R output rows of an active expert (16-bit weights with 16-byte loads: a chunk
-//   of 16 loads per lane in flight at once; else one warp per row), over that expert's pairs in runs of 8: each
-//   pair's dot product is summed in the same order whatever the other pairs are, so a token's result does not
-//   depend on the batch around it. Only the active experts' rows are read.
-// - Few tokens (MoeGemvRows::Pairs and DownCombine): no sort; the up GEMV takes one pair per grid row and the down
-//   GEMV one token per grid row (its k pairs on different warps, all experts streaming at once), summing the pairs'
-//   outputs in slot order (the combine folded in). The same dot products and the same combine as the sorted path,
-//   bit for bit.
+// - Grouped GEMV (MoeGemvRows::Sorted): one warp per output row of an active expert, over that expert's pairs in
+//   runs of 8 (16-byte loads where the widths and addresses allow): each pair's dot product is summed in the same
+//   order whatever the other pairs are, so a token's result does not depend on the batch around it. Only the active
+//   experts' rows are read.
+// - Few tokens (MoeGemvRows::Pairs and DownCombine, 16-bit weights with 16-byte loads): no sort; each warp streams
+//   R output rows (a chunk of 16 loads per lane in flight at once); the up GEMV takes one pair per grid row and the
+//   down GEMV one token per grid row (its k pairs on different warps, all experts streaming at once), summing the
+//   pairs' outputs in slot order (the combine folded in). The same dot products and the same combine as the sorted
+//   path, bit for bit (lane l takes features (32 c + l) * 8 .. + 7 in ascending c, then one shuffle tree).
 // - Combine: out[t] = sum over j in slot order of weights[t, j] * y[pos(t, j)].
 #pragma once
 
@@ -88,9 +89,6 @@ struct MoeGemvLaunch {
   const float* combine_weights = nullptr;  // DownCombine: [T, k]
 };
 void launch_moe_gemv(const MoeGemvLaunch& p, cudaStream_t stream);
-// Whether MAMBACPP_MOE_GEMV=old asks for the kernel before the streaming ones (an A/B switch while they are
-// measured against each other: the sorted path with the old kernel for every token count).
-bool moe_gemv_old();
 
 // xs[s] = x[sorted[s] / k] for s < P (the prefill path's gathered rows, for the per-expert GEMMs).
 void launch_moe_gather(const float* x, int64_t x_stride, const int32_t* sorted, int64_t P, int64_t k, int64_t D,
