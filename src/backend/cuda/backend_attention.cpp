@@ -49,10 +49,10 @@ void CudaBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
   p.scale = a.scale;
   p.kv_bf16 = a.kv_dtype == DType::BF16;
   const int64_t elem = static_cast<int64_t>(dtype_size(a.kv_dtype));
-  // Fast precision computes attention on the tensor cores (attention_mma.cu; it beats the f32 kernel on
-  // decode and prefill, docs/perf-log/attention-tensor-cores-2026-12-07.md); exact precision keeps the f32 kernel. Fast precision covers 16-bit
-  // weights only (as Mamba2Launch::fast). The tensor-core kernel stages rows in 16-byte chunks of 8 channels (pages
-  // cudaMalloc'd: 256-byte aligned).
+  // Fast precision computes attention on the tensor cores (attention_mma.cu, faster than the f32 kernel on decode and
+  // prefill: docs/perf-log/attention-tensor-cores-2026-12-07.md); exact precision keeps the f32 kernel. Fast precision
+  // covers 16-bit weights only (as Mamba2Launch::fast). The tensor-core kernel stages rows in 16-byte chunks of 8
+  // channels (pages cudaMalloc'd: 256-byte aligned).
   p.mma = fast_ && weight_dtype_ != DType::F32 && HD % 8 == 0;
   const int64_t tile_items = p.mma ? kAttnMmaTileItems : kAttnTileItems;
   if (a.device_pages) {
