@@ -6,7 +6,6 @@
 #include <climits>
 #include <cmath>
 #include <cstdint>
-#include <cstdlib>
 #include <cstring>
 #include <vector>
 
@@ -16,18 +15,6 @@
 namespace mambacpp {
 
 using namespace cuda;
-
-namespace {
-// Fast precision computes attention on the tensor cores (attention_mma.cu); MAMBACPP_ATTN_MMA=0 keeps the f32
-// kernel, for the A/B against it while the two are compared.
-bool mma_attention_enabled() {
-  static const bool on = [] {
-    const char* e = std::getenv("MAMBACPP_ATTN_MMA");
-    return !(e && std::strcmp(e, "0") == 0);
-  }();
-  return on;
-}
-}  // namespace
 
 // The call's sequences, tiles and page pointers go up in one copy (stream-ordered, so reusing the buffer for the
 // next layer is safe), then the append kernel, the attention kernel and, for split keys, the combine.
@@ -62,9 +49,11 @@ void CudaBackend::attention(const AttentionArgs& a, const BatchLayout& batch) {
   p.scale = a.scale;
   p.kv_bf16 = a.kv_dtype == DType::BF16;
   const int64_t elem = static_cast<int64_t>(dtype_size(a.kv_dtype));
-  // Fast precision covers 16-bit weights only (as Mamba2Launch::fast). The tensor-core kernel stages rows in 16-byte
-  // chunks of 8 channels (pages cudaMalloc'd: 256-byte aligned).
-  p.mma = fast_ && weight_dtype_ != DType::F32 && HD % 8 == 0 && mma_attention_enabled();
+  // Fast precision computes attention on the tensor cores (attention_mma.cu, faster than the f32 kernel on decode and
+  // prefill: docs/perf-log/attention-tensor-cores-2026-12-07.md); exact precision keeps the f32 kernel. Fast precision
+  // covers 16-bit weights only (as Mamba2Launch::fast). The tensor-core kernel stages rows in 16-byte chunks of 8
+  // channels (pages cudaMalloc'd: 256-byte aligned).
+  p.mma = fast_ && weight_dtype_ != DType::F32 && HD % 8 == 0;
   const int64_t tile_items = p.mma ? kAttnMmaTileItems : kAttnTileItems;
   if (a.device_pages) {
     need(a.device_lengths && a.max_pages > 0, op, ": device_pages needs device_lengths and max_pages > 0");
