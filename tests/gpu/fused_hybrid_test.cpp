@@ -207,5 +207,50 @@ TEST(GpuFusedLinearMultipliers, MatchFp64Reference) {
   }
 }
 
+// Fast precision with multipliers keeps batch invariance: alpha changes no plan and the run scales are elementwise,
+// so each row of an 8-row batch is the bits that row gets alone, stored (x_scale, bias, three runs) and added onto a
+// residual (one run folded into alpha).
+TEST(GpuFusedLinearMultipliers, FastRowsEqualAlone) {
+  MAMBACPP_REQUIRE_GPU();
+  auto fast = make_cuda_backend(DType::BF16, Precision::Fast);
+  const int64_t in = 256, out = 72, T = 8;
+  Rng rng(91);
+  const auto w = gputest::rounded(rng.vec(static_cast<size_t>(out * in)), DType::BF16);
+  const auto nw = rng.vec(static_cast<size_t>(in), 0.5f, 1.5f), bias = rng.vec(static_cast<size_t>(out));
+  const auto x = rng.vec(static_cast<size_t>(T * in), -2, 2), y0 = rng.vec(static_cast<size_t>(T * out));
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "stored");
+    auto run = [&](int64_t first, int64_t rows) {
+      DeviceArena fa(*fast);
+      FusedLinearArgs f;
+      f.x = fa.upload(std::vector<float>(x.begin() + first * in, x.begin() + (first + rows) * in), DType::F32,
+                      {rows, in});
+      f.w = fa.upload(w, DType::BF16, {out, in});
+      f.norm_w = fa.upload(nw, DType::F32, {in});
+      f.eps = 1e-5f;
+      f.x_scale = 1.25f;
+      if (accumulate) {
+        f.y = fa.upload(std::vector<float>(y0.begin() + first * out, y0.begin() + (first + rows) * out), DType::F32,
+                        {rows, out});
+        f.accumulate = true;
+        f.out_scales = {{out, 0.6f}};
+      } else {
+        f.bias = fa.upload(bias, DType::F32, {out});
+        f.y = fa.poisoned({rows, out});
+        f.out_scales = {{24, 0.35f}, {60, 1.7f}, {out, 0.6f}};
+      }
+      std::vector<int64_t> slots;
+      for (int64_t t = 0; t < rows; ++t) slots.push_back(t);
+      const BatchLayout batch = gputest::make_batch(std::vector<int64_t>(static_cast<size_t>(rows), 1), slots);
+      EXPECT_TRUE(fast->supports_fused_linear(f, batch));
+      fast->fused_linear(f, batch);
+      return fa.download(f.y);
+    };
+    const std::vector<float> all = run(0, T);
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(run(t, 1), std::vector<float>(all.begin() + t * out, all.begin() + (t + 1) * out)) << "row " << t;
+  }
+}
+
 }  // namespace
 }  // namespace mambacpp
