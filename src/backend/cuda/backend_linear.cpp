@@ -258,8 +258,8 @@ void CudaBackend::fused_linear_fast(const FusedLinearArgs& a, const BatchLayout&
       uint16_t* y_rows = a.y.ptr<uint16_t>() + r.start * out;
       // With multipliers, the f32 rows are scaled before they are rounded (the bf16-output plan has alpha = 1).
       const bool plain = sc.alpha == 1.0f && !sc.scale_after;
-      if (plain && lt_.run_prefill_bf16(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows, y_rows,
-                               static_cast<int>(out), rows_n, static_cast<int>(in), out))
+      if (plain && lt_.run_prefill_bf16(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows,
+                                        y_rows, static_cast<int>(out), rows_n, static_cast<int>(in), out))
         continue;
       float* f = static_cast<float*>(grow(Slot::kProj32, static_cast<size_t>(r.len * out) * 4));
       lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows, f, static_cast<int>(out),
