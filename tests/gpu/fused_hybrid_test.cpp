@@ -2,8 +2,10 @@
 // y = (x_scale * (norm(x) . w) + bias) * s(o) over three runs of outputs, stored and added onto a residual, for 1, 2
 // (CUDA cores), 3 and 8 rows (tensor cores with bf16 weights), 16-byte and scalar loads (in 256 and 36). The products
 // are exact and the sums f32: 2e-5 of max|y|; the tensor cores' hi + lo split of the activations leaves up to 2^-17
-// of each product: 5e-5 there (as fused_decode_test.cpp). Fast precision's pinned GEMM takes no
-// multipliers: supports_fused_linear must say so.
+// of each product: 5e-5 there (as fused_decode_test.cpp). Fast precision's pinned GEMM (bf16 weights) takes them
+// too: x_scale as the GEMM's alpha, the runs scaled after it, one run added onto a residual folded into alpha; its
+// activations are rounded to bf16 (2^-9 relative each), so 1e-2 of max|y|, far below what a missed multiplier moves
+// (0.35 to 1.7 per run). Several runs added onto a residual, or a bias with the add, stay with the plain ops.
 //
 // The hybrids' fused decode (Falcon-H1's parallel layer with its muP multipliers in the fused GEMVs' epilogue,
 // Granite's residual multiplier, the attention and MLP sublayers on fused linears) against the plain per-op kernels
@@ -156,7 +158,7 @@ TEST(GpuFusedLinearMultipliers, MatchFp64Reference) {
           ASSERT_TRUE(be->supports_fused_linear(a, batch));
           be->fused_linear(a, batch);
           const auto got = arena.download(a.y);
-          std::vector<double> ref(static_cast<size_t>(T * out));
+          std::vector<double> ref(static_cast<size_t>(T * out)), dots(ref.size());
           for (int64_t t = 0; t < T; ++t) {
             double ss = 0;
             for (int64_t i = 0; i < in; ++i) ss += double(x[t * in + i]) * x[t * in + i];
@@ -164,6 +166,7 @@ TEST(GpuFusedLinearMultipliers, MatchFp64Reference) {
             for (int64_t o = 0; o < out; ++o) {
               double dot = 0;
               for (int64_t i = 0; i < in; ++i) dot += double(x[t * in + i]) * r * nw[i] * w[o * in + i];
+              dots[static_cast<size_t>(t * out + o)] = dot;
               const double s = o < 24 ? 0.35 : o < 60 ? 1.7 : 0.6;
               const double v = (double(x_scale) * dot + bias[o]) * double(static_cast<float>(s));
               ref[static_cast<size_t>(t * out + o)] = accumulate ? y0[t * out + o] + v : v;
@@ -171,8 +174,81 @@ TEST(GpuFusedLinearMultipliers, MatchFp64Reference) {
           }
           const bool tensor_cores = wd == DType::BF16 && T >= 3 && in % 8 == 0;
           EXPECT_LE(gputest::rel_err(got, ref), tensor_cores ? 5e-5 : 2e-5);
-          if (wd == DType::BF16) EXPECT_FALSE(fast->supports_fused_linear(a, batch)) << "fast precision's GEMM";
+          if (wd != DType::BF16) continue;
+          // Fast precision: its own arena (its stream orders its uploads, kernels and downloads).
+          DeviceArena fa(*fast);
+          FusedLinearArgs f = a;
+          f.x = fa.upload(x, DType::F32, {T, in});
+          f.w = fa.upload(w, wd, {out, in});
+          f.bias = fa.upload(bias, DType::F32, {out});
+          f.norm_w = fa.upload(nw, DType::F32, {in});
+          if (!accumulate) {
+            f.y = fa.poisoned({T, out});
+            ASSERT_TRUE(fast->supports_fused_linear(f, batch)) << "fast precision with multipliers";
+            fast->fused_linear(f, batch);
+            const double err = gputest::rel_err(fa.download(f.y), ref);
+            std::printf("[gpu fused multipliers] fast in %lld T %lld: %.3g\n", static_cast<long long>(in),
+                        static_cast<long long>(T), err);
+            EXPECT_LE(err, 1e-2) << "fast precision, stored";
+            continue;
+          }
+          f.y = fa.upload(y0, DType::F32, {T, out});
+          EXPECT_FALSE(fast->supports_fused_linear(f, batch)) << "a bias with the residual add";
+          f.bias = TensorView{};
+          EXPECT_FALSE(fast->supports_fused_linear(f, batch)) << "several runs with the residual add";
+          f.out_scales = {{out, 0.6f}};
+          ASSERT_TRUE(fast->supports_fused_linear(f, batch)) << "one run with the residual add";
+          fast->fused_linear(f, batch);
+          std::vector<double> ref1(ref.size());
+          for (size_t k = 0; k < ref1.size(); ++k)
+            ref1[k] = y0[k] + double(x_scale) * dots[k] * double(0.6f);
+          EXPECT_LE(gputest::rel_err(fa.download(f.y), ref1), 1e-2) << "fast precision, added onto the residual";
         }
+  }
+}
+
+// Fast precision with multipliers keeps batch invariance: alpha changes no plan and the run scales are elementwise,
+// so each row of an 8-row batch is the bits that row gets alone, stored (x_scale, bias, three runs) and added onto a
+// residual (one run folded into alpha).
+TEST(GpuFusedLinearMultipliers, FastRowsEqualAlone) {
+  MAMBACPP_REQUIRE_GPU();
+  auto fast = make_cuda_backend(DType::BF16, Precision::Fast);
+  const int64_t in = 256, out = 72, T = 8;
+  Rng rng(91);
+  const auto w = gputest::rounded(rng.vec(static_cast<size_t>(out * in)), DType::BF16);
+  const auto nw = rng.vec(static_cast<size_t>(in), 0.5f, 1.5f), bias = rng.vec(static_cast<size_t>(out));
+  const auto x = rng.vec(static_cast<size_t>(T * in), -2, 2), y0 = rng.vec(static_cast<size_t>(T * out));
+  for (bool accumulate : {false, true}) {
+    SCOPED_TRACE(accumulate ? "accumulate" : "stored");
+    auto run = [&](int64_t first, int64_t rows) {
+      DeviceArena fa(*fast);
+      FusedLinearArgs f;
+      f.x = fa.upload(std::vector<float>(x.begin() + first * in, x.begin() + (first + rows) * in), DType::F32,
+                      {rows, in});
+      f.w = fa.upload(w, DType::BF16, {out, in});
+      f.norm_w = fa.upload(nw, DType::F32, {in});
+      f.eps = 1e-5f;
+      f.x_scale = 1.25f;
+      if (accumulate) {
+        f.y = fa.upload(std::vector<float>(y0.begin() + first * out, y0.begin() + (first + rows) * out), DType::F32,
+                        {rows, out});
+        f.accumulate = true;
+        f.out_scales = {{out, 0.6f}};
+      } else {
+        f.bias = fa.upload(bias, DType::F32, {out});
+        f.y = fa.poisoned({rows, out});
+        f.out_scales = {{24, 0.35f}, {60, 1.7f}, {out, 0.6f}};
+      }
+      std::vector<int64_t> slots;
+      for (int64_t t = 0; t < rows; ++t) slots.push_back(t);
+      const BatchLayout batch = gputest::make_batch(std::vector<int64_t>(static_cast<size_t>(rows), 1), slots);
+      EXPECT_TRUE(fast->supports_fused_linear(f, batch));
+      fast->fused_linear(f, batch);
+      return fa.download(f.y);
+    };
+    const std::vector<float> all = run(0, T);
+    for (int64_t t = 0; t < T; ++t)
+      EXPECT_EQ(run(t, 1), std::vector<float>(all.begin() + t * out, all.begin() + (t + 1) * out)) << "row " << t;
   }
 }
 

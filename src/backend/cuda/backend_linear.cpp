@@ -41,6 +41,61 @@ std::vector<RowRun> row_runs(const BatchLayout& b) {
   return runs;
 }
 
+// The multipliers (FusedLinearArgs::x_scale, out_scales) on the pinned GEMM. x_scale is the GEMM's alpha: cuBLASLt's
+// epilogue forms alpha * acc + beta * y over the f32 accumulator, y holding the broadcast bias (beta = 1), so the
+// bias is added after the scale as the fused GEMVs do (x_scale * dot, then + bias). Whether that epilogue rounds the
+// product before the add (as the GEMV does) or fuses the two is cuBLASLt's choice, so the bits may differ from the
+// GEMV's by an ulp; fast precision's products differ from the GEMV's anyway (x rounded to 16 bits), and what it
+// keeps is batch invariance: alpha is a run-time scalar that changes no plan, so every row count scales alike.
+// out_scales: stored outputs are scaled in place after the GEMM (before the conv step and a prompt row's rounding),
+// one small kernel per run whose scale is not 1. Added onto a residual (accumulate: beta = 1, no bias), one run is
+// folded into alpha (x_scale * s, rounded once where the GEMV rounds twice); several runs there are refused (no model
+// has them) and the plain ops apply them.
+struct FastScales {
+  float alpha = 1.0f;
+  bool scale_after = false;  // out_scales applied by the scale kernel after the GEMM
+};
+
+std::optional<FastScales> fast_scales(const FusedLinearArgs& a) {
+  const int64_t out = a.w.data.dim(0);
+  int64_t prev = 0;
+  for (const auto& [end, scale] : a.out_scales) {
+    if (end <= prev || end > out)
+      fail("fused_linear: out_scales run ends must ascend within (0, ", out, "], found ", end, " after ", prev);
+    prev = end;
+  }
+  if (!a.out_scales.empty() && prev != out)
+    fail("fused_linear: the last out_scales run ends at ", prev, ", expected ", out);
+  FastScales f;
+  f.alpha = a.x_scale;
+  if (a.out_scales.empty()) return f;
+  if (a.accumulate) {
+    if (a.out_scales.size() > 1) return std::nullopt;
+    f.alpha = a.x_scale * a.out_scales[0].second;
+    return f;
+  }
+  f.scale_after = true;
+  return f;
+}
+
+void scale_runs(const std::vector<std::pair<int64_t, float>>& runs, F32Rows y, int64_t T, cudaStream_t stream) {
+  int64_t begin = 0;
+  for (const auto& [end, scale] : runs) {
+    if (scale != 1.0f) launch_scale(F32Rows{y.data + begin, y.stride}, scale, T, end - begin, stream);
+    begin = end;
+  }
+}
+
+// fast_fused_supported (fused_linear.cpp) refuses multipliers; those fast_scales takes are applied here, so it is
+// asked about the rest of the arguments.
+bool fast_supported(const FusedLinearArgs& a, int64_t B) {
+  if (a.x_scale == 1.0f && a.out_scales.empty()) return fast_fused_supported(a, B);
+  FusedLinearArgs rest = a;
+  rest.x_scale = 1.0f;
+  rest.out_scales.clear();
+  return fast_fused_supported(rest, B) && fast_scales(a).has_value();  // the first checks the shapes
+}
+
 }  // namespace
 
 // T <= kGemvMaxRows: the GEMV kernel (exact products of the stored weights, f32 sums).
@@ -130,7 +185,7 @@ void CudaBackend::linear_fast(const TensorView& x, const TensorView& w, const De
 // residual add folded into the GEMMs).
 bool CudaBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const {
   if (!a.w.dense()) return false;
-  if (fast_fused(a, batch)) return fast_rows(a, batch) && fast_fused_supported(a, batch.total_tokens);
+  if (fast_fused(a, batch)) return fast_rows(a, batch) && fast_supported(a, batch.total_tokens);
   return decode_rows(batch, kFusedMaxRows) && fused_gemv_launch(a, batch.total_tokens).has_value();
 }
 
@@ -148,7 +203,7 @@ bool CudaBackend::fast_fused(const FusedLinearArgs& a, const BatchLayout& batch)
 void CudaBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) {
   const int64_t B = batch.total_tokens;
   if (fast_fused(a, batch)) {
-    need(fast_rows(a, batch) && fast_fused_supported(a, B),
+    need(fast_rows(a, batch) && fast_supported(a, B),
          "fused_linear: these arguments have no fast kernels (ask supports_fused_linear first)");
     fused_linear_fast(a, batch);
     return;
@@ -192,6 +247,7 @@ void CudaBackend::fused_linear_fast(const FusedLinearArgs& a, const BatchLayout&
   // round_prompt_rows: the prompt rows rounded after it, the same bits.
   const bool y16 = a.y.dtype == DType::BF16;
   const bool round_prompts = a.round_prompt_rows;
+  const FastScales sc = *fast_scales(a);  // fast_supported held
   for (const RowRun& r : row_runs(batch)) {
     const void* x_rows = static_cast<const char*>(x16) + static_cast<size_t>(r.start * in) * 2;
     const int rows_n = static_cast<int>(r.len);
@@ -200,19 +256,23 @@ void CudaBackend::fused_linear_fast(const FusedLinearArgs& a, const BatchLayout&
            "fused_linear: a bf16 y is for Mamba-2's in_proj on prompts of ", LtMatmul::kPrefillMinRows,
            " tokens and more (Mamba2Plan::proj_dtype), found ", a.y.shape_string(), r.prompt ? "" : " with short rows");
       uint16_t* y_rows = a.y.ptr<uint16_t>() + r.start * out;
-      if (lt_.run_prefill_bf16(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows, y_rows,
-                               static_cast<int>(out), rows_n, static_cast<int>(in), out))
+      // With multipliers, the f32 rows are scaled before they are rounded (the bf16-output plan has alpha = 1).
+      const bool plain = sc.alpha == 1.0f && !sc.scale_after;
+      if (plain && lt_.run_prefill_bf16(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows,
+                                        y_rows, static_cast<int>(out), rows_n, static_cast<int>(in), out))
         continue;
       float* f = static_cast<float*>(grow(Slot::kProj32, static_cast<size_t>(r.len * out) * 4));
       lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows, f, static_cast<int>(out),
-              rows_n, static_cast<int>(in), out, 0.0f, LtMatmul::Pin::Prefill);
+              rows_n, static_cast<int>(in), out, 0.0f, LtMatmul::Pin::Prefill, sc.alpha);
+      if (sc.scale_after) scale_runs(a.out_scales, F32Rows{f, out}, r.len, stream());
       launch_convert(f, DType::F32, y_rows, DType::BF16, r.len * out, stream());
       continue;
     }
     float* y_rows = a.y.ptr<float>() + r.start * a.y.stride0();
     lt_.run(stream(), cublas_workspace_, kCublasWorkspaceBytes, ab, a.w.data.data, x_rows, y_rows,
             static_cast<int>(out), rows_n, static_cast<int>(in), a.y.stride0(), beta,
-            r.prompt ? LtMatmul::Pin::Prefill : LtMatmul::Pin::Decode);
+            r.prompt ? LtMatmul::Pin::Prefill : LtMatmul::Pin::Decode, sc.alpha);
+    if (sc.scale_after) scale_runs(a.out_scales, F32Rows{y_rows, a.y.stride0()}, r.len, stream());
     if (r.prompt && round_prompts) launch_round_bf16(F32Rows{y_rows, a.y.stride0()}, r.len, out, stream());
   }
   if (a.conv_w.empty()) return;

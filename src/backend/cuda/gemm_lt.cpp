@@ -420,7 +420,7 @@ LtMatmul::Plan& LtMatmul::plan(cudaStream_t stream, void* workspace, cudaDataTyp
 }
 
 void LtMatmul::run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDataType_t ab, const void* w,
-                   const void* x, float* y, int out, int T, int in, int64_t ldy, float beta, Pin pin) {
+                   const void* x, float* y, int out, int T, int in, int64_t ldy, float beta, Pin pin, float alpha) {
   init();
   const int elem = 2;  // 16-bit operands
   Plan& p = plan(stream, workspace, ab, out, T, in, ldy, alignment(w, int64_t(in) * elem),
@@ -429,10 +429,9 @@ void LtMatmul::run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDa
     const int rows = p.block_rows;  // copied: the calls below may drop the plan from the cache
     for (int t = 0; t < T; t += rows)
       run(stream, workspace, ws_bytes, ab, w, static_cast<const char*>(x) + int64_t(t) * in * elem, y + t * ldy, out,
-          std::min(rows, T - t), in, ldy, beta, pin);
+          std::min(rows, T - t), in, ldy, beta, pin, alpha);
     return;
   }
-  const float alpha = 1.0f;
   MAMBACPP_CUBLAS_CHECK(cublasLtMatmul(handle_, p.desc, &alpha, w, p.a, x, p.b, &beta, y, p.c, y, p.c, &p.algo,
                                        workspace, ws_bytes, stream));
 }

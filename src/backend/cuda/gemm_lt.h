@@ -54,8 +54,11 @@ class LtMatmul {
   // shape, that of decode batches or that of prompts.
   enum class Pin { None, Decode, Prefill };
   // ab: CUDA_R_16BF or CUDA_R_16F. workspace: device, ws_bytes long, used in stream order.
+  // alpha: y = alpha * (the f32 accumulator) + beta * y in cuBLASLt's epilogue, a host scalar read when the matmul is
+  // enqueued (a graph keeps the value captured). It takes no part in choosing or pinning a plan: the same algorithm,
+  // split and reduction order run whatever its value, so it scales every row alike at every T.
   void run(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDataType_t ab, const void* w, const void* x,
-           float* y, int out, int T, int in, int64_t ldy, float beta, Pin pin = Pin::None);
+           float* y, int out, int T, int in, int64_t ldy, float beta, Pin pin = Pin::None, float alpha = 1.0f);
   // y [T, out] (rows ldy apart) in bf16 (raw bits) = the Pin::Prefill result with beta = 0 rounded to nearest even,
   // bit for bit. False (nothing enqueued) where no such plan exists: the caller runs run() and rounds.
   bool run_prefill_bf16(cudaStream_t stream, void* workspace, size_t ws_bytes, cudaDataType_t ab, const void* w,
