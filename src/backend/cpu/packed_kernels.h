@@ -25,4 +25,23 @@ void packed_dot_rows(const float* x, const uint8_t* w, WeightFormat f, int64_t i
 void packed_dequantize_rows(const uint8_t* w, WeightFormat f, int64_t in, int64_t rows, float* dst,
                             int64_t dst_stride);
 
+// Int8 activations (packed_int8_kernels.cpp), as llama.cpp's Q8_0 / Q8_K: Q8_0, Q4_K and Q6_K weights are dotted with
+// a token's activations rounded to int8 per block (32 elements for Q8_0, a 256-element super-block for the K-quants),
+// one f32 scale d = max|x| / 127 per block (|x - d q| <= d / 2), and for the K-quants the sums of each 16 quantized
+// values (of each 32 for Q4_K, 16 for Q6_K, whose sub-blocks they are). The block dot products are exact integers; each row then sums (d_w d_x) * S in a fixed order, so a row's
+// result depends only on its bytes and the token's quantized activations, whatever the rows or tokens beside it.
+bool packed_int8(WeightFormat f);
+// Elements per activation scale for weights of format f (32 or 256).
+int64_t packed_act_block(WeightFormat f);
+// Elements per activation sum (32 for Q4_K, 16 for Q6_K; 0: none).
+int64_t packed_act_sum_group(WeightFormat f);
+// One token's quantized activations: q i8[in], at packed_act_scales_offset(in) the scales f32[in / block], then (K-quants)
+// the sums i16[in / group].
+int64_t packed_act_bytes(WeightFormat f, int64_t in);
+int64_t packed_act_scales_offset(int64_t in);
+// xq (packed_act_bytes(f, in) bytes) = x quantized for weights of format f. A block holding NaN or inf gets a NaN scale.
+void packed_quantize_act(const float* x, WeightFormat f, int64_t in, uint8_t* xq);
+// out[r] = dot of row r (weight_row_bytes(f, in) bytes each from w) with the quantized activations xq.
+void packed_dot_rows_int8(const uint8_t* xq, const uint8_t* w, WeightFormat f, int64_t in, int64_t rows, float* out);
+
 }  // namespace mambacpp::cpu::simd
