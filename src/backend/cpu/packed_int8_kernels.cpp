@@ -114,6 +114,19 @@ HWY_INLINE int32_t dot16_i8_i16(const int8_t* a, const int16_t* b) {
                                       _mm256_loadu_si256(reinterpret_cast<const __m256i*>(b)));
   return hsum_i({p});
 }
+// The f16 pair at p (d, dmin) as f32, by F16C's exact conversion.
+HWY_INLINE void half2_f32(const uint8_t* p, float& a, float& b) {
+  int32_t bits;
+  std::memcpy(&bits, p, 4);
+  const __m128 v = _mm_cvtph_ps(_mm_cvtsi32_si128(bits));
+  a = _mm_cvtss_f32(v);
+  b = _mm_cvtss_f32(_mm_movehdup_ps(v));
+}
+HWY_INLINE float half1_f32(const uint8_t* p) {
+  uint16_t bits;
+  std::memcpy(&bits, p, 2);
+  return _mm_cvtss_f32(_mm_cvtph_ps(_mm_cvtsi32_si128(bits)));
+}
 HWY_INLINE VF8 zero_f() { return {_mm256_setzero_ps()}; }
 // c + float(a) * s, lane by lane.
 HWY_INLINE VF8 fma_i(VI a, float s, VF8 c) { return {_mm256_fmadd_ps(_mm256_cvtepi32_ps(a.v), _mm256_set1_ps(s), c.v)}; }
@@ -192,6 +205,11 @@ HWY_INLINE int32_t dot16_i8_i16(const int8_t* a, const int16_t* b) {
   return hsum_i({_mm_madd_epi16(_mm_srai_epi16(_mm_unpacklo_epi8(v, v), 8), _mm_loadu_si128(pb)),
                  _mm_madd_epi16(_mm_srai_epi16(_mm_unpackhi_epi8(v, v), 8), _mm_loadu_si128(pb + 1))});
 }
+HWY_INLINE void half2_f32(const uint8_t* p, float& a, float& b) {
+  a = half_f32(p);
+  b = half_f32(p + 2);
+}
+HWY_INLINE float half1_f32(const uint8_t* p) { return half_f32(p); }
 HWY_INLINE VF8 zero_f() { return {_mm_setzero_ps(), _mm_setzero_ps()}; }
 HWY_INLINE VF8 fma_i(VI a, float s, VF8 c) {
   const __m128 sv = _mm_set1_ps(s);
@@ -317,6 +335,11 @@ HWY_INLINE int32_t dot16_i8_i16(const int8_t* a, const int16_t* b) {
   for (int j = 0; j < 16; ++j) s += a[j] * b[j];
   return s;
 }
+HWY_INLINE void half2_f32(const uint8_t* p, float& a, float& b) {
+  a = half_f32(p);
+  b = half_f32(p + 2);
+}
+HWY_INLINE float half1_f32(const uint8_t* p) { return half_f32(p); }
 HWY_INLINE VF8 zero_f() { return VF8{}; }
 HWY_INLINE VF8 fma_i(VI a, float s, VF8 c) {
   for (int k = 0; k < 8; ++k) c.f[k] = static_cast<float>(a.w(k)) * s + c.f[k];
@@ -356,14 +379,14 @@ HWY_INLINE float dot_q8_0(const Act& a, const uint8_t* HWY_RESTRICT w, int64_t i
     const VI q0 = load32(w0 + 2), q1 = load32(w0 + 36);
     const VI p0 = madd16(maddubs(sign8(q0, q0), sign8(load32(a.q + 32 * b), q0)), ones);
     const VI p1 = madd16(maddubs(sign8(q1, q1), sign8(load32(a.q + 32 * b + 32), q1)), ones);
-    acc0 = fma_i(p0, half_f32(w0) * a.d[b], acc0);
-    acc1 = fma_i(p1, half_f32(w0 + 34) * a.d[b + 1], acc1);
+    acc0 = fma_i(p0, half1_f32(w0) * a.d[b], acc0);
+    acc1 = fma_i(p1, half1_f32(w0 + 34) * a.d[b + 1], acc1);
   }
   if (b < nb) {
     const uint8_t* w0 = w + 34 * b;
     const VI q0 = load32(w0 + 2);
     const VI p0 = madd16(maddubs(sign8(q0, q0), sign8(load32(a.q + 32 * b), q0)), ones);
-    acc0 = fma_i(p0, half_f32(w0) * a.d[b], acc0);
+    acc0 = fma_i(p0, half1_f32(w0) * a.d[b], acc0);
   }
   return hsum_f(add_f(acc0, acc1));
 }
@@ -400,8 +423,10 @@ HWY_INLINE float dot_q4_k(const Act& a, const uint8_t* HWY_RESTRICT w, int64_t i
       sumi = add32(sumi, madd16(sc.get(2 * g + 1), maddubs(hi, load32(xq + 64 * g + 32))));
     }
     const float dx = a.d[i];
-    acc = fma_i(sumi, half_f32(blk) * dx, acc);
-    mins += (half_f32(blk + 2) * dx) * static_cast<float>(dot8_u8_i16(sm + 8, a.bsums + 8 * i));
+    float d, dmin;
+    half2_f32(blk, d, dmin);
+    acc = fma_i(sumi, d * dx, acc);
+    mins += (dmin * dx) * static_cast<float>(dot8_u8_i16(sm + 8, a.bsums + 8 * i));
   }
   return hsum_f(acc) - mins;
 }
@@ -432,7 +457,7 @@ HWY_INLINE float dot_q6_k(const Act& a, const uint8_t* HWY_RESTRICT w, int64_t i
       sumi = add32(sumi, madd16(scales.get(8 * h + 6), maddubs(q3, load32(x + 96))));
     }
     sumi = add32(sumi, lane0_i(-32 * dot16_i8_i16(sc, a.bsums + 16 * i)));
-    acc = fma_i(sumi, half_f32(blk + 208) * a.d[i], acc);
+    acc = fma_i(sumi, half1_f32(blk + 208) * a.d[i], acc);
   }
   return hsum_f(acc);
 }
