@@ -294,7 +294,7 @@ TEST(PackedKernels, Int8DotEqualsFp64OverTheQuantizedOperands) {
         const std::vector<float> x = gaussian(in, ++seed);
         const QuantizedAct a = quantize_act(f, x);
         std::vector<float> got(static_cast<size_t>(p.rows));
-        cpu::simd::packed_dot_rows_int8(a.bytes.data(), p.bytes.data(), f, in, p.rows, got.data());
+        cpu::simd::packed_dot_rows_int8(a.bytes.data(), 0, 1, p.bytes.data(), f, in, p.rows, got.data(), p.rows);
         for (int64_t r = 0; r < p.rows; ++r) {
           double ref = 0, mag = 0;
           for (int64_t i = 0; i < in; ++i) {

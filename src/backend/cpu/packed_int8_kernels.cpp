@@ -366,39 +366,58 @@ struct Act {
   }
 };
 
+// Each kernel dots one row with NT tokens' activations (NT <= 4), the row's weights decoded once for all of them.
+// A token's operations are the same whatever NT (its integer block sums are exact, its f32 operations run in the
+// same order), so a token's result does not depend on the tokens beside it.
+
 // q8_0 blocks {d f16, q i8[32]} against per-32 activations: per block, the exact integer dot (|w| through maddubs,
 // x given w's sign) scaled by d_w * d_x into eight f32 lanes; even and odd blocks into two accumulators (two
 // independent chains), added, then the lanes in hsum_f's order.
-HWY_INLINE float dot_q8_0(const Act& a, const uint8_t* HWY_RESTRICT w, int64_t in) {
+template <int NT>
+HWY_INLINE void dot_q8_0(const Act* a, const uint8_t* HWY_RESTRICT w, int64_t in, float* out) {
   const VI ones = set1_16(1);
-  VF8 acc0 = zero_f(), acc1 = zero_f();
+  VF8 acc0[NT], acc1[NT];
+  for (int t = 0; t < NT; ++t) acc0[t] = acc1[t] = zero_f();
   const int64_t nb = in / 32;
   int64_t b = 0;
   for (; b + 2 <= nb; b += 2) {
     const uint8_t* w0 = w + 34 * b;
     const VI q0 = load32(w0 + 2), q1 = load32(w0 + 36);
-    const VI p0 = madd16(maddubs(sign8(q0, q0), sign8(load32(a.q + 32 * b), q0)), ones);
-    const VI p1 = madd16(maddubs(sign8(q1, q1), sign8(load32(a.q + 32 * b + 32), q1)), ones);
-    acc0 = fma_i(p0, half1_f32(w0) * a.d[b], acc0);
-    acc1 = fma_i(p1, half1_f32(w0 + 34) * a.d[b + 1], acc1);
+    const VI u0 = sign8(q0, q0), u1 = sign8(q1, q1);
+    const float d0 = half1_f32(w0), d1 = half1_f32(w0 + 34);
+    for (int t = 0; t < NT; ++t) {
+      const VI p0 = madd16(maddubs(u0, sign8(load32(a[t].q + 32 * b), q0)), ones);
+      const VI p1 = madd16(maddubs(u1, sign8(load32(a[t].q + 32 * b + 32), q1)), ones);
+      acc0[t] = fma_i(p0, d0 * a[t].d[b], acc0[t]);
+      acc1[t] = fma_i(p1, d1 * a[t].d[b + 1], acc1[t]);
+    }
   }
   if (b < nb) {
     const uint8_t* w0 = w + 34 * b;
     const VI q0 = load32(w0 + 2);
-    const VI p0 = madd16(maddubs(sign8(q0, q0), sign8(load32(a.q + 32 * b), q0)), ones);
-    acc0 = fma_i(p0, half1_f32(w0) * a.d[b], acc0);
+    const VI u0 = sign8(q0, q0);
+    const float d0 = half1_f32(w0);
+    for (int t = 0; t < NT; ++t) {
+      const VI p0 = madd16(maddubs(u0, sign8(load32(a[t].q + 32 * b), q0)), ones);
+      acc0[t] = fma_i(p0, d0 * a[t].d[b], acc0[t]);
+    }
   }
-  return hsum_f(add_f(acc0, acc1));
+  for (int t = 0; t < NT; ++t) out[t] = hsum_f(add_f(acc0[t], acc1[t]));
 }
 
 // q4_k super-blocks {d f16, dmin f16, scales u8[12], qs u8[128]} against per-256 activations with the sums of each
 // 32 (Act::bsums): x = (d sc_j) q - dmin m_j, so the dot is d d_x sum_j sc_j (q . x_q)_j - dmin d_x sum_j m_j
 // (sum x_q)_j, both sums exact integers. The first, as eight i32 lanes, is scaled by d d_x into eight f32 lanes per
 // super-block; the second into a scalar, subtracted at the end.
-HWY_INLINE float dot_q4_k(const Act& a, const uint8_t* HWY_RESTRICT w, int64_t in) {
+template <int NT>
+HWY_INLINE void dot_q4_k(const Act* a, const uint8_t* HWY_RESTRICT w, int64_t in, float* out) {
   const VI m4 = set1_8(0xF);
-  VF8 acc = zero_f();
-  float mins = 0.0f;
+  VF8 acc[NT];
+  float mins[NT];
+  for (int t = 0; t < NT; ++t) {
+    acc[t] = zero_f();
+    mins[t] = 0.0f;
+  }
   for (int64_t i = 0; i < in / 256; ++i) {
     const uint8_t* blk = w + 144 * i;
     // The 6-bit scales and mins of ggml's 12-byte packing, as whole words: bytes 0..7 scales, 8..15 mins.
@@ -413,59 +432,99 @@ HWY_INLINE float dot_q4_k(const Act& a, const uint8_t* HWY_RESTRICT w, int64_t i
     std::memcpy(sm, u, 16);
     const K4Scales sc(sm);
     const uint8_t* qs = blk + 16;
-    const int8_t* xq = a.q + 256 * i;
-    VI sumi = zero_i();
+    VI sumi[NT];
+    for (int t = 0; t < NT; ++t) sumi[t] = zero_i();
 #pragma GCC unroll 4
     for (int g = 0; g < 4; ++g) {
       const VI q = load32(qs + 32 * g);
       const VI lo = and_(q, m4), hi = and_(srli16<4>(q), m4);
-      sumi = add32(sumi, madd16(sc.get(2 * g), maddubs(lo, load32(xq + 64 * g))));
-      sumi = add32(sumi, madd16(sc.get(2 * g + 1), maddubs(hi, load32(xq + 64 * g + 32))));
+      const VI s_lo = sc.get(2 * g), s_hi = sc.get(2 * g + 1);
+      for (int t = 0; t < NT; ++t) {
+        const int8_t* xq = a[t].q + 256 * i + 64 * g;
+        sumi[t] = add32(sumi[t], madd16(s_lo, maddubs(lo, load32(xq))));
+        sumi[t] = add32(sumi[t], madd16(s_hi, maddubs(hi, load32(xq + 32))));
+      }
     }
-    const float dx = a.d[i];
     float d, dmin;
     half2_f32(blk, d, dmin);
-    acc = fma_i(sumi, d * dx, acc);
-    mins += (dmin * dx) * static_cast<float>(dot8_u8_i16(sm + 8, a.bsums + 8 * i));
+    for (int t = 0; t < NT; ++t) {
+      const float dx = a[t].d[i];
+      acc[t] = fma_i(sumi[t], d * dx, acc[t]);
+      mins[t] += (dmin * dx) * static_cast<float>(dot8_u8_i16(sm + 8, a[t].bsums + 8 * i));
+    }
   }
-  return hsum_f(acc) - mins;
+  for (int t = 0; t < NT; ++t) out[t] = hsum_f(acc[t]) - mins[t];
 }
 
 // q6_k super-blocks {ql u8[128], qh u8[64], scales i8[16], d f16} against per-256 activations with the sums of each
 // 16: x = (d sc_j) (q - 32) with q in [0, 63], so the dot is d d_x (sum_j sc_j (q . x_q)_j - 32 sum_j sc_j
 // (sum x_q)_j): eight i32 lanes less the offset (in lane 0), scaled by d d_x into eight f32 lanes per super-block.
-HWY_INLINE float dot_q6_k(const Act& a, const uint8_t* HWY_RESTRICT w, int64_t in) {
+template <int NT>
+HWY_INLINE void dot_q6_k(const Act* a, const uint8_t* HWY_RESTRICT w, int64_t in, float* out) {
   const VI m4 = set1_8(0xF), m2 = set1_8(3);
-  VF8 acc = zero_f();
+  VF8 acc[NT];
+  for (int t = 0; t < NT; ++t) acc[t] = zero_f();
   for (int64_t i = 0; i < in / 256; ++i) {
     const uint8_t* blk = w + 210 * i;
     const int8_t* sc = reinterpret_cast<const int8_t*>(blk + 192);
     const K6Scales scales(sc);
-    const int8_t* xq = a.q + 256 * i;
-    VI sumi = zero_i();
+    VI sumi[NT];
+    for (int t = 0; t < NT; ++t) sumi[t] = lane0_i(-32 * dot16_i8_i16(sc, a[t].bsums + 16 * i));
 #pragma GCC unroll 2
     for (int h = 0; h < 2; ++h) {
       const VI ql0 = load32(blk + 64 * h), ql1 = load32(blk + 64 * h + 32), qh = load32(blk + 128 + 32 * h);
-      const VI q0 = or_(and_(ql0, m4), slli16<4>(and_(qh, m2)));
-      const VI q1 = or_(and_(ql1, m4), slli16<4>(and_(srli16<2>(qh), m2)));
-      const VI q2 = or_(and_(srli16<4>(ql0), m4), slli16<4>(and_(srli16<4>(qh), m2)));
-      const VI q3 = or_(and_(srli16<4>(ql1), m4), slli16<4>(and_(srli16<6>(qh), m2)));
-      const int8_t* x = xq + 128 * h;
-      sumi = add32(sumi, madd16(scales.get(8 * h + 0), maddubs(q0, load32(x))));
-      sumi = add32(sumi, madd16(scales.get(8 * h + 2), maddubs(q1, load32(x + 32))));
-      sumi = add32(sumi, madd16(scales.get(8 * h + 4), maddubs(q2, load32(x + 64))));
-      sumi = add32(sumi, madd16(scales.get(8 * h + 6), maddubs(q3, load32(x + 96))));
+      const VI q[4] = {or_(and_(ql0, m4), slli16<4>(and_(qh, m2))),
+                       or_(and_(ql1, m4), slli16<4>(and_(srli16<2>(qh), m2))),
+                       or_(and_(srli16<4>(ql0), m4), slli16<4>(and_(srli16<4>(qh), m2))),
+                       or_(and_(srli16<4>(ql1), m4), slli16<4>(and_(srli16<6>(qh), m2)))};
+#pragma GCC unroll 4
+      for (int k = 0; k < 4; ++k) {
+        const VI s = scales.get(8 * h + 2 * k);  // sub-blocks of 16: two per 32-element group
+        for (int t = 0; t < NT; ++t)
+          sumi[t] = add32(sumi[t], madd16(s, maddubs(q[k], load32(a[t].q + 256 * i + 128 * h + 32 * k))));
+      }
     }
-    sumi = add32(sumi, lane0_i(-32 * dot16_i8_i16(sc, a.bsums + 16 * i)));
-    acc = fma_i(sumi, half1_f32(blk + 208) * a.d[i], acc);
+    const float d = half1_f32(blk + 208);
+    for (int t = 0; t < NT; ++t) acc[t] = fma_i(sumi[t], d * a[t].d[i], acc[t]);
   }
-  return hsum_f(acc);
+  for (int t = 0; t < NT; ++t) out[t] = hsum_f(acc[t]);
 }
 
-template <float (*Dot)(const Act&, const uint8_t*, int64_t)>
-void dot_rows_int8(const Act& a, const uint8_t* w, int64_t rb, int64_t in, int64_t rows, float* out) {
-  for (int64_t r = 0; r < rows; ++r) out[r] = Dot(a, w + r * rb, in);
+// Tokens in groups of four (then the rest), each group against every row: a group's activations stay in L1 while
+// the rows stream past.
+template <template <int> class K>
+void dot_tokens(const uint8_t* xq, int64_t xq_stride, int64_t T, const uint8_t* w, WeightFormat f, int64_t rb,
+                int64_t in, int64_t rows, float* out, int64_t out_stride) {
+  for (int64_t t0 = 0; t0 < T; t0 += 4) {
+    const int nt = static_cast<int>(std::min<int64_t>(4, T - t0));
+    const Act a[4] = {Act(xq + t0 * xq_stride, f, in), Act(xq + std::min(t0 + 1, T - 1) * xq_stride, f, in),
+                      Act(xq + std::min(t0 + 2, T - 1) * xq_stride, f, in),
+                      Act(xq + std::min(t0 + 3, T - 1) * xq_stride, f, in)};
+    float r4[4];
+    for (int64_t r = 0; r < rows; ++r) {
+      const uint8_t* row = w + r * rb;
+      switch (nt) {
+        case 4: K<4>::run(a, row, in, r4); break;
+        case 3: K<3>::run(a, row, in, r4); break;
+        case 2: K<2>::run(a, row, in, r4); break;
+        default: K<1>::run(a, row, in, r4); break;
+      }
+      for (int t = 0; t < nt; ++t) out[(t0 + t) * out_stride + r] = r4[t];
+    }
+  }
 }
+template <int NT>
+struct Q8_0K {
+  static void run(const Act* a, const uint8_t* w, int64_t in, float* out) { dot_q8_0<NT>(a, w, in, out); }
+};
+template <int NT>
+struct Q4_KK {
+  static void run(const Act* a, const uint8_t* w, int64_t in, float* out) { dot_q4_k<NT>(a, w, in, out); }
+};
+template <int NT>
+struct Q6_KK {
+  static void run(const Act* a, const uint8_t* w, int64_t in, float* out) { dot_q6_k<NT>(a, w, in, out); }
+};
 
 // Per block of `blk` elements: d = max |x| / 127, q = x * (127 / max |x|) rounded to nearest even, so
 // |x - d q| <= d / 2 (plus f32 rounding); an all-zero block gets d = 0 and q = 0, a block holding NaN or inf d = NaN
@@ -511,13 +570,13 @@ void QuantizeAct(const float* HWY_RESTRICT x, int64_t in, int64_t blk, int64_t g
   }
 }
 
-void PackedDotRowsInt8(const uint8_t* xq, const uint8_t* w, WeightFormat f, int64_t in, int64_t rows, float* out) {
+void PackedDotRowsInt8(const uint8_t* xq, int64_t xq_stride, int64_t T, const uint8_t* w, WeightFormat f, int64_t in,
+                       int64_t rows, float* out, int64_t out_stride) {
   const int64_t rb = weight_row_bytes(f, in, "packed_dot_rows_int8");
-  const Act a(xq, f, in);
   switch (f) {
-    case WeightFormat::Q8_0: return dot_rows_int8<dot_q8_0>(a, w, rb, in, rows, out);
-    case WeightFormat::Q4_K: return dot_rows_int8<dot_q4_k>(a, w, rb, in, rows, out);
-    case WeightFormat::Q6_K: return dot_rows_int8<dot_q6_k>(a, w, rb, in, rows, out);
+    case WeightFormat::Q8_0: return dot_tokens<Q8_0K>(xq, xq_stride, T, w, f, rb, in, rows, out, out_stride);
+    case WeightFormat::Q4_K: return dot_tokens<Q4_KK>(xq, xq_stride, T, w, f, rb, in, rows, out, out_stride);
+    case WeightFormat::Q6_K: return dot_tokens<Q6_KK>(xq, xq_stride, T, w, f, rb, in, rows, out, out_stride);
     default: fail("packed_dot_rows_int8: ", weight_format_name(f), " has no int8-activation kernel");
   }
 }
@@ -556,8 +615,9 @@ void packed_quantize_act(const float* x, WeightFormat f, int64_t in, uint8_t* xq
   HWY_DYNAMIC_DISPATCH(QuantizeAct)(x, in, blk, packed_act_sum_group(f), xq);
 }
 
-void packed_dot_rows_int8(const uint8_t* xq, const uint8_t* w, WeightFormat f, int64_t in, int64_t rows, float* out) {
-  HWY_DYNAMIC_DISPATCH(PackedDotRowsInt8)(xq, w, f, in, rows, out);
+void packed_dot_rows_int8(const uint8_t* xq, int64_t xq_stride, int64_t T, const uint8_t* w, WeightFormat f,
+                          int64_t in, int64_t rows, float* out, int64_t out_stride) {
+  HWY_DYNAMIC_DISPATCH(PackedDotRowsInt8)(xq, xq_stride, T, w, f, in, rows, out, out_stride);
 }
 
 }  // namespace mambacpp::cpu::simd

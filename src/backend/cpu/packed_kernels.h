@@ -41,7 +41,9 @@ int64_t packed_act_bytes(WeightFormat f, int64_t in);
 int64_t packed_act_scales_offset(int64_t in);
 // xq (packed_act_bytes(f, in) bytes) = x quantized for weights of format f. A block holding NaN or inf gets a NaN scale.
 void packed_quantize_act(const float* x, WeightFormat f, int64_t in, uint8_t* xq);
-// out[r] = dot of row r (weight_row_bytes(f, in) bytes each from w) with the quantized activations xq.
-void packed_dot_rows_int8(const uint8_t* xq, const uint8_t* w, WeightFormat f, int64_t in, int64_t rows, float* out);
+// out[t * out_stride + r] = dot of row r (weight_row_bytes(f, in) bytes each from w) with token t's quantized
+// activations (at xq + t * xq_stride) for t < T, r < rows; a token's result is the same bits whatever T.
+void packed_dot_rows_int8(const uint8_t* xq, int64_t xq_stride, int64_t T, const uint8_t* w, WeightFormat f,
+                          int64_t in, int64_t rows, float* out, int64_t out_stride);
 
 }  // namespace mambacpp::cpu::simd

@@ -20,8 +20,9 @@ const uint8_t* row_bytes(const Weight& w, int64_t r) {
 }
 
 // Q8_0 / Q4_K / Q6_K: each token's activations rounded to int8 once (packed_kernels.h), then every token count runs
-// the decode loop: a thread's share of the rows, a block of rows at a time, each token against the block while its
-// bytes are in cache. One kernel for every row count, so a token's outputs do not depend on the batch or the split.
+// the decode loop: a thread's share of the rows, a block of rows at a time, the tokens four at a time against the
+// block while its bytes are in cache. A token's operations are the same in every group (packed_kernels.h), so its
+// outputs do not depend on the batch or the split.
 void packed_linear_int8(Rows<const float> x, const Weight& w, WeightRef bias, Rows<float> y, int64_t T, int threads,
                         const LinearEpilogue& epilogue) {
   const int64_t out = w.dim(0), in = w.dim(1), rb = w.data.dim(1);
@@ -44,10 +45,8 @@ void packed_linear_int8(Rows<const float> x, const Weight& w, WeightRef bias, Ro
     const int64_t o0 = b0 * kRowsPerBlock, nr = std::min(b1 * kRowsPerBlock, out) - o0;
     for (int64_t r0 = o0; r0 < o0 + nr; r0 += kRowsPerBlock) {
       const int64_t m = std::min(kRowsPerBlock, o0 + nr - r0);
-      for (int64_t t = 0; t < T; ++t) {
-        simd::packed_dot_rows_int8(xq + t * ab, row_bytes(w, r0), w.format, in, m, y[t] + r0);
-        add_bias(bias, r0, m, y[t] + r0);
-      }
+      simd::packed_dot_rows_int8(xq, ab, T, row_bytes(w, r0), w.format, in, m, y[0] + r0, y.stride);
+      for (int64_t t = 0; t < T; ++t) add_bias(bias, r0, m, y[t] + r0);
     }
     if (epilogue) epilogue(o0, nr);
   });
