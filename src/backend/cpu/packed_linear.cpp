@@ -37,8 +37,7 @@ void packed_linear_int8(Rows<const float> x, const Weight& w, WeightRef bias, Ro
   else parallel_for(threads, T, 16, quantize);
 
   const int64_t n_blocks = (out + kRowsPerBlock - 1) / kRowsPerBlock;
-  const int64_t block_work = kRowsPerBlock * rb * std::min<int64_t>(T, kStreamTokens);
-  const int64_t grain = std::max<int64_t>(1, (kMinShareBytes * kStreamTokens + block_work - 1) / block_work);
+  const int64_t grain = std::max<int64_t>(1, (kMinShareBytes + kRowsPerBlock * rb - 1) / (kRowsPerBlock * rb));
   const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(n_blocks / grain, threads * kSharesPerThread));
   parallel_tasks(threads, parts, [&](int64_t part) {
     const int64_t b0 = n_blocks * part / parts, b1 = n_blocks * (part + 1) / parts;
