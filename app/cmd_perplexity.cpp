@@ -1,10 +1,15 @@
 // `mambacpp perplexity`: the model's loss over a text file, the state carried across the whole text (or reset every
 // --context tokens, like llama.cpp's windows).
+#include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <memory>
+#include <span>
 #include <sstream>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -23,6 +28,58 @@ struct PerplexityCliOptions {
   std::string file;
   int64_t context = 0;
   bool json = false;
+  std::string save_logprobs, kl_base;
+};
+
+// A run's log-probabilities for --kl-base (like llama-perplexity's --kl-divergence-base): a header, then one row of
+// `vocab` f32 log-probabilities per text position (rows of the unscored positions stay zero).
+struct LogprobHeader {
+  char magic[8] = {'M', 'C', 'P', 'P', 'L', 'P', '1', '\0'};
+  int64_t vocab = 0, tokens = 0, context = 0;
+};
+
+class LogprobFile {
+ public:
+  LogprobFile(const std::string& path, bool write, const LogprobHeader& want) : path_(path) {
+    f_.open(path, write ? std::ios::binary | std::ios::in | std::ios::out | std::ios::trunc : std::ios::binary | std::ios::in);
+    if (!f_) fail("perplexity: cannot open '", path, "' for ", write ? "writing" : "reading");
+    if (write) {
+      f_.write(reinterpret_cast<const char*>(&want), sizeof want);
+      return;
+    }
+    LogprobHeader h;
+    f_.read(reinterpret_cast<char*>(&h), sizeof h);
+    if (!f_ || std::memcmp(h.magic, want.magic, 8) != 0)
+      fail("perplexity: '", path, "' is not a --save-logprobs file");
+    if (h.vocab != want.vocab || h.tokens != want.tokens || h.context != want.context)
+      fail("perplexity: --kl-base '", path, "' holds vocab ", h.vocab, ", ", h.tokens, " tokens, context ", h.context,
+           "; this run has vocab ", want.vocab, ", ", want.tokens, " tokens, context ", want.context,
+           " (the same text and --context are needed)");
+  }
+  void write_row(int64_t pos, std::span<const double> lp) {
+    row_.assign(lp.begin(), lp.end());
+    f_.seekp(static_cast<std::streamoff>(sizeof(LogprobHeader) + pos * lp.size() * sizeof(float)));
+    f_.write(reinterpret_cast<const char*>(row_.data()), static_cast<std::streamsize>(row_.size() * sizeof(float)));
+    if (!f_) fail("perplexity: writing '", path_, "' failed");
+  }
+  std::span<const float> read_row(int64_t pos, int64_t vocab) {
+    row_.resize(static_cast<size_t>(vocab));
+    f_.seekg(static_cast<std::streamoff>(sizeof(LogprobHeader) + pos * vocab * sizeof(float)));
+    f_.read(reinterpret_cast<char*>(row_.data()), static_cast<std::streamsize>(vocab * sizeof(float)));
+    if (!f_) fail("perplexity: '", path_, "' ends before position ", pos);
+    return row_;
+  }
+
+ private:
+  std::string path_;
+  std::fstream f_;
+  std::vector<float> row_;
+};
+
+// KL(base || model) per scored position, summed in double, and how often both put the same token first.
+struct KlStats {
+  double sum = 0, max = 0;
+  int64_t n = 0, same_top = 0;
 };
 
 void run_perplexity(const PerplexityCliOptions& o) {
@@ -42,16 +99,49 @@ void run_perplexity(const PerplexityCliOptions& o) {
       std::fprintf(stderr, "\r%lld / %lld tokens", static_cast<long long>(done), static_cast<long long>(total));
       if (done == total) std::fprintf(stderr, "\n");
     };
+  const int64_t vocab = model->config().vocab_size;
+  LogprobHeader header;
+  header.vocab = vocab;
+  header.tokens = static_cast<int64_t>(ids.size());
+  header.context = o.context;
+  std::unique_ptr<LogprobFile> save, base;
+  if (!o.save_logprobs.empty()) save = std::make_unique<LogprobFile>(o.save_logprobs, true, header);
+  if (!o.kl_base.empty()) base = std::make_unique<LogprobFile>(o.kl_base, false, header);
+  KlStats kl;
+  std::vector<double> lp(static_cast<size_t>(vocab));
+  if (save || base)
+    po.on_logits = [&](int64_t pos, std::span<const float> logits) {
+      log_softmax(logits, lp);
+      if (save) save->write_row(pos, lp);
+      if (!base) return;
+      const std::span<const float> lb = base->read_row(pos, vocab);
+      double d = 0;
+      size_t top_b = 0, top_m = 0;
+      for (size_t i = 0; i < lp.size(); ++i) {
+        d += std::exp(static_cast<double>(lb[i])) * (static_cast<double>(lb[i]) - lp[i]);
+        if (lb[i] > lb[top_b]) top_b = i;
+        if (lp[i] > lp[top_m]) top_m = i;
+      }
+      kl.sum += d;
+      kl.max = std::max(kl.max, d);
+      kl.same_top += top_b == top_m;
+      ++kl.n;
+    };
   PerplexityResult r = perplexity(*model, ids, po);
+  const double kl_mean = kl.n ? kl.sum / static_cast<double>(kl.n) : 0.0;
+  const double same_top = kl.n ? static_cast<double>(kl.same_top) / static_cast<double>(kl.n) : 0.0;
   if (o.json) {
-    std::cout << nlohmann::json{{"tokens", ids.size()}, {"predicted", r.n_predicted}, {"nll", r.nll}, {"ppl", r.ppl},
-                                {"context", o.context}}
-                     .dump()
-              << "\n";
+    nlohmann::json j{{"tokens", ids.size()}, {"predicted", r.n_predicted}, {"nll", r.nll}, {"ppl", r.ppl},
+                     {"context", o.context}};
+    if (base) j["kl"] = {{"mean", kl_mean}, {"max", kl.max}, {"same_top", same_top}, {"base", o.kl_base}};
+    std::cout << j.dump() << "\n";
   } else {
     std::printf("perplexity: %.4f (mean loss %.4f nats/token over %lld predicted tokens of %zu; context %s)\n", r.ppl,
                 r.nll, static_cast<long long>(r.n_predicted), ids.size(),
                 o.context ? std::to_string(o.context).c_str() : "whole text");
+    if (base)
+      std::printf("KL divergence from %s: mean %.6f nats/token, max %.6f; same top token %.2f%%\n", o.kl_base.c_str(),
+                  kl_mean, kl.max, 100.0 * same_top);
   }
 }
 }  // namespace
@@ -65,6 +155,11 @@ CLI::App* add_perplexity_command(CLI::App& app, std::function<void()>& run) {
       ->check(IntRange(0, kMaxCliCount))
       ->capture_default_str();
   cmd->add_flag("--json", o->json, "print a JSON object");
+  cmd->add_option("--save-logprobs", o->save_logprobs,
+                  "write every scored position's log-probabilities to FILE (the base of a later --kl-base)");
+  cmd->add_option("--kl-base", o->kl_base,
+                  "KL divergence from the run that wrote FILE with --save-logprobs (same text and --context): its "
+                  "mean and max per token, and how often both put the same token first");
   cmd->callback([o, &run] { run = [o] { run_perplexity(*o); }; });
   return cmd;
 }

@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
@@ -117,6 +118,38 @@ TEST(GenerateCommand, RepeatedTokenFilesRunAsOneBatch) {
     ASSERT_EQ(alone.exit_code, 0) << alone.err;
     EXPECT_EQ(rows[i]["tokens"], nlohmann::json::parse(alone.out)["tokens"]) << "prompt " << i;
   }
+}
+
+}  // namespace
+}  // namespace mambacpp
+
+namespace mambacpp {
+namespace {
+
+// --save-logprobs then --kl-base: a model against its own log-probabilities is at KL ~0 with the same top token
+// everywhere; the logprobs of the tokens the text holds give back its perplexity; a run on other text or another
+// --context is refused.
+TEST(PerplexityCommand, KlDivergenceFromASavedRun) {
+  test::TempDir tmp("kl");
+  {
+    std::ofstream f(tmp.file("t.txt"));
+    f << "def parse_args(argv):\n    parser = argparse.ArgumentParser()\n    return parser.parse_args(argv)\n";
+  }
+  const std::string text = " -f " + tmp.file("t.txt") + " --json";
+  CliResult base = test::run_cli("perplexity" + kModel + text + " --save-logprobs " + tmp.file("base.lp"));
+  ASSERT_EQ(base.exit_code, 0) << base.output();
+  CliResult again = test::run_cli("perplexity" + kModel + text + " --kl-base " + tmp.file("base.lp"));
+  ASSERT_EQ(again.exit_code, 0) << again.output();
+  const auto b = nlohmann::json::parse(base.out), a = nlohmann::json::parse(again.out);
+  // The file keeps f32 log-probabilities: each term p_i (lp_i rounded - lp_i) is within 2^-24 p_i |lp_i|, so a token's
+  // KL is within 2^-24 max|lp| (< 1e-6 for log-probabilities above -16).
+  EXPECT_LT(std::fabs(a["kl"]["mean"].get<double>()), 1e-6);
+  EXPECT_LT(std::fabs(a["kl"]["max"].get<double>()), 1e-6);
+  EXPECT_EQ(a["kl"]["same_top"].get<double>(), 1.0);
+  EXPECT_EQ(a["nll"].get<double>(), b["nll"].get<double>());
+  CliResult other = test::run_cli("perplexity" + kModel + text + " -c 8 --kl-base " + tmp.file("base.lp"));
+  EXPECT_NE(other.exit_code, 0);
+  EXPECT_THAT(other.output(), HasSubstr("the same text and --context are needed"));
 }
 
 }  // namespace

@@ -493,6 +493,31 @@ TEST_F(TinyMamba2Engine, PerplexityWindowsEqualSumOfSeparateWindows) {
   }
 }
 
+// on_logits sees every scored position once, windows included, with the logits the loss was taken from.
+TEST_F(TinyMamba2Engine, PerplexityHandsOverEachScoredPositionsLogits) {
+  const std::vector<int32_t> toks = test::random_tokens(43, 47, 9);
+  for (int64_t context : {0, 10}) {
+    PerplexityOptions opt;
+    opt.context = context;
+    opt.batch_tokens = 25;
+    std::vector<int> seen(toks.size(), 0);
+    double sum = 0;
+    opt.on_logits = [&](int64_t pos, std::span<const float> logits) {
+      ASSERT_EQ(logits.size(), static_cast<size_t>(model->config().vocab_size));
+      ++seen[static_cast<size_t>(pos)];
+      std::vector<double> lp(logits.size());
+      log_softmax(logits, lp);
+      sum -= lp[static_cast<size_t>(toks[static_cast<size_t>(pos) + 1])];
+    };
+    const PerplexityResult r = perplexity(*model, toks, opt);
+    for (size_t pos = 0; pos < toks.size(); ++pos) {
+      const bool scored = context == 0 ? pos + 1 < toks.size() : (pos % 10 != 9 && pos + 1 < toks.size());
+      EXPECT_EQ(seen[pos], scored ? 1 : 0) << "context " << context << " position " << pos;
+    }
+    EXPECT_NEAR(sum / static_cast<double>(r.n_predicted), r.nll, 1e-12);
+  }
+}
+
 TEST_F(TinyMamba2Engine, PerplexityRejectsBadInput) {
   const std::vector<int32_t> toks = {1, 2, 3, 4};
   EXPECT_THROW(perplexity(*model, std::span(toks).first(1)), Error);

@@ -218,7 +218,10 @@ TEST(GgufModel, QuantizedFilesRunAndEqualTheirDequantizedWeights) {
       w.write(deq);
       const std::vector<int32_t> ids = test::random_tokens(9, c.vocab_size, 2);
       const std::vector<float> a = logits_of(*load_cpu(q), ids), b = logits_of(*load_cpu(deq), ids);
-      EXPECT_LE(test::max_rel_diff(a, b), 1e-4);
+      // Q8_0 / Q4_K / Q6_K matrices run with int8 activations (backend/cpu/packed_kernels.h): each activation within
+      // half its block's scale (max|x| / 254) of its f32 value, which moves these logits by up to ~1.5%; the kernels'
+      // exact bounds are tested in packed_kernels_test.cpp.
+      EXPECT_LE(test::max_rel_diff(a, b), 3e-2);
       {
         // Chunked (the state carried between calls) == one pass, on the packed kernels.
         auto qm = load_cpu(q);

@@ -1,13 +1,18 @@
 // The CPU's kernels for block-format weights (backend/cpu/packed_kernels.h, packed_linear.cpp), on every SIMD target
 // this machine runs:
 //  - dequantization in registers gives exactly ggml_dequantize_row's floats (special scales included);
-//  - a packed row's dot product is bit for bit dot_rows over the dequantized row (the contract the prefill GEMM shares);
+//  - f32 activations (Q4_0, Q5_*): a packed row's dot product is bit for bit dot_rows over the dequantized row (the
+//    contract the prefill GEMM shares);
 //  - the linear against an fp64 dot of the exactly dequantized weights, within an f32 dot product's rounding, on odd
 //    shapes and token counts (decode and prefill paths);
 //  - a token's outputs do not depend on how many tokens came with it, on how the prompt was split, or on the threads;
-//  - a NaN in the inputs or in a block's scale is never lost.
+//  - a NaN in the inputs or in a block's scale is never lost;
+//  - Q8_0 / Q4_K / Q6_K run with int8 activations (packed_kernels.h): the activation rounding within half a block
+//    scale per element; the int8 dot product against fp64 over the dequantized operands within its f32 roundings;
+//    the linear against fp64 over the f32 activations within the activation rounding's bound.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <random>
@@ -119,6 +124,7 @@ TEST(PackedKernels, DotIsDotRowsOverTheDequantizedRowBitForBit) {
     uint64_t seed = 100;
     for (WeightFormat f : kFormats)
       for (int64_t in : row_lengths(f)) {
+        if (cpu::simd::packed_int8(f)) continue;  // int8 activations: Int8DotEqualsFp64OverTheQuantizedOperands
         Packed p = quantized(f, 19, in, ++seed);
         dequantize_all(f, p);
         const std::vector<float> x = gaussian(in, ++seed);
@@ -146,8 +152,29 @@ std::vector<float> run_linear(Backend& be, WeightFormat f, const Packed& p, cons
   return y;
 }
 
-// Against fp64 over the exactly dequantized weights: an f32 dot product of `in` terms summed in chains of at most
-// in / 4 + 3 additions (four accumulators, then the lanes), so within (in / 4 + 8) f32 roundings of sum |x w|.
+// The activation rounding of the int8 path, bounded by the block scales: |x_i - d q_i| <= d / 2 with d = max|x| / 127
+// over x_i's block, so |sum_i w_i x_i - sum_i w_i d q_i| <= sum_blocks d / 2 sum_{i in block} |w_i| (computed here
+// from x, independently of the kernel's scales; 1% over for the f32 roundings of d and of the quotient).
+double activation_rounding_bound(WeightFormat f, const float* x, const float* w, int64_t in) {
+  if (!cpu::simd::packed_int8(f)) return 0;
+  const int64_t blk = cpu::simd::packed_act_block(f);
+  double bound = 0;
+  for (int64_t b = 0; b < in; b += blk) {
+    double amax = 0, wsum = 0;
+    for (int64_t i = b; i < b + blk; ++i) {
+      amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
+      wsum += std::fabs(static_cast<double>(w[i]));
+    }
+    bound += amax / 127 / 2 * wsum * 1.01;
+  }
+  return bound;
+}
+
+// Against fp64 over the exactly dequantized weights and the f32 activations. f32 activations: an f32 dot product of
+// `in` terms summed in chains of at most in / 4 + 3 additions (four accumulators, then the lanes), so within
+// (in / 4 + 8) f32 roundings of sum |x w|. Int8 activations: activation_rounding_bound on top of the int8 dot's own
+// f32 roundings (Int8DotEqualsFp64OverTheQuantizedOperands), which (in / 4 + 8) roundings of sum |x w| covers with 2x
+// room here (the weights are Gaussian, so |w| bounds a K-quant's scale and min parts within that).
 TEST(PackedKernels, LinearEqualsFp64DequantizeThenDot) {
   on_every_target([] {
     auto be = make_cpu_backend(2);
@@ -169,12 +196,117 @@ TEST(PackedKernels, LinearEqualsFp64DequantizeThenDot) {
                 ref += term;
                 mag += std::fabs(term);
               }
-              const double bound = (static_cast<double>(s.in) / 4 + 8) * 0x1p-24 * mag;
+              const double bound = (static_cast<double>(s.in) / 4 + 8) * 0x1p-24 * mag * 2 +
+                                   activation_rounding_bound(f, &x[t * s.in], &p.deq[o * s.in], s.in);
               ASSERT_NEAR(y[t * s.out + o], ref + bias[o], bound)
                   << weight_format_name(f) << " T=" << s.T << " in=" << s.in << " out=" << s.out << " at " << t << ","
                   << o;
             }
         }
+  });
+}
+
+const WeightFormat kInt8Formats[] = {WeightFormat::Q8_0, WeightFormat::Q4_K, WeightFormat::Q6_K};
+
+// One token's quantized activations read back: the values d q and the kernel's scales.
+struct QuantizedAct {
+  std::vector<uint8_t> bytes;
+  std::vector<double> values;
+  std::vector<float> scales;
+};
+QuantizedAct quantize_act(WeightFormat f, const std::vector<float>& x) {
+  const int64_t in = static_cast<int64_t>(x.size()), blk = cpu::simd::packed_act_block(f);
+  QuantizedAct a;
+  a.bytes.assign(static_cast<size_t>(cpu::simd::packed_act_bytes(f, in)), 0xAB);
+  cpu::simd::packed_quantize_act(x.data(), f, in, a.bytes.data());
+  const int8_t* q = reinterpret_cast<const int8_t*>(a.bytes.data());
+  a.scales.resize(static_cast<size_t>(in / blk));
+  std::memcpy(a.scales.data(), a.bytes.data() + cpu::simd::packed_act_scales_offset(in), a.scales.size() * 4);
+  for (int64_t i = 0; i < in; ++i) a.values.push_back(static_cast<double>(a.scales[i / blk]) * q[i]);
+  return a;
+}
+
+// d = max|x| / 127 per block, |x - d q| <= d / 2 (and f32's rounding of x * 127 / max), q within [-127, 127], the
+// sums the K-quant kernels take; a zero block and a block holding NaN or inf (scale NaN).
+TEST(PackedKernels, ActivationRoundingWithinHalfABlockScale) {
+  on_every_target([] {
+    uint64_t seed = 2000;
+    for (WeightFormat f : kInt8Formats)
+      for (int64_t in : row_lengths(f)) {
+        const int64_t blk = cpu::simd::packed_act_block(f), group = cpu::simd::packed_act_sum_group(f);
+        std::vector<float> x = gaussian(in, ++seed, 3.0);
+        std::fill(x.begin(), x.begin() + blk, 0.0f);  // block 0: zero
+        if (in / blk > 2) x[blk + 5] = std::nanf("");  // block 1: NaN
+        if (in / blk > 2) x[2 * blk + 7] = -INFINITY;  // block 2: -inf
+        const QuantizedAct a = quantize_act(f, x);
+        const int8_t* q = reinterpret_cast<const int8_t*>(a.bytes.data());
+        for (int64_t b = 0; b < in / blk; ++b) {
+          const bool bad = in / blk > 2 && (b == 1 || b == 2);
+          float amax = 0;
+          for (int64_t i = b * blk; i < (b + 1) * blk; ++i) amax = std::max(amax, std::fabs(x[i]));
+          if (bad) {
+            EXPECT_TRUE(std::isnan(a.scales[b])) << weight_format_name(f) << " block " << b;
+            continue;
+          }
+          ASSERT_EQ(a.scales[b], amax / 127.0f) << weight_format_name(f) << " block " << b;
+          for (int64_t i = b * blk; i < (b + 1) * blk; ++i) {
+            ASSERT_LE(std::abs(q[i]), 127);
+            ASSERT_LE(std::fabs(x[i] - a.values[i]), a.scales[b] * (0.5 + 0x1p-20))
+                << weight_format_name(f) << " in=" << in << " element " << i;
+          }
+        }
+        if (group == 0) continue;
+        const int16_t* sums = reinterpret_cast<const int16_t*>(a.bytes.data() + cpu::simd::packed_act_scales_offset(in) +
+                                                               4 * (in / blk));
+        for (int64_t g = 0; g < in / group; ++g) {
+          int want = 0;
+          for (int64_t i = g * group; i < (g + 1) * group; ++i) want += q[i];
+          ASSERT_EQ(sums[g], want) << weight_format_name(f) << " sum " << g;
+        }
+      }
+  });
+}
+
+// The int8 dot product against fp64 over the dequantized weights and the dequantized activations (d q): the block
+// products are exact integers, so the error is the f32 arithmetic's: per block the scale product d_w d_x (1 rounding),
+// the chain of block terms into a lane (at most in / 32 roundings), the lanes' sum (3), and ggml's own rounding of a
+// dequantized K-quant weight (1 for Q6_K's d sc (q - 32), 1 for Q4_K's subtraction), all relative to the magnitude of
+// the terms summed: for Q4_K the scale part |d sc q| and the min part |dmin m| separately (they can cancel), found by
+// dequantizing the block with dmin, then d, set to zero.
+TEST(PackedKernels, Int8DotEqualsFp64OverTheQuantizedOperands) {
+  on_every_target([] {
+    uint64_t seed = 3000;
+    for (WeightFormat f : kInt8Formats)
+      for (int64_t in : row_lengths(f)) {
+        Packed p = quantized(f, 21, in, ++seed);
+        dequantize_all(f, p);
+        std::vector<float> scale_part(p.deq), min_part(static_cast<size_t>(p.rows * in), 0.0f);
+        if (f == WeightFormat::Q4_K) {
+          Packed a = p, b = p;
+          for (int64_t r = 0; r < p.rows; ++r)
+            for (int64_t k = 0; k < in / 256; ++k) {
+              std::memset(a.bytes.data() + r * p.rb + 144 * k + 2, 0, 2);  // dmin = 0: d sc q
+              std::memset(b.bytes.data() + r * p.rb + 144 * k, 0, 2);      // d = 0: -dmin m
+            }
+          dequantize_all(f, a);
+          dequantize_all(f, b);
+          scale_part = a.deq;
+          min_part = b.deq;
+        }
+        const std::vector<float> x = gaussian(in, ++seed);
+        const QuantizedAct a = quantize_act(f, x);
+        std::vector<float> got(static_cast<size_t>(p.rows));
+        cpu::simd::packed_dot_rows_int8(a.bytes.data(), 0, 1, p.bytes.data(), f, in, p.rows, got.data(), p.rows);
+        for (int64_t r = 0; r < p.rows; ++r) {
+          double ref = 0, mag = 0;
+          for (int64_t i = 0; i < in; ++i) {
+            ref += p.deq[r * in + i] * a.values[i];
+            mag += (std::fabs(scale_part[r * in + i]) + std::fabs(min_part[r * in + i])) * std::fabs(a.values[i]);
+          }
+          const double bound = (static_cast<double>(in) / 32 + 6) * 0x1p-24 * mag;
+          ASSERT_NEAR(got[r], ref, bound) << weight_format_name(f) << " in=" << in << " row " << r;
+        }
+      }
   });
 }
 

@@ -25,6 +25,9 @@ struct PerplexityOptions {
   int64_t batch_tokens = 512;  // tokens per forward call (bounds the [tokens, vocab] logits buffer)
   DType state_dtype = DType::F32;
   std::function<void(int64_t done, int64_t total)> on_progress;  // tokens fed so far / tokens in total
+  // Called with the logits at each scored position pos (those predicting token pos + 1), in no particular order
+  // across windows (the KL divergence from a base model's run: `mambacpp perplexity --kl-base`).
+  std::function<void(int64_t pos, std::span<const float> logits)> on_logits;
 };
 
 struct PerplexityResult {
@@ -39,5 +42,8 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
 
 // -log softmax(logits)[target], in double.
 double token_nll(std::span<const float> logits, int32_t target);
+
+// out[i] = log softmax(logits)[i], computed in double.
+void log_softmax(std::span<const float> logits, std::span<double> out);
 
 }  // namespace mambacpp

@@ -22,6 +22,16 @@ double token_nll(std::span<const float> logits, int32_t target) {
   return max + std::log(sum) - static_cast<double>(logits[static_cast<size_t>(target)]);
 }
 
+void log_softmax(std::span<const float> logits, std::span<double> out) {
+  MAMBACPP_ASSERT(out.size() == logits.size());
+  double max = -std::numeric_limits<double>::infinity();
+  for (float l : logits) max = std::max(max, static_cast<double>(l));
+  double sum = 0.0;
+  for (float l : logits) sum += std::exp(static_cast<double>(l) - max);
+  const double lse = max + std::log(sum);
+  for (size_t i = 0; i < logits.size(); ++i) out[i] = static_cast<double>(logits[i]) - lse;
+}
+
 PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens, const PerplexityOptions& options) {
   const int64_t n = static_cast<int64_t>(tokens.size());
   const int64_t vocab = model.config().vocab_size;
@@ -73,6 +83,7 @@ PerplexityResult perplexity(const Model& model, std::span<const int32_t> tokens,
         for (int64_t pos = fed[k].begin; pos < fed[k].end; ++pos, ++row) {
           if (pos + 1 >= window_end) continue;  // the window's last position predicts nothing inside it
           nll_sum += token_nll(out.row(row), tokens[static_cast<size_t>(pos + 1)]);
+          if (options.on_logits) options.on_logits(pos, out.row(row));
           ++predicted;
         }
         done += fed[k].end - fed[k].begin;

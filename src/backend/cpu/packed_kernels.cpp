@@ -2,12 +2,13 @@
 // per target) and dispatched like simd_kernels.cpp.
 //
 // A row is walked in chunks of 256 elements (one K-quant super-block, or eight 32-element blocks; the last chunk of a
-// 32-block format may be shorter). A chunk's per-block scales are decoded once into small arrays (scalar, in ggml's
-// float order), then each vector of L weights is decoded in registers from its quant bits and scaled, with the same
-// float operations ggml_dequantize_row performs, so it holds exactly the floats the reference kernel would.
-// The dot product then runs dot_rows' accumulation: vector block b of the row into accumulator b % 4, the last
-// partial pass into a0, a1, a2, then (a0 + a1) + (a2 + a3) and SumOfLanes. 256 is a whole number of passes (4 L
-// floats) on every x86 target, so only the row's end has a partial pass, as in dot_rows.
+// 32-block format may be shorter). Dequantization (Q8_0, Q4_K, Q6_K: the embeddings' rows): a chunk's per-block
+// scales are decoded once into small arrays (scalar, in ggml's float order), then each vector of L weights is decoded
+// in registers from its quant bits and scaled, with the same float operations ggml_dequantize_row performs, so it
+// holds exactly the floats the reference kernel would. The f32-activation dot (the formats without an int8 kernel)
+// runs dot_rows' accumulation over each chunk dequantized by ggml_dequantize_row: vector block b of the row into
+// accumulator b % 4, the last partial pass into a0, a1, a2, then (a0 + a1) + (a2 + a3) and SumOfLanes. 256 is a whole
+// number of passes (4 L floats) on every x86 target, so only the row's end has a partial pass, as in dot_rows.
 #undef HWY_TARGET_INCLUDE
 #define HWY_TARGET_INCLUDE "backend/cpu/packed_kernels.cpp"
 #include "hwy/foreach_target.h"  // IWYU pragma: keep
@@ -66,9 +67,6 @@ HWY_INLINE void scale_bytes(float d, const Q* q, int64_t n, float* out) {
   }
 }
 
-// Accumulator k of four (k known at compile time once the chunk loops are unrolled).
-HWY_INLINE VF& pick(int64_t k, VF& a0, VF& a1, VF& a2, VF& a3) { return k == 0 ? a0 : k == 1 ? a1 : k == 2 ? a2 : a3; }
-
 // L unsigned bytes at p as u32 lanes.
 HWY_INLINE hn::Vec<DU> load_u8(const uint8_t* p) { return hn::PromoteTo(DU(), hn::LoadU(DU8(), p)); }
 
@@ -80,21 +78,6 @@ struct Q8_0 {
   HWY_INLINE void prepare(const uint8_t* chunk, int64_t n) {
     b = chunk;
     for (int64_t k = 0; k < n / 32; ++k) ds[k] = half_at(chunk + 34 * k);
-  }
-  // The dot of a whole chunk (256 elements) into acc[vector index % 4], every offset known at compile time.
-  HWY_INLINE void dot_chunk(DF df, const float* HWY_RESTRICT x, VF& a0, VF& a1, VF& a2, VF& a3) const {
-    constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
-#pragma GCC unroll 8
-    for (int64_t k = 0; k < 8; ++k) {
-      const VF d = hn::Set(df, ds[k]);
-      const int8_t* q = reinterpret_cast<const int8_t*>(b + 34 * k + 2);
-#pragma GCC unroll 32
-      for (int64_t j = 0; j < 32 / L; ++j) {
-        const VF w = hn::Mul(hn::ConvertTo(df, hn::PromoteTo(DI(), hn::LoadU(DI8(), q + j * L))), d);
-        VF& a = pick((32 / L * k + j) & 3, a0, a1, a2, a3);
-        a = hn::MulAdd(hn::LoadU(df, x + 32 * k + j * L), w, a);
-      }
-    }
   }
   HWY_INLINE VF vec(DF df, int64_t e) const {
     const uint8_t* p = b + 34 * (e >> 5) + 2 + (e & 31);
@@ -123,27 +106,6 @@ struct Q4_K {
     scale_bytes(dmin, m, 8, dm);
     qs = chunk + 16;
   }
-  // d * q - m with d * q exact (an f16 times a 6-bit scale times a 4-bit level fits f32's mantissa): the fused
-  // multiply-subtract rounds once, as the reference's multiply (exact) then subtract does.
-  HWY_INLINE void dot_chunk(DF df, const float* HWY_RESTRICT x, VF& a0, VF& a1, VF& a2, VF& a3) const {
-    constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
-    const auto mask = hn::Set(DU(), 0xFu);
-#pragma GCC unroll 4
-    for (int64_t g = 0; g < 4; ++g) {
-#pragma GCC unroll 2
-      for (int64_t h = 0; h < 2; ++h) {
-        const VF d = hn::Set(df, ds[2 * g + h]), m = hn::Set(df, dm[2 * g + h]);
-#pragma GCC unroll 32
-        for (int64_t j = 0; j < 32 / L; ++j) {
-          const auto u = load_u8(qs + 32 * g + j * L);
-          const auto q = h == 0 ? hn::And(u, mask) : hn::ShiftRight<4>(u);
-          const VF w = hn::MulSub(d, hn::ConvertTo(df, hn::BitCast(DI(), q)), m);
-          VF& a = pick((32 / L * (2 * g + h) + j) & 3, a0, a1, a2, a3);
-          a = hn::MulAdd(hn::LoadU(df, x + 64 * g + 32 * h + j * L), w, a);
-        }
-      }
-    }
-  }
   HWY_INLINE VF vec(DF df, int64_t e) const {
     const int64_t sb = e >> 5;
     const auto u = load_u8(qs + 32 * (e >> 6) + (e & 31));
@@ -164,31 +126,6 @@ struct Q6_K {
     const float d = half_at(chunk + 208);
     const int8_t* sc = reinterpret_cast<const int8_t*>(chunk + 192);
     scale_bytes(d, sc, 16, ds);
-  }
-  HWY_INLINE void dot_chunk(DF df, const float* HWY_RESTRICT x, VF& a0, VF& a1, VF& a2, VF& a3) const {
-    constexpr int64_t L = static_cast<int64_t>(hn::MaxLanes(DF()));
-    const auto m4 = hn::Set(DU(), 0xFu), m2 = hn::Set(DU(), 3u);
-    const auto off = hn::Set(DI(), 32);
-#pragma GCC unroll 2
-    for (int64_t h = 0; h < 2; ++h) {
-#pragma GCC unroll 4
-      for (int64_t k = 0; k < 4; ++k) {
-#pragma GCC unroll 32
-        for (int64_t j = 0; j < 32 / L; ++j) {
-          const auto ql = load_u8(b + 64 * h + 32 * (k & 1) + j * L);
-          const auto qh = load_u8(b + 128 + 32 * h + j * L);
-          const auto lo = k < 2 ? hn::And(ql, m4) : hn::ShiftRight<4>(ql);
-          const auto hi = hn::And(k == 0 ? qh : k == 1 ? hn::ShiftRight<2>(qh) : k == 2 ? hn::ShiftRight<4>(qh)
-                                                                                  : hn::ShiftRight<6>(qh),
-                                  m2);
-          const auto q = hn::Sub(hn::BitCast(DI(), hn::Or(lo, hn::ShiftLeft<4>(hi))), off);
-          const int64_t e = 128 * h + 32 * k + j * L;
-          const VF w = hn::Mul(hn::ConvertTo(df, q), hn::Set(df, ds[e >> 4]));
-          VF& a = pick((e / L) & 3, a0, a1, a2, a3);
-          a = hn::MulAdd(hn::LoadU(df, x + e), w, a);
-        }
-      }
-    }
   }
   HWY_INLINE VF vec(DF df, int64_t e) const {
     const int64_t h = e >> 7, k = (e >> 5) & 3, l = e & 31;
@@ -280,18 +217,6 @@ void dequantize_rows_q(F& fmt, const uint8_t* w, int64_t row_bytes, int64_t in, 
 void PackedDotRows(const float* x, const uint8_t* w, WeightFormat f, int64_t in, int64_t rows, float* out) {
   const int64_t rb = weight_row_bytes(f, in, "packed_dot_rows");
   switch (f) {
-    case WeightFormat::Q8_0: {
-      Q8_0 q;
-      return dot_rows_q(q, x, w, rb, in, rows, out);
-    }
-    case WeightFormat::Q4_K: {
-      Q4_K q;
-      return dot_rows_q(q, x, w, rb, in, rows, out);
-    }
-    case WeightFormat::Q6_K: {
-      Q6_K q;
-      return dot_rows_q(q, x, w, rb, in, rows, out);
-    }
     case WeightFormat::Q4_0:
     case WeightFormat::Q5_0:
     case WeightFormat::Q5_1:
@@ -299,7 +224,7 @@ void PackedDotRows(const float* x, const uint8_t* w, WeightFormat f, int64_t in,
       ViaReference q(f);
       return dot_rows_q(q, x, w, rb, in, rows, out);
     }
-    default: fail("packed_dot_rows: ", weight_format_name(f), " is not a block format");
+    default: fail("packed_dot_rows: ", weight_format_name(f), " is not a block format with f32 activations");
   }
 }
 

@@ -1,6 +1,7 @@
 #include "backend/cpu/packed_linear.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "hwy/aligned_allocator.h"
 
@@ -18,10 +19,43 @@ const uint8_t* row_bytes(const Weight& w, int64_t r) {
   return static_cast<const uint8_t*>(w.data.data) + r * w.data.dim(1);
 }
 
+// Q8_0 / Q4_K / Q6_K: each token's activations rounded to int8 once (packed_kernels.h), then every token count runs
+// the decode loop: a thread's share of the rows, a block of rows at a time, the tokens four at a time against the
+// block while its bytes are in cache. A token's operations are the same in every group (packed_kernels.h), so its
+// outputs do not depend on the batch or the split.
+void packed_linear_int8(Rows<const float> x, const Weight& w, WeightRef bias, Rows<float> y, int64_t T, int threads,
+                        const LinearEpilogue& epilogue) {
+  const int64_t out = w.dim(0), in = w.dim(1), rb = w.data.dim(1);
+  const int64_t ab = simd::packed_act_bytes(w.format, in);
+  thread_local std::vector<uint8_t> xbuf;
+  if (static_cast<int64_t>(xbuf.size()) < T * ab) xbuf.resize(static_cast<size_t>(T * ab));
+  uint8_t* xq = xbuf.data();
+  const auto quantize = [&](int64_t t0, int64_t t1) {
+    for (int64_t t = t0; t < t1; ++t) simd::packed_quantize_act(x[t], w.format, in, xq + t * ab);
+  };
+  if (T <= kStreamTokens) quantize(0, T);
+  else parallel_for(threads, T, 16, quantize);
+
+  const int64_t n_blocks = (out + kRowsPerBlock - 1) / kRowsPerBlock;
+  const int64_t grain = std::max<int64_t>(1, (kMinShareBytes + kRowsPerBlock * rb - 1) / (kRowsPerBlock * rb));
+  const int64_t parts = std::max<int64_t>(1, std::min<int64_t>(n_blocks / grain, threads * kSharesPerThread));
+  parallel_tasks(threads, parts, [&](int64_t part) {
+    const int64_t b0 = n_blocks * part / parts, b1 = n_blocks * (part + 1) / parts;
+    const int64_t o0 = b0 * kRowsPerBlock, nr = std::min(b1 * kRowsPerBlock, out) - o0;
+    for (int64_t r0 = o0; r0 < o0 + nr; r0 += kRowsPerBlock) {
+      const int64_t m = std::min(kRowsPerBlock, o0 + nr - r0);
+      simd::packed_dot_rows_int8(xq, ab, T, row_bytes(w, r0), w.format, in, m, y[0] + r0, y.stride);
+      for (int64_t t = 0; t < T; ++t) add_bias(bias, r0, m, y[t] + r0);
+    }
+    if (epilogue) epilogue(o0, nr);
+  });
+}
+
 }  // namespace
 
 void packed_linear_f32(Rows<const float> x, const Weight& w, WeightRef bias, Rows<float> y, int64_t T, int threads,
                        const LinearEpilogue& epilogue) {
+  if (simd::packed_int8(w.format)) return packed_linear_int8(x, w, bias, y, T, threads, epilogue);
   const int64_t out = w.dim(0), in = w.dim(1), rb = w.data.dim(1);
   const int64_t n_blocks = (out + kRowsPerBlock - 1) / kRowsPerBlock;
 
