@@ -207,10 +207,11 @@ TEST(CudaQuant, EmbedGathersDequantizedRows) {
   }
 }
 
-// A random q8_0 Mamba-2 (every matrix q8_0, vectors f32) on the GPU against the same model on the CPU, whose packed
-// kernels compute with exactly the dequantized weights in f32. Short prompts and decode steps run the GEMV (exact
-// weights): f32 rounding in different orders through the layers, 1e-4. A long prompt runs the f16 copy (see the top
-// of the file): 5e-3.
+// A random q8_0 Mamba-2 (every matrix q8_0, vectors f32) on the GPU against the same model on the CPU. The GPU
+// keeps f32 activations; the CPU's packed kernels round each activation to int8 within half its 32-block's scale
+// (max|x| / 254; backend/cpu/packed_kernels.h), which moves these logits by ~1-1.5% (measured on an H100: 1.18e-2
+// for 12 tokens, 1.32e-2 for 150), as in gguf_model_test.cpp: 3e-2. The GPU kernels' own exactness is the fp64 test
+// above (2e-5 relative).
 TEST(CudaQuant, Q8ModelMatchesTheCpusQ8Model) {
   MAMBACPP_REQUIRE_GPU();
   ModelConfig c = test::tiny_mamba2_config();
@@ -246,7 +247,7 @@ TEST(CudaQuant, Q8ModelMatchesTheCpusQ8Model) {
       }
     }
     const double err = rel_err(got, gputest::to_double(ref));
-    const double tol = prompt <= kGemvRows ? 1e-4 : 5e-3;
+    const double tol = 3e-2;
     std::printf("[quant] q8_0 model, %3lld-token prompt + 6 steps: GPU vs CPU max rel err %.2e (tolerance %.0e)\n",
                 static_cast<long long>(prompt), err, tol);
     EXPECT_LT(err, tol) << prompt << "-token prompt";
