@@ -129,6 +129,13 @@ namespace {
 // --save-logprobs then --kl-base: a model against its own log-probabilities is at KL ~0 with the same top token
 // everywhere; the logprobs of the tokens the text holds give back its perplexity; a run on other text or another
 // --context is refused.
+std::string bytes_of(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
 TEST(PerplexityCommand, KlDivergenceFromASavedRun) {
   test::TempDir tmp("kl");
   {
@@ -150,6 +157,18 @@ TEST(PerplexityCommand, KlDivergenceFromASavedRun) {
   CliResult other = test::run_cli("perplexity" + kModel + text + " -c 8 --kl-base " + tmp.file("base.lp"));
   EXPECT_NE(other.exit_code, 0);
   EXPECT_THAT(other.output(), HasSubstr("the same text and --context are needed"));
+  // A run that fails leaves a file it was to replace byte for byte (the writer's temporary file is dropped).
+  const std::string before = bytes_of(tmp.file("base.lp"));
+  CliResult failed = test::run_cli("perplexity" + kModel + text + " -c 8 --save-logprobs " + tmp.file("base.lp") +
+                                   " --kl-base " + tmp.file("base.lp"));
+  EXPECT_NE(failed.exit_code, 0);
+  EXPECT_EQ(bytes_of(tmp.file("base.lp")), before);
+  // Windows finish in any order: a file saved with -c 8 is that run's own base.
+  CliResult w = test::run_cli("perplexity" + kModel + text + " -c 8 --save-logprobs " + tmp.file("w.lp"));
+  ASSERT_EQ(w.exit_code, 0) << w.output();
+  CliResult w2 = test::run_cli("perplexity" + kModel + text + " -c 8 --kl-base " + tmp.file("w.lp"));
+  ASSERT_EQ(w2.exit_code, 0) << w2.output();
+  EXPECT_LT(std::fabs(nlohmann::json::parse(w2.out)["kl"]["max"].get<double>()), 1e-6);
 }
 
 }  // namespace

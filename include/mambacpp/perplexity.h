@@ -11,13 +11,18 @@
 #pragma once
 
 #include <cstdint>
+#include <fstream>
 #include <functional>
+#include <memory>
 #include <span>
+#include <string>
+#include <vector>
 
 #include "mambacpp/dtype.h"
 
 namespace mambacpp {
 
+class AtomicFile;
 class Model;
 
 struct PerplexityOptions {
@@ -45,5 +50,43 @@ double token_nll(std::span<const float> logits, int32_t target);
 
 // out[i] = log softmax(logits)[i], computed in double.
 void log_softmax(std::span<const float> logits, std::span<double> out);
+
+// The log-probabilities of one perplexity run, the base of a later run's KL divergence (`perplexity --save-logprobs`
+// and `--kl-base`, like llama-perplexity's --kl-divergence-base): a header (magic, vocab, tokens, context), then one
+// row of `vocab` f32 log-probabilities per text position; the rows of unscored positions are zero.
+struct LogprobFileShape {
+  int64_t vocab = 0, tokens = 0, context = 0;
+};
+
+// Rows in any order (windows finish out of order); the file appears whole at commit() or not at all (a temporary
+// file renamed over `path`, as every file mambacpp writes).
+class LogprobWriter {
+ public:
+  LogprobWriter(const std::string& path, const LogprobFileShape& shape);
+  ~LogprobWriter();
+  LogprobWriter(const LogprobWriter&) = delete;
+  LogprobWriter& operator=(const LogprobWriter&) = delete;
+  void write_row(int64_t pos, std::span<const double> logprobs);
+  void commit();
+
+ private:
+  std::unique_ptr<AtomicFile> file_;
+  LogprobFileShape shape_;
+  std::vector<float> row_;
+};
+
+// The rows of a LogprobWriter's file, one at a time (it may be far larger than memory). Throws Error naming the file
+// when it is not one, or was written for another text, vocabulary or context.
+class LogprobReader {
+ public:
+  LogprobReader(const std::string& path, const LogprobFileShape& expected);
+  std::span<const float> row(int64_t pos);
+
+ private:
+  std::string path_;
+  LogprobFileShape shape_;
+  std::ifstream in_;
+  std::vector<float> row_;
+};
 
 }  // namespace mambacpp

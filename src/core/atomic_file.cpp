@@ -123,6 +123,23 @@ void AtomicFile::write(const void* data, size_t n) {
   write_fd(p, n);
 }
 
+void AtomicFile::write_at(uint64_t offset, const void* data, size_t n) {
+  if (fd_ < 0) fail(what_, " '", path_, "': write after the file was committed or abandoned");
+  flush_buffer();
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t k = ::pwrite(fd_, p, n, static_cast<off_t>(offset));
+    if (k < 0) {
+      if (errno == EINTR) continue;
+      fail_at("writing at byte " + std::to_string(offset), errno);
+    }
+    if (k == 0) fail_at("writing", EIO);
+    p += k;
+    n -= static_cast<size_t>(k);
+    offset += static_cast<uint64_t>(k);
+  }
+}
+
 void AtomicFile::commit() {
   if (fd_ < 0) fail(what_, " '", path_, "': commit after the file was committed or abandoned");
   flush_buffer();

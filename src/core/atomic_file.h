@@ -24,6 +24,9 @@ class AtomicFile {
 
   void write(const void* data, size_t n);
   void write(std::string_view bytes) { write(bytes.data(), bytes.size()); }
+  // Writes at `offset` of the temporary file (pwrite), for files filled out of order; bytes never written read as
+  // zeros. Not counted in bytes_written().
+  void write_at(uint64_t offset, const void* data, size_t n);
   // Flushes, fsyncs, renames over the target and fsyncs its directory. Once only.
   void commit();
   // Removes the temporary file now (commit() can no longer be called); never throws.

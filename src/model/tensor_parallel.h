@@ -16,7 +16,7 @@
 //   rank embeds the tokens of its rows (zeros elsewhere; summed) and computes its rows' logits (gathered).
 // A row-parallel projection's bias belongs to rank 0 alone, so that the sum over ranks adds it once.
 // Pure arithmetic on host memory: the NCCL runtime (docs/tensor_parallel.md) and the simulated forward
-// (tensor_parallel_reference.h) consume it.
+// (tests/support/tensor_parallel_reference.h) consume it.
 #pragma once
 
 #include <cstdint>

@@ -1,4 +1,4 @@
-#include "model/tensor_parallel_reference.h"
+#include "support/tensor_parallel_reference.h"
 
 #include <algorithm>
 #include <cmath>
