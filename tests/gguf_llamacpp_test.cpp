@@ -95,7 +95,7 @@ TEST_P(GgufLlamaCppLogprobs, OursOnTheSameFileEqualLlamaCpps) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufLlamaCppLogprobs,
                          ::testing::Values("mamba1_bf16_tied", "mamba2_bf16_sharded", "nemotron_h_f32", "falcon_h1_f32",
-                                           "falcon_h1_norm_after_gate_mlp_bias"));
+                                           "falcon_h1_norm_after_gate_mlp_bias", "falcon_h1_tied"));
 
 uint64_t fnv1a64(const uint8_t* p, uint64_t n) {
   uint64_t h = 0xcbf29ce484222325ull;

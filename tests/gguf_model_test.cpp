@@ -429,6 +429,34 @@ TEST(GgufModel, FalconH1NormAfterGateAndMlpBiasesReadBack) {
   EXPECT_LE(test::max_rel_diff(logits_of(*g, ids), logits_of(*load_cpu(dir), ids)), 1e-5);
 }
 
+// A tied Falcon-H1 (make_falcon_h1_variant.py tied) is written untied: token_embd times embedding_multiplier and
+// output times lm_head_multiplier, both from the one matrix (llama.cpp's converter would leave output out and scale
+// the shared matrix by embedding_multiplier alone, 2.5 where the logits need 0.7 here).
+TEST(GgufModel, TiedFalconH1IsWrittenWithItsOwnOutput) {
+  const std::string dir = (fs::path(test::fixture_dir()) / "gguf_llamacpp" / "falcon_h1_tied").string();
+  const fs::path out = scratch("falcon_h1_tied") / "m.gguf";
+  write_gguf(dir, out.string(), GgufTarget::F32);
+  const Checkpoint ck(dir);
+  const ModelConfig& c = ck.config();
+  ASSERT_TRUE(c.tie_embeddings);
+  ASSERT_NE(c.embedding_multiplier, 1.0 / c.logits_scaling);
+  {
+    GgufFile f(out.string());
+    const TensorView* e = ck.find("model.embed_tokens.weight");
+    const float* embd = reinterpret_cast<const float*>(f.tensor("token_embd.weight")->data);
+    ASSERT_NE(f.tensor("output.weight"), nullptr);
+    const float* output = reinterpret_cast<const float*>(f.tensor("output.weight")->data);
+    for (int64_t i = 0; i < c.vocab_size * c.d_model; ++i) {
+      ASSERT_EQ(embd[i], e->ptr<const float>()[i] * static_cast<float>(c.embedding_multiplier)) << i;
+      ASSERT_EQ(output[i], e->ptr<const float>()[i] * static_cast<float>(1.0 / c.logits_scaling)) << i;
+    }
+  }
+  auto g = load_cpu(out.string());
+  EXPECT_FALSE(g->config().tie_embeddings);
+  const std::vector<int32_t> ids = test::read_token_ids(dir + "/tokens.txt");
+  EXPECT_LE(test::max_rel_diff(logits_of(*g, ids), logits_of(*load_cpu(dir), ids)), 1e-5);
+}
+
 // What llama.cpp's falcon-h1 has no slot or no computation for is refused naming the transformers key, not written
 // into a file llama.cpp would load and run wrong.
 TEST(GgufModel, FalconH1FormsLlamaCppRunsDifferentlyAreRefusedByName) {
@@ -438,8 +466,7 @@ TEST(GgufModel, FalconH1FormsLlamaCppRunsDifferentlyAreRefusedByName) {
       {[](ModelConfig& c) { c.use_bias = true; }, "mamba_proj_bias"},
       {[](ModelConfig& c) { c.mamba_out_proj_bias = true; }, "projectors_bias"},
       {[](ModelConfig& c) { c.attn_bias = true; }, "attention_bias"},
-      {[](ModelConfig& c) { c.mamba_rms_norm = c.mamba_norm_before_gate = true; }, "mamba_norm_before_gate"},
-      {[](ModelConfig& c) { c.tie_embeddings = true; }, "tie_word_embeddings"}};
+      {[](ModelConfig& c) { c.mamba_rms_norm = c.mamba_norm_before_gate = true; }, "mamba_norm_before_gate"}};
   for (const auto& [change, named] : cases) {
     ModelConfig c = ck.config();
     change(c);

@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
-"""A Falcon-H1 checkpoint in the forms llama.cpp's falcon-h1 runs that no transformers fixture has alone: the
-fixtures/falcon_h1/falcon_h1_f32 weights plus a Mamba gated RMSNorm applied after the gate (mamba_rms_norm true,
-mamba_norm_before_gate false) and MLP biases (mlp_bias true), with seeded values (weights 1 + N(0, 0.1), biases
-N(0, 0.05)). The other Falcon-H1 fixtures that have these also have Mamba or attention biases llama.cpp's falcon-h1
-lacks, so the writer refuses them; this one is what gguf_arch_check.sh and make_llamacpp_fixtures.sh compare
-against llama.cpp for those two features. Standard library only (writes safetensors by hand).
-  python3 scripts/llamacpp_bench/make_falcon_h1_variant.py fixtures/gguf_llamacpp/falcon_h1_norm_after_gate_mlp_bias
+"""Falcon-H1 checkpoints in forms llama.cpp's falcon-h1 runs that no transformers fixture has alone, derived from
+fixtures/falcon_h1/falcon_h1_f32 (the other Falcon-H1 fixtures with these forms also have Mamba or attention biases
+llama.cpp's falcon-h1 lacks, so the writer refuses them); gguf_arch_check.sh and make_llamacpp_fixtures.sh compare
+them against llama.cpp:
+  norm_after_gate_mlp_bias: plus a Mamba gated RMSNorm applied after the gate (mamba_rms_norm true,
+    mamba_norm_before_gate false) and MLP biases (mlp_bias true), seeded (weights 1 + N(0, 0.1), biases N(0, 0.05));
+  tied: tie_word_embeddings true, lm_head.weight dropped (embedding_multiplier 2.5 and lm_head_multiplier 0.7 kept:
+    the writer must fold each into its own tensor).
+Standard library only (writes safetensors by hand).
+  python3 scripts/llamacpp_bench/make_falcon_h1_variant.py norm_after_gate_mlp_bias fixtures/gguf_llamacpp/falcon_h1_norm_after_gate_mlp_bias
+  python3 scripts/llamacpp_bench/make_falcon_h1_variant.py tied fixtures/gguf_llamacpp/falcon_h1_tied
 """
 import json
 import os
@@ -16,7 +20,8 @@ import sys
 
 here = os.path.dirname(os.path.abspath(__file__))
 src = os.path.join(here, "..", "..", "fixtures", "falcon_h1", "falcon_h1_f32")
-out = sys.argv[1]
+form, out = sys.argv[1], sys.argv[2]
+assert form in ("norm_after_gate_mlp_bias", "tied"), form
 os.makedirs(out, exist_ok=True)
 
 
@@ -50,13 +55,17 @@ def write_safetensors(path, tensors):
 
 
 config = json.load(open(os.path.join(src, "config.json")))
-config["mamba_rms_norm"] = True
-config["mamba_norm_before_gate"] = False
-config["mlp_bias"] = True
 tensors = read_safetensors(os.path.join(src, "model.safetensors"))
+if form == "tied":
+    config["tie_word_embeddings"] = True
+    del tensors["lm_head.weight"]
+else:
+    config["mamba_rms_norm"] = True
+    config["mamba_norm_before_gate"] = False
+    config["mlp_bias"] = True
 rng = random.Random(50)
 d, m, d_inner = config["hidden_size"], config["intermediate_size"], config["mamba_d_ssm"]
-for i in range(config["num_hidden_layers"]):
+for i in range(config["num_hidden_layers"] if form == "norm_after_gate_mlp_bias" else 0):
     p = "model.layers.%d." % i
     tensors[p + "mamba.norm.weight"] = ([d_inner], [1 + rng.gauss(0, 0.1) for _ in range(d_inner)])
     for proj, n in (("gate_proj", m), ("up_proj", m), ("down_proj", d)):

@@ -140,7 +140,9 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
         i_layer = seen[k]++;
         n_layers = counts[k];
       }
-    const WeightFormat f = gguf_tensor_type(target, n.gguf, n.gguf_shape, c.tie_embeddings, i_layer, n_layers);
+    // A tied Falcon-H1 is written with its own `output` (gguf_tensor_names): typed as the untied file it is.
+    const bool tied = c.tie_embeddings && c.family != Family::FalconH1;
+    const WeightFormat f = gguf_tensor_type(target, n.gguf, n.gguf_shape, tied, i_layer, n_layers);
     const int64_t cols = n.gguf_shape.back();
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < n.gguf_shape.size(); ++i) rows *= n.gguf_shape[i];

@@ -88,7 +88,10 @@ void falcon_h1_names(Names& n, const ModelConfig& c) {
   const int64_t d = c.d_model, m = c.mlp_size;
   n.add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
   n.add("model.final_layernorm.weight", "output_norm.weight", {d});
-  if (!c.tie_embeddings) n.add("lm_head.weight", "output.weight", {c.vocab_size, d});
+  // Tied embeddings are written untied: llama.cpp's converter folds embedding_multiplier into the one shared matrix
+  // and loses lm_head_multiplier, so `output` is written explicitly as the embedding times lm_head_multiplier. (A
+  // tied file, llama.cpp's or another writer's, has no `output` and is read tied, as llama.cpp reads it.)
+  n.add(c.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", "output.weight", {c.vocab_size, d});
   for (int64_t i = 0; i < c.n_layer; ++i) {
     const std::string b = "blk." + std::to_string(i) + ".", p = "model.layers." + std::to_string(i) + ".";
     n.add(p + "input_layernorm.weight", b + "attn_norm.weight", {d});
@@ -291,9 +294,6 @@ void gguf_check_writable(const ModelConfig& c) {
   else if (c.mamba_rms_norm && c.mamba_norm_before_gate)
     why = "mamba_norm_before_gate with mamba_rms_norm: llama.cpp's falcon-h1 normalises after the gate, "
           "norm(y * silu(z)), not norm(y) * silu(z)";
-  else if (c.tie_embeddings)
-    why = "tie_word_embeddings: llama.cpp's converter folds embedding_multiplier into the shared matrix and loses "
-          "lm_head_multiplier; a tied file is not checked against llama.cpp yet";
   if (why)
     fail("GGUF: this falcon_h1 model cannot be written for llama.cpp's falcon-h1 (", why, "); it would load there "
          "and give wrong logits");

@@ -70,8 +70,8 @@ void gguf_write_config(const ModelConfig& config, GgufWriter& writer);
 // the architecture for one mambacpp does not run.
 ModelConfig gguf_model_config(const GgufFile& file);
 // Throws naming the feature for a config llama.cpp's architecture has no slot or no computation for (Mamba-1
-// in_proj / out_proj biases; Falcon-H1's Mamba projection biases, attention biases, norm before the gate, tied
-// embeddings), rather than write a file llama.cpp would load and run wrong.
+// in_proj / out_proj biases; Falcon-H1's Mamba projection biases, attention biases, norm before the gate), rather
+// than write a file llama.cpp would load and run wrong.
 void gguf_check_writable(const ModelConfig& config);
 
 class GgufModel {
