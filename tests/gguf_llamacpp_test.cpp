@@ -2,7 +2,8 @@
 // make_llamacpp_fixtures.sh (node-llama-cpp 3.21.1's prebuilt llama.cpp) into fixtures/gguf_llamacpp/, checked here
 // without node or network:
 // - llama.cpp's log-probabilities on the F32 GGUF our writer makes of a checkpoint fixture equal ours on the same
-//   file (llama.cpp with an f32 KV cache and no flash attention; measured differences <= 7e-6);
+//   file (llama.cpp with an f32 KV cache and no flash attention; measured differences <= 7e-6), Falcon-H1's folded
+//   multipliers included (falcon_h1_norm_after_gate_mlp_bias: make_falcon_h1_variant.py);
 // - llama.cpp's quantizer (llama_model_quantize, no importance matrix) turns the F32 GGUF of models/default into
 //   files whose every tensor has the type and the bytes `mambacpp quantize` gives it.
 #include <gtest/gtest.h>
@@ -93,7 +94,8 @@ TEST_P(GgufLlamaCppLogprobs, OursOnTheSameFileEqualLlamaCpps) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufLlamaCppLogprobs,
-                         ::testing::Values("mamba1_bf16_tied", "mamba2_bf16_sharded", "nemotron_h_f32"));
+                         ::testing::Values("mamba1_bf16_tied", "mamba2_bf16_sharded", "nemotron_h_f32", "falcon_h1_f32",
+                                           "falcon_h1_norm_after_gate_mlp_bias", "falcon_h1_tied"));
 
 uint64_t fnv1a64(const uint8_t* p, uint64_t n) {
   uint64_t h = 0xcbf29ce484222325ull;

@@ -16,6 +16,7 @@
 #include <span>
 #include <utility>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "io/checkpoint.h"
@@ -23,6 +24,7 @@
 #include "io/gguf_file.h"
 #include "io/gguf_model.h"
 #include "mambacpp/model.h"
+#include "mambacpp/npy.h"
 #include "support/test_support.h"
 
 namespace mambacpp {
@@ -307,13 +309,14 @@ TEST(GgufModel, ShapesWithoutTheirOnesReadTheSame) {
 
 // Checkpoints whose llama.cpp conventions mambacpp does not write yet are refused naming the model kind, not
 // written without their experts (a Granite MoE file of only its shared MLP loaded in llama.cpp and gave wrong logits).
-TEST(GgufModel, TheWriterRefusesMoeFalconH1AndJambaNamingThem) {
+TEST(GgufModel, TheWriterRefusesMoeJambaAndFalconH1FormsLlamaCppLacksNamingThem) {
   const fs::path d = scratch("refuse_writer");
   const fs::path fix = test::fixture_dir();
   const std::pair<std::string, std::string> cases[] = {
       {"moe/granite_moe_f32", "mixture-of-experts"}, {"moe/granite_moe_all_f32", "mixture-of-experts"},
       {"moe/nemotron_h_moe_f32", "nemotron_h_moe"},   {"moe/jamba_f32", "jamba"},
-      {"falcon_h1/falcon_h1_f32", "falcon-h1"}};
+      // Falcon-H1 forms llama.cpp's falcon-h1 runs differently (its Mamba and attention biases), named.
+      {"falcon_h1/falcon_h1_gate_first_f32", "projectors_bias"}, {"falcon_h1/falcon_h1_norm_tied_f32", "mamba_proj_bias"}};
   for (const auto& [dir, named] : cases) {
     if (!fs::exists(fix / dir / "config.json")) continue;
     SCOPED_TRACE(dir);
@@ -321,6 +324,162 @@ TEST(GgufModel, TheWriterRefusesMoeFalconH1AndJambaNamingThem) {
     EXPECT_NE(err.find(named), std::string::npos) << err;
     EXPECT_FALSE(fs::exists(d / "x.gguf"));
   }
+}
+
+// Falcon-H1 as llama.cpp's converter writes it: the muP multipliers folded into the weights (one f32 product per
+// multiplier), no multiplier keys, no ssm_norm where mamba_rms_norm is false. Read back, every multiplier is 1 and
+// the logits are the checkpoint's (and transformers' fp64 ones, the fixture's) to f32 rounding; a multiplier left
+// unfolded, folded twice or over the wrong rows of in_proj moves them by 1e-2 or more (the fixture's manifest).
+TEST(GgufModel, FalconH1FilesFoldTheMultipliers) {
+  const std::string dir = (fs::path(test::fixture_dir()) / "falcon_h1" / "falcon_h1_f32").string();
+  const fs::path out = scratch("falcon_h1") / "m.gguf";
+  write_gguf(dir, out.string(), GgufTarget::F32);
+  const Checkpoint ck(dir);
+  const ModelConfig& c = ck.config();
+  {
+    GgufFile f(out.string());
+    EXPECT_EQ(f.get_string("general.architecture"), "falcon-h1");
+    EXPECT_EQ(f.get_int("falcon-h1.attention.head_count_kv"), c.n_kv_heads);
+    EXPECT_EQ(f.get_int("falcon-h1.ssm.time_step_rank"), c.n_heads);
+    EXPECT_EQ(f.find("falcon-h1.embedding_scale"), nullptr);
+    EXPECT_EQ(f.tensor("blk.0.ssm_norm.weight"), nullptr);  // mamba_rms_norm false
+    auto folded = [&](const std::string& hf, const std::string& gguf, int64_t row, std::vector<double> factors) {
+      SCOPED_TRACE(gguf);
+      const TensorView* src = ck.find(hf);
+      const GgufTensor* t = f.tensor(gguf);
+      ASSERT_TRUE(src && t);
+      const int64_t cols = src->shape[src->ndim - 1];
+      const float* a = src->ptr<const float>() + row * cols;
+      const float* b = reinterpret_cast<const float*>(t->data) + row * cols;
+      for (int64_t i = 0; i < cols; ++i) {
+        float v = a[i];
+        for (double m : factors) v *= static_cast<float>(m);
+        ASSERT_EQ(b[i], v) << "row " << row << " column " << i;
+      }
+    };
+    const std::vector<double>& mup = c.ssm_multipliers;
+    const int64_t di = c.d_inner, gn = c.n_groups * c.d_state;
+    folded("model.embed_tokens.weight", "token_embd.weight", 3, {c.embedding_multiplier});
+    folded("lm_head.weight", "output.weight", 5, {1.0 / c.logits_scaling});
+    const std::string m = "model.layers.1.mamba.", a = "model.layers.1.self_attn.", ff = "model.layers.1.feed_forward.";
+    const int64_t first_rows[5] = {0, di, 2 * di, 2 * di + gn, 2 * di + 2 * gn};
+    for (int k = 0; k < 5; ++k) {  // the first and last row of each [z | x | B | C | dt] block
+      const int64_t last = k < 4 ? first_rows[k + 1] - 1 : c.in_proj_size() - 1;
+      for (int64_t r : {first_rows[k], last})
+        folded(m + "in_proj.weight", "blk.1.ssm_in.weight", r, {c.ssm_in_multiplier, mup[static_cast<size_t>(k)]});
+    }
+    folded(m + "out_proj.weight", "blk.1.ssm_out.weight", 2, {c.ssm_out_multiplier});
+    folded(a + "q_proj.weight", "blk.1.attn_q.weight", 1, {c.attn_in_multiplier});
+    folded(a + "k_proj.weight", "blk.1.attn_k.weight", 1, {c.key_multiplier, c.attn_in_multiplier});
+    folded(a + "v_proj.weight", "blk.1.attn_v.weight", 1, {c.attn_in_multiplier});
+    folded(a + "o_proj.weight", "blk.1.attn_output.weight", 1, {c.attn_out_multiplier});
+    folded(ff + "gate_proj.weight", "blk.1.ffn_gate.weight", 4, {c.mlp_gate_multiplier});
+    folded(ff + "up_proj.weight", "blk.1.ffn_up.weight", 4, {});
+    folded(ff + "down_proj.weight", "blk.1.ffn_down.weight", 4, {c.mlp_down_multiplier});
+  }
+  auto g = load_cpu(out.string());
+  const ModelConfig& r = g->config();
+  EXPECT_EQ(r.family, Family::FalconH1);
+  EXPECT_EQ(r.layers, c.layers);
+  EXPECT_FALSE(r.mamba_rms_norm);
+  EXPECT_EQ(r.n_kv_heads, c.n_kv_heads);
+  EXPECT_EQ(r.attn_head_dim, c.attn_head_dim);
+  EXPECT_EQ(r.rope_theta, c.rope_theta);
+  for (double x : {r.embedding_multiplier, r.logits_scaling, r.key_multiplier, r.attn_in_multiplier,
+                   r.attn_out_multiplier, r.ssm_in_multiplier, r.ssm_out_multiplier, r.mlp_gate_multiplier,
+                   r.mlp_down_multiplier})
+    EXPECT_EQ(x, 1.0);
+  for (double x : r.ssm_multipliers) EXPECT_EQ(x, 1.0);
+  const std::vector<int32_t> ids = test::read_token_ids(dir + "/tokens.txt");
+  const std::vector<float> got = logits_of(*g, ids), direct = logits_of(*load_cpu(dir), ids);
+  const NpyArray ref = read_npy(dir + "/logits.npy");
+  const std::vector<float> fp64(ref.values.begin(), ref.values.end());
+  EXPECT_LE(test::max_rel_diff(got, direct), 1e-5);
+  EXPECT_LE(test::max_rel_diff(got, fp64), 1e-4);
+}
+
+// The Falcon-H1 forms only the derived checkpoint holds alone (make_falcon_h1_variant.py): the gated RMSNorm after
+// the gate (ssm_norm written, read back as mamba_rms_norm) and MLP biases (gate's and down's biases folded).
+TEST(GgufModel, FalconH1NormAfterGateAndMlpBiasesReadBack) {
+  const std::string dir =
+      (fs::path(test::fixture_dir()) / "gguf_llamacpp" / "falcon_h1_norm_after_gate_mlp_bias").string();
+  const fs::path out = scratch("falcon_h1_variant") / "m.gguf";
+  write_gguf(dir, out.string(), GgufTarget::F32);
+  const Checkpoint ck(dir);
+  {
+    GgufFile f(out.string());
+    const ModelConfig& c = ck.config();
+    ASSERT_TRUE(c.mamba_rms_norm && !c.mamba_norm_before_gate && c.mlp_bias);
+    EXPECT_EQ(f.tensor("blk.2.ssm_norm.weight")->shape(), (std::vector<int64_t>{c.n_groups, c.d_inner / c.n_groups}));
+    for (const auto& [hf, gguf, m] : {std::tuple<std::string, std::string, double>{"gate_proj.bias", "ffn_gate.bias",
+                                                                                   c.mlp_gate_multiplier},
+                                      {"up_proj.bias", "ffn_up.bias", 1.0},
+                                      {"down_proj.bias", "ffn_down.bias", c.mlp_down_multiplier}}) {
+      const TensorView* src = ck.find("model.layers.2.feed_forward." + hf);
+      const float* stored = reinterpret_cast<const float*>(f.tensor("blk.2." + gguf)->data);
+      for (int64_t i = 0; i < src->shape[0]; ++i)
+        EXPECT_EQ(stored[i], src->ptr<const float>()[i] * static_cast<float>(m)) << gguf << " " << i;
+    }
+  }
+  auto g = load_cpu(out.string());
+  EXPECT_TRUE(g->config().mamba_rms_norm);
+  EXPECT_FALSE(g->config().mamba_norm_before_gate);
+  EXPECT_TRUE(g->config().mlp_bias);
+  const std::vector<int32_t> ids = test::read_token_ids(dir + "/tokens.txt");
+  EXPECT_LE(test::max_rel_diff(logits_of(*g, ids), logits_of(*load_cpu(dir), ids)), 1e-5);
+}
+
+// A tied Falcon-H1 (make_falcon_h1_variant.py tied) is written untied: token_embd times embedding_multiplier and
+// output times lm_head_multiplier, both from the one matrix (llama.cpp's converter would leave output out and scale
+// the shared matrix by embedding_multiplier alone, 2.5 where the logits need 0.7 here).
+TEST(GgufModel, TiedFalconH1IsWrittenWithItsOwnOutput) {
+  const std::string dir = (fs::path(test::fixture_dir()) / "gguf_llamacpp" / "falcon_h1_tied").string();
+  const fs::path out = scratch("falcon_h1_tied") / "m.gguf";
+  write_gguf(dir, out.string(), GgufTarget::F32);
+  const Checkpoint ck(dir);
+  const ModelConfig& c = ck.config();
+  ASSERT_TRUE(c.tie_embeddings);
+  ASSERT_NE(c.embedding_multiplier, 1.0 / c.logits_scaling);
+  {
+    GgufFile f(out.string());
+    const TensorView* e = ck.find("model.embed_tokens.weight");
+    const float* embd = reinterpret_cast<const float*>(f.tensor("token_embd.weight")->data);
+    ASSERT_NE(f.tensor("output.weight"), nullptr);
+    const float* output = reinterpret_cast<const float*>(f.tensor("output.weight")->data);
+    for (int64_t i = 0; i < c.vocab_size * c.d_model; ++i) {
+      ASSERT_EQ(embd[i], e->ptr<const float>()[i] * static_cast<float>(c.embedding_multiplier)) << i;
+      ASSERT_EQ(output[i], e->ptr<const float>()[i] * static_cast<float>(1.0 / c.logits_scaling)) << i;
+    }
+  }
+  auto g = load_cpu(out.string());
+  EXPECT_FALSE(g->config().tie_embeddings);
+  const std::vector<int32_t> ids = test::read_token_ids(dir + "/tokens.txt");
+  EXPECT_LE(test::max_rel_diff(logits_of(*g, ids), logits_of(*load_cpu(dir), ids)), 1e-5);
+}
+
+// What llama.cpp's falcon-h1 has no slot or no computation for is refused naming the transformers key, not written
+// into a file llama.cpp would load and run wrong.
+TEST(GgufModel, FalconH1FormsLlamaCppRunsDifferentlyAreRefusedByName) {
+  const std::string dir = (fs::path(test::fixture_dir()) / "falcon_h1" / "falcon_h1_f32").string();
+  const Checkpoint ck(dir);
+  const std::pair<void (*)(ModelConfig&), std::string> cases[] = {
+      {[](ModelConfig& c) { c.use_bias = true; }, "mamba_proj_bias"},
+      {[](ModelConfig& c) { c.mamba_out_proj_bias = true; }, "projectors_bias"},
+      {[](ModelConfig& c) { c.attn_bias = true; }, "attention_bias"},
+      {[](ModelConfig& c) { c.mamba_rms_norm = c.mamba_norm_before_gate = true; }, "mamba_norm_before_gate"}};
+  for (const auto& [change, named] : cases) {
+    ModelConfig c = ck.config();
+    change(c);
+    GgufWriter w;
+    const std::string err = test::error_of([&] { gguf_add_model(w, c, gguf_source_of(ck), GgufTarget::F32); });
+    EXPECT_NE(err.find(named), std::string::npos) << err;
+    EXPECT_NE(err.find("falcon-h1"), std::string::npos) << err;
+  }
+  // Norm after the gate (norm(y * silu(z))) is llama.cpp's order: written.
+  ModelConfig c = ck.config();
+  c.mamba_rms_norm = true;
+  c.mamba_norm_before_gate = false;
+  EXPECT_EQ(test::error_of([&] { gguf_check_writable(c); }), "(no error)");
 }
 
 TEST(GgufModel, RefusesWhatItCannotRunNamingIt) {

@@ -12,7 +12,10 @@ here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 out="$root/fixtures/gguf_llamacpp"; mkdir -p "$out"
 bins="$here/node_modules/@node-llama-cpp/linux-x64/bins/linux-x64"
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
-for f in models/mamba1_bf16_tied models/mamba2_bf16_sharded hybrid/nemotron_h_f32; do
+# falcon_h1_norm_after_gate_mlp_bias and falcon_h1_tied are made by make_falcon_h1_variant.py (forms of Falcon-H1
+# llama.cpp runs that the transformers fixtures only hold beside biases it lacks).
+for f in models/mamba1_bf16_tied models/mamba2_bf16_sharded hybrid/nemotron_h_f32 falcon_h1/falcon_h1_f32 \
+         gguf_llamacpp/falcon_h1_norm_after_gate_mlp_bias gguf_llamacpp/falcon_h1_tied; do
   d="$root/fixtures/$f"; name=$(basename "$f")
   "$M" quantize --model "$d" --type f32 --out "$tmp/$name.gguf" >/dev/null
   (cd "$here" && node gguf_logits.mjs --model "$tmp/$name.gguf" --tokens "$(tr -s ' \n' ' ' < "$d/tokens.txt")" \

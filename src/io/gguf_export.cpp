@@ -114,10 +114,7 @@ WeightSource gguf_source_of(const Checkpoint& ck) {
 }
 
 void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& source, GgufTarget target) {
-  if (c.arch == Arch::Mamba1 && c.use_bias)
-    fail("GGUF: llama.cpp's mamba architecture has no slot for in_proj / out_proj biases (use_bias); this model "
-         "cannot be written for it");
-  gguf_write_config(c, w);
+  gguf_write_config(c, w);  // refuses first what llama.cpp would run wrong (gguf_check_writable)
   w.set_u32("general.file_type", gguf_file_type(target));
   if (c.bos_token_id >= 0) w.set_u32("tokenizer.ggml.bos_token_id", static_cast<uint32_t>(c.bos_token_id));
   if (c.eos_token_id >= 0) w.set_u32("tokenizer.ggml.eos_token_id", static_cast<uint32_t>(c.eos_token_id));
@@ -143,7 +140,9 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
         i_layer = seen[k]++;
         n_layers = counts[k];
       }
-    const WeightFormat f = gguf_tensor_type(target, n.gguf, n.gguf_shape, c.tie_embeddings, i_layer, n_layers);
+    // A tied Falcon-H1 is written with its own `output` (gguf_tensor_names): typed as the untied file it is.
+    const bool tied = c.tie_embeddings && c.family != Family::FalconH1;
+    const WeightFormat f = gguf_tensor_type(target, n.gguf, n.gguf_shape, tied, i_layer, n_layers);
     const int64_t cols = n.gguf_shape.back();
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < n.gguf_shape.size(); ++i) rows *= n.gguf_shape[i];
@@ -151,10 +150,13 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
     const Weight weight = *src;
     const GgufConversion conv = n.conversion;
     const int64_t heads = n.heads, units = rows > 1 ? rows : cols;  // HeadPermute moves rows, or a bias's elements
+    const std::vector<GgufTensorName::Scale> scale = n.scale;
+    if (rows == 1 && scale.size() > 1)
+      fail("GGUF export: tensor '", n.hf, "' is a vector; its folded multipliers must be one segment");
     if (conv == GgufConversion::HeadPermute && (heads < 1 || units % heads != 0 || (units / heads) % 2 != 0))
       fail("GGUF export: tensor '", n.hf, "' of ", units, " channels cannot be split into ", heads,
            " heads of an even size (llama.cpp's RoPE pairs)");
-    w.add_tensor(n.gguf, f, n.gguf_shape, [weight, f, rows, cols, row_offset, conv, heads](uint8_t* out) {
+    w.add_tensor(n.gguf, f, n.gguf_shape, [weight, f, rows, cols, row_offset, conv, heads, scale](uint8_t* out) {
       std::vector<float> row(static_cast<size_t>(cols));
       const int64_t rb = weight_row_bytes(f, cols);
       // conv [C, 1, K] -> [C, K] keeps the row length; A / D [H] -> [H, 1] and ssm_norm [d] -> [G, d / G] regroup
@@ -177,6 +179,13 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
         }
         if (conv == GgufConversion::NegExp)
           for (float& v : row) v = -std::exp(v);
+        // Falcon-H1's multipliers, one f32 product per factor as llama.cpp's converter computes them in torch.
+        for (const GgufTensorName::Scale& s : scale)
+          if (r < s.end) {
+            for (double factor : s.factors)
+              for (float& v : row) v *= static_cast<float>(factor);
+            break;
+          }
         ggml_quantize_row(f, row.data(), cols, out + r * rb);
       }
     });

@@ -40,7 +40,7 @@ struct Names {
   void add(const std::string& hf, const std::string& gguf, Shape hf_shape, Shape gguf_shape = {},
            GgufConversion conv = GgufConversion::Plain, int64_t heads = 0) {
     if (gguf_shape.empty()) gguf_shape = hf_shape;
-    list.push_back({hf, gguf, std::move(hf_shape), std::move(gguf_shape), conv, heads});
+    list.push_back({hf, gguf, std::move(hf_shape), std::move(gguf_shape), conv, heads, {}});
   }
 };
 
@@ -56,7 +56,9 @@ void mamba2_names(Names& n, const ModelConfig& c, const std::string& m, const st
   n.add(m + "dt_bias", b + "ssm_dt.bias", {H});
   n.add(m + "A_log", b + "ssm_a", {H}, {H, 1}, GgufConversion::NegExp);
   n.add(m + "D", b + "ssm_d", {H}, {H, 1});
-  n.add(m + "norm.weight", b + "ssm_norm.weight", {c.d_inner}, {G, c.d_inner / G});
+  // Falcon-H1 with mamba_rms_norm false has no norm (llama.cpp's ssm_norm is optional: y * silu(z) alone).
+  if (c.family != Family::FalconH1 || c.mamba_rms_norm)
+    n.add(m + "norm.weight", b + "ssm_norm.weight", {c.d_inner}, {G, c.d_inner / G});
   n.add(m + "out_proj.weight", b + "ssm_out.weight", {c.d_model, c.d_inner});
   if (c.use_bias) n.add(m + "out_proj.bias", b + "ssm_out.bias", {c.d_model});
 }
@@ -65,6 +67,7 @@ void mamba2_names(Names& n, const ModelConfig& c, const std::string& m, const st
 // (HeadPermute); its other architectures store them as transformers does.
 void attention_names(Names& n, const ModelConfig& c, const std::string& a, const std::string& b) {
   const int64_t q = c.q_dim(), kv = c.kv_dim();
+  // (falcon-h1's RoPE is NeoX-style, rotate-half as in transformers: stored as is.)
   const bool permuted = c.family == Family::GraniteHybrid || c.family == Family::Bamba || c.family == Family::NemotronH;
   const GgufConversion qk = permuted ? GgufConversion::HeadPermute : GgufConversion::Plain;
   n.add(a + "q_proj.weight", b + "attn_q.weight", {q, c.d_model}, {}, qk, c.n_attn_heads);
@@ -76,6 +79,71 @@ void attention_names(Names& n, const ModelConfig& c, const std::string& a, const
     n.add(a + "k_proj.bias", b + "attn_k.bias", {kv}, {}, qk, c.n_kv_heads);
     n.add(a + "v_proj.bias", b + "attn_v.bias", {kv});
     n.add(a + "o_proj.bias", b + "attn_output.bias", {c.d_model});
+  }
+}
+
+// Falcon-H1's layers: the Mamba-2 mixer and attention both after input_layernorm (attn_norm), the gated SiLU MLP after
+// pre_ff_layernorm (ffn_norm).
+void falcon_h1_names(Names& n, const ModelConfig& c) {
+  const int64_t d = c.d_model, m = c.mlp_size;
+  n.add("model.embed_tokens.weight", "token_embd.weight", {c.vocab_size, d});
+  n.add("model.final_layernorm.weight", "output_norm.weight", {d});
+  // Tied embeddings are written untied: llama.cpp's converter folds embedding_multiplier into the one shared matrix
+  // and loses lm_head_multiplier, so `output` is written explicitly as the embedding times lm_head_multiplier. (A
+  // tied file, llama.cpp's or another writer's, has no `output` and is read tied, as llama.cpp reads it.)
+  n.add(c.tie_embeddings ? "model.embed_tokens.weight" : "lm_head.weight", "output.weight", {c.vocab_size, d});
+  for (int64_t i = 0; i < c.n_layer; ++i) {
+    const std::string b = "blk." + std::to_string(i) + ".", p = "model.layers." + std::to_string(i) + ".";
+    n.add(p + "input_layernorm.weight", b + "attn_norm.weight", {d});
+    mamba2_names(n, c, p + "mamba.", b);
+    attention_names(n, c, p + "self_attn.", b);
+    // No ".weight": llama.cpp maps the whole name model.layers.N.pre_ff_layernorm.weight to FFN_PRE_NORM
+    // ("blk.N.ffn_norm") for falcon-h1, and its loader asks for exactly that.
+    n.add(p + "pre_ff_layernorm.weight", b + "ffn_norm", {d});
+    const std::string f = p + "feed_forward.";
+    n.add(f + "gate_proj.weight", b + "ffn_gate.weight", {m, d});
+    n.add(f + "up_proj.weight", b + "ffn_up.weight", {m, d});
+    n.add(f + "down_proj.weight", b + "ffn_down.weight", {d, m});
+    if (c.mlp_bias) {
+      n.add(f + "gate_proj.bias", b + "ffn_gate.bias", {m});
+      n.add(f + "up_proj.bias", b + "ffn_up.bias", {m});
+      n.add(f + "down_proj.bias", b + "ffn_down.bias", {d});
+    }
+  }
+  // The multipliers folded as llama.cpp's converter (conversion/falcon_h1.py) folds them: the embedding and lm_head;
+  // q, k, v times attention_in_multiplier (k also key_multiplier, first), o times attention_out_multiplier; in_proj
+  // times ssm_in_multiplier, then its [z | x | B | C | dt] row blocks times ssm_multipliers; out_proj times
+  // ssm_out_multiplier; the MLP's gate (weight and bias: transformers scales gate(x)) and down (likewise).
+  // Exact for these transformers computations because each multiplier scales a projection's input or its whole
+  // output; biases of projections whose input is scaled have no such fold and are refused (gguf_check_writable).
+  const int64_t big = std::numeric_limits<int64_t>::max();
+  auto all = [big](std::vector<double> f) { return std::vector<GgufTensorName::Scale>{{big, std::move(f)}}; };
+  auto ends_with = [](const std::string& s, const char* t) {
+    const size_t k = std::strlen(t);
+    return s.size() >= k && s.compare(s.size() - k, k, t) == 0;
+  };
+  const std::vector<double> mup = c.ssm_multipliers.empty() ? std::vector<double>(5, 1.0) : c.ssm_multipliers;
+  const int64_t gn = c.n_groups * c.d_state;
+  for (GgufTensorName& t : n.list) {
+    const std::string& g = t.gguf;
+    std::vector<GgufTensorName::Scale> s;
+    if (g == "token_embd.weight") s = all({c.embedding_multiplier});
+    else if (g == "output.weight") s = all({1.0 / c.logits_scaling});
+    else if (ends_with(g, ".attn_q.weight") || ends_with(g, ".attn_v.weight")) s = all({c.attn_in_multiplier});
+    else if (ends_with(g, ".attn_k.weight")) s = all({c.key_multiplier, c.attn_in_multiplier});
+    else if (ends_with(g, ".attn_output.weight")) s = all({c.attn_out_multiplier});
+    else if (ends_with(g, ".ssm_out.weight")) s = all({c.ssm_out_multiplier});
+    else if (ends_with(g, ".ffn_gate.weight") || ends_with(g, ".ffn_gate.bias")) s = all({c.mlp_gate_multiplier});
+    else if (ends_with(g, ".ffn_down.weight") || ends_with(g, ".ffn_down.bias")) s = all({c.mlp_down_multiplier});
+    else if (ends_with(g, ".ssm_in.weight")) {
+      const int64_t di = c.d_inner;
+      const int64_t ends[5] = {di, 2 * di, 2 * di + gn, 2 * di + 2 * gn, big};
+      for (int k = 0; k < 5; ++k) s.push_back({ends[k], {c.ssm_in_multiplier, mup[static_cast<size_t>(k)]}});
+    }
+    bool identity = true;
+    for (const auto& seg : s)
+      for (double f : seg.factors) identity = identity && f == 1.0;
+    if (!identity) t.scale = std::move(s);
   }
 }
 
@@ -113,9 +181,8 @@ int64_t gguf_head_permuted_source(int64_t i, int64_t n, int64_t heads) {
 }
 
 std::string gguf_arch_name(const ModelConfig& c) {
-  // llama.cpp has these too (nemotron_h_moe, granitehybrid with ffn_*_exps, falcon-h1, jamba), with conventions of
-  // their own (stacked expert tensors, Falcon-H1's multipliers folded into the weights) that mambacpp does not
-  // write or read yet: refused here rather than written wrong.
+  // llama.cpp has these too (nemotron_h_moe, granitehybrid with ffn_*_exps, jamba), with conventions of their own
+  // (stacked expert tensors) that mambacpp does not write or read yet: refused here rather than written wrong.
   if (c.moe.n_experts > 0)
     fail("GGUF: ", family_name(c.family), " models with mixture-of-experts layers cannot be written or read as GGUF "
          "by mambacpp yet (llama.cpp's ", c.family == Family::NemotronH ? "nemotron_h_moe" : "granitehybrid",
@@ -125,9 +192,7 @@ std::string gguf_arch_name(const ModelConfig& c) {
     case Family::NemotronH: return "nemotron_h";
     case Family::GraniteHybrid:
     case Family::Bamba: return "granitehybrid";
-    case Family::FalconH1:
-      fail("GGUF: falcon_h1 models cannot be written or read as GGUF by mambacpp yet (llama.cpp's falcon-h1, "
-           "whose converter folds the muP multipliers into the weights)");
+    case Family::FalconH1: return "falcon-h1";
     case Family::Jamba:
       fail("GGUF: jamba models cannot be written or read as GGUF by mambacpp yet (llama.cpp's jamba)");
   }
@@ -136,6 +201,10 @@ std::string gguf_arch_name(const ModelConfig& c) {
 
 std::vector<GgufTensorName> gguf_tensor_names(const ModelConfig& c) {
   Names n;
+  if (c.family == Family::FalconH1) {
+    falcon_h1_names(n, c);
+    return n.list;
+  }
   const bool pure = !c.hybrid();
   const std::string root = pure ? "backbone." : "model.";
   if (pure) {
@@ -211,7 +280,27 @@ std::vector<GgufTensorName> gguf_tensor_names(const ModelConfig& c) {
   return n.list;
 }
 
+void gguf_check_writable(const ModelConfig& c) {
+  if (c.arch == Arch::Mamba1 && c.use_bias)
+    fail("GGUF: llama.cpp's mamba architecture has no slot for in_proj / out_proj biases (use_bias); this model "
+         "cannot be written for it");
+  if (c.family != Family::FalconH1) return;
+  const char* why = nullptr;
+  if (c.use_bias) why = "mamba_proj_bias: llama.cpp's falcon-h1 has no ssm_in bias";
+  else if (c.mamba_out_proj_bias) why = "projectors_bias: llama.cpp's falcon-h1 has no ssm_out bias";
+  else if (c.attn_bias)
+    why = "attention_bias: llama.cpp's falcon-h1 never adds attn_output.bias, and its converter scales the q / k "
+          "biases by attention_in_multiplier, which transformers applies to the input only";
+  else if (c.mamba_rms_norm && c.mamba_norm_before_gate)
+    why = "mamba_norm_before_gate with mamba_rms_norm: llama.cpp's falcon-h1 normalises after the gate, "
+          "norm(y * silu(z)), not norm(y) * silu(z)";
+  if (why)
+    fail("GGUF: this falcon_h1 model cannot be written for llama.cpp's falcon-h1 (", why, "); it would load there "
+         "and give wrong logits");
+}
+
 void gguf_write_config(const ModelConfig& c, GgufWriter& w) {
+  gguf_check_writable(c);
   const std::string a = gguf_arch_name(c);
   w.set_string("general.architecture", a);
   w.set_u32(a + ".context_length", static_cast<uint32_t>(c.max_position > 0 ? c.max_position : 1048576));
@@ -237,6 +326,18 @@ void gguf_write_config(const ModelConfig& c, GgufWriter& w) {
   if (!c.hybrid()) {
     w.set_u32(a + ".feed_forward_length", 0);
     w.set_u32(a + ".attention.head_count", 0);
+    return;
+  }
+  if (c.family == Family::FalconH1) {
+    // As llama.cpp's converter writes them: scalars (every layer has attention, Mamba-2 and the MLP), RoPE over the
+    // whole head (its default n_rot is key_length; written anyway), no multiplier keys (folded into the weights).
+    w.set_u32(a + ".attention.head_count", static_cast<uint32_t>(c.n_attn_heads));
+    w.set_u32(a + ".attention.head_count_kv", static_cast<uint32_t>(c.n_kv_heads));
+    w.set_u32(a + ".attention.key_length", static_cast<uint32_t>(c.attn_head_dim));
+    w.set_u32(a + ".attention.value_length", static_cast<uint32_t>(c.attn_head_dim));
+    w.set_u32(a + ".feed_forward_length", static_cast<uint32_t>(c.mlp_size));
+    w.set_u32(a + ".rope.dimension_count", static_cast<uint32_t>(c.rope_theta > 0 ? c.rope_dim : 0));
+    if (c.rope_theta > 0) w.set_f32(a + ".rope.freq_base", static_cast<float>(c.rope_theta));
     return;
   }
   std::vector<int64_t> kv, ff;
@@ -275,12 +376,15 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     c.family = Family::NemotronH;
   } else if (a == "granitehybrid") {
     c.family = Family::GraniteHybrid;
-  } else if (a == "nemotron_h_moe" || a == "falcon-h1" || a == "jamba" || a == "granitemoe" || a == "plamo2" ||
+  } else if (a == "falcon-h1") {
+    c.family = Family::FalconH1;
+  } else if (a == "nemotron_h_moe" || a == "jamba" || a == "granitemoe" || a == "plamo2" ||
              a == "lfm2") {
     fail(f.path(), ": GGUF architecture '", a, "' is not one mambacpp reads yet (it reads mamba, mamba2, nemotron_h "
-         "and granitehybrid files; the model's checkpoint directory runs)");
+         "granitehybrid and falcon-h1 files; the model's checkpoint directory runs)");
   } else {
-    fail(f.path(), ": unknown GGUF architecture '", a, "'; mambacpp runs mamba, mamba2, nemotron_h and granitehybrid");
+    fail(f.path(), ": unknown GGUF architecture '", a, "'; mambacpp runs mamba, mamba2, nemotron_h, granitehybrid and "
+         "falcon-h1");
   }
   c.d_model = positive(f, a + ".embedding_length");
   c.n_layer = positive(f, a + ".block_count");
@@ -310,6 +414,30 @@ ModelConfig gguf_model_config(const GgufFile& f) {
       fail(f.path(), ": ssm.inner_size ", c.d_inner, " is not a multiple of the head count ", c.n_heads,
            " (ssm.time_step_rank), or ssm.group_count ", c.n_groups, " is not positive");
     c.head_dim = c.d_inner / c.n_heads;
+  }
+  if (c.family == Family::FalconH1) {
+    // Every layer runs Mamba-2 and attention side by side, then the gated SiLU MLP. The muP multipliers are folded
+    // into the weights (llama.cpp's converter), so they all stay 1 here; no bias slots but the MLP's (and conv's).
+    c.layers.assign(static_cast<size_t>(c.n_layer), LayerKind::ParallelHybrid);
+    c.residual_in_fp32 = true;
+    c.use_bias = false;  // an ssm_in.bias is then refused as a tensor falcon-h1 does not have
+    c.n_attn_heads = positive(f, a + ".attention.head_count");
+    const std::vector<int64_t> kv = per_layer(f, a + ".attention.head_count_kv", c.n_layer);
+    c.n_kv_heads = kv.empty() ? 0 : kv[0];
+    for (int64_t x : kv)
+      if (x != c.n_kv_heads || x < 1)
+        fail(f.path(), ": key '", a, ".attention.head_count_kv' must give every layer the same positive count");
+    c.attn_head_dim = f.get_int(a + ".attention.key_length", c.d_model / c.n_attn_heads);
+    c.mlp_size = positive(f, a + ".feed_forward_length");
+    c.mlp_act = MlpAct::SiluGated;
+    c.mlp_bias = f.tensor("blk.0.ffn_gate.bias") != nullptr;
+    c.mamba_rms_norm = f.tensor("blk.0.ssm_norm.weight") != nullptr;
+    c.mamba_norm_before_gate = false;  // llama.cpp's only order: norm(y * silu(z))
+    c.gated_norm_groups = c.n_groups;
+    c.rope_theta = f.get_float(a + ".rope.freq_base", 10000.0);
+    c.rope_dim = f.get_int(a + ".rope.dimension_count", c.attn_head_dim);
+    if (c.rope_dim == 0) c.rope_theta = 0;  // as written for a model without RoPE
+    c.max_position = f.get_int(a + ".context_length", 0);
   }
   if (c.family == Family::NemotronH || c.family == Family::GraniteHybrid) {
     const std::vector<int64_t> kv = per_layer(f, a + ".attention.head_count_kv", c.n_layer);

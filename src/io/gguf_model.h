@@ -43,23 +43,36 @@ struct GgufTensorName {
   std::vector<int64_t> gguf_shape;  // the logical (PyTorch-order) shape llama.cpp stores
   GgufConversion conversion = GgufConversion::Plain;
   int64_t heads = 0;  // HeadPermute: the heads the rows (or elements) hold
+  // Falcon-H1's muP multipliers, folded into the stored values as llama.cpp's converter folds them: rows [previous
+  // segment's end, end) are multiplied by each factor in turn (f32 products, as its torch code computes them); empty
+  // for every other tensor and for a config whose multipliers are all 1 (what the reader makes of such a file).
+  struct Scale {
+    int64_t end;  // first row (of a matrix; element of a vector) past the segment
+    std::vector<double> factors;
+  };
+  std::vector<Scale> scale;
 };
 
 // HeadPermute: the transformers row (or element) stored at position `i` of `n` holding `heads` heads.
 int64_t gguf_head_permuted_source(int64_t i, int64_t n, int64_t heads);
 
-// llama.cpp's architecture name for a config ("mamba", "mamba2", "nemotron_h", "granitehybrid"); throws naming the
-// family for one mambacpp cannot write as GGUF (MoE layers, Falcon-H1, Jamba: not yet).
+// llama.cpp's architecture name for a config ("mamba", "mamba2", "nemotron_h", "granitehybrid", "falcon-h1"); throws
+// naming the family for one mambacpp cannot write as GGUF (MoE layers, Jamba: not yet).
 std::string gguf_arch_name(const ModelConfig& config);
 // Every tensor of a model with this config, transformers name beside the GGUF one (Granite's input_linear appears
 // twice, once per half).
 std::vector<GgufTensorName> gguf_tensor_names(const ModelConfig& config);
-// The metadata llama.cpp reads for the architecture (general.architecture and the {arch}.* keys).
+// The metadata llama.cpp reads for the architecture (general.architecture and the {arch}.* keys). Throws naming the
+// feature for a model llama.cpp's architecture would run wrong (see gguf_check_writable).
 class GgufWriter;
 void gguf_write_config(const ModelConfig& config, GgufWriter& writer);
 // The config from a file's metadata and tensors; throws naming the key for a missing or inconsistent one, and naming
 // the architecture for one mambacpp does not run.
 ModelConfig gguf_model_config(const GgufFile& file);
+// Throws naming the feature for a config llama.cpp's architecture has no slot or no computation for (Mamba-1
+// in_proj / out_proj biases; Falcon-H1's Mamba projection biases, attention biases, norm before the gate), rather
+// than write a file llama.cpp would load and run wrong.
+void gguf_check_writable(const ModelConfig& config);
 
 class GgufModel {
  public:
