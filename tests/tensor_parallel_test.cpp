@@ -25,7 +25,7 @@
 #include "mambacpp/error.h"
 #include "mambacpp/mixer.h"
 #include "mambacpp/model.h"
-#include "model/tensor_parallel_reference.h"
+#include "support/tensor_parallel_reference.h"
 #include "model/weights.h"
 #include "support/engine_support.h"
 #include "support/test_support.h"
