@@ -6,6 +6,7 @@
 #include <utility>
 
 #include "mambacpp/error.h"
+#include "tokenizer/utf8.h"
 
 namespace mambacpp {
 
@@ -21,24 +22,6 @@ struct CodeRange {
 
 bool is_word_char(char c) {
   return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '-' || c == '_';
-}
-
-void append_utf8(uint32_t cp, std::string& out) {
-  if (cp < 0x80) {
-    out += static_cast<char>(cp);
-  } else if (cp < 0x800) {
-    out += static_cast<char>(0xC0 | (cp >> 6));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += static_cast<char>(0xE0 | (cp >> 12));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  } else {
-    out += static_cast<char>(0xF0 | (cp >> 18));
-    out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-    out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-    out += static_cast<char>(0x80 | (cp & 0x3F));
-  }
 }
 
 // The UTF-8 encodings of the code points [lo, hi] (no surrogates, one encoded length) as sequences of byte ranges:
@@ -71,8 +54,8 @@ void utf8_sequences(uint32_t lo, uint32_t hi, std::vector<std::vector<std::pair<
     }
   }
   std::string a, b;
-  append_utf8(lo, a);
-  append_utf8(hi, b);
+  tok::append_utf8(a, lo);
+  tok::append_utf8(b, hi);
   std::vector<std::pair<uint8_t, uint8_t>> seq;
   for (size_t i = 0; i < a.size(); ++i) seq.emplace_back(static_cast<uint8_t>(a[i]), static_cast<uint8_t>(b[i]));
   out.push_back(std::move(seq));
@@ -332,7 +315,7 @@ class GrammarCompiler {
       if (at_end()) error_at(open, "this string literal is never closed");
       if (peek() == '"') break;
       if (peek() == '\n') error_at(open, "a string literal ends at the end of its line; escape newlines as \\n");
-      append_utf8(parse_char(), bytes);
+      tok::append_utf8(bytes, parse_char());
     }
     ++pos_;
     Elements out;
