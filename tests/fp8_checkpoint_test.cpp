@@ -25,6 +25,7 @@
 #include "io/json_relaxed.h"
 #include "io/safetensors.h"
 #include "mambacpp/fp8_checkpoint.h"
+#include "mambacpp/gguf.h"
 #include "mambacpp/model.h"
 #include "support/test_support.h"
 
@@ -367,6 +368,32 @@ TEST(Fp8Checkpoint, QuantizeWritesModelOptThatLoadsBackBitForBitInEveryFamily) {
     std::printf("[fp8 quantize] %-34s max |fp8 - 16-bit| / max |16-bit| = %.3f\n", name.c_str(), vs_full);
     EXPECT_LT(vs_full, 0.25);
   }
+}
+
+TEST(Fp8Checkpoint, QuantizeReadsGgufFiles) {
+  // An f32 GGUF holds the source's projection values exactly, so its FP8 weights are those of the source checkpoint.
+  test::TempDir tmp("fp8_gguf");
+  test::write_random_model(tmp.file("src"), test::tiny_mamba2_config(), 9);
+  quantize_to_gguf(tmp.file("src"), "f32", tmp.file("m.gguf"));
+  quantize_to_fp8_checkpoint(tmp.file("m.gguf"), tmp.file("out"));
+  const Checkpoint source(tmp.file("src")), back(tmp.file("out"));
+  int64_t compared = 0;
+  for (const std::string& n : source.weight_names()) {
+    const TensorView& v = *source.find(n);
+    if (!is_projection(n, v)) continue;
+    SCOPED_TRACE(n);
+    const std::optional<Weight> w = back.weight(n);
+    ASSERT_TRUE(w.has_value());
+    ASSERT_EQ(w->format, WeightFormat::FP8_E4M3);
+    std::vector<uint8_t> bytes(static_cast<size_t>(v.numel()));
+    std::vector<float> scales(static_cast<size_t>(v.dim(0)));
+    fp8_quantize_rows(values_of(v).data(), v.dim(0), v.dim(1), bytes.data(), scales.data());
+    EXPECT_EQ(0, std::memcmp(w->data.data, bytes.data(), bytes.size()));
+    EXPECT_EQ(0, std::memcmp(w->scale.data, scales.data(), scales.size() * sizeof(float)));
+    ++compared;
+  }
+  EXPECT_EQ(compared, 2 * test::tiny_mamba2_config().n_layer);
+  EXPECT_EQ(logits_of(tmp.file("out")).size(), 13u * static_cast<size_t>(test::tiny_mamba2_config().vocab_size));
 }
 
 TEST(Fp8Checkpoint, QuantizeCliPrintsProgressAndRefusesANonEmptyOut) {
