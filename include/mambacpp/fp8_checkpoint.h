@@ -1,5 +1,5 @@
 // Writing FP8 checkpoints from any model mambacpp reads: `mambacpp quantize --type fp8`. The output is ModelOpt's
-// FP8_PER_CHANNEL_PER_TOKEN layout (the one vLLM and TensorRT-LLM read for per-channel FP8): every projection matrix
+// FP8_PER_CHANNEL_PER_TOKEN layout (the per-channel FP8 layout vLLM's ModelOpt loader reads): every projection matrix
 // as F8_E4M3 `<module>.weight` with an f32 `<module>.weight_scale` [out] (max|row| / 448, round to nearest even,
 // saturating), the embeddings, lm_head, MoE routers and every vector left as they are; config.json gains a
 // "quantization_config" (quant_method "modelopt") and hf_quant_config.json is written beside it. Loading such a

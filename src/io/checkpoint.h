@@ -48,8 +48,6 @@ class Checkpoint {
   // Every tensor name a model binds, sorted: names() without the scales weight() folds in (weight_scale,
   // input_scale, k_scale / v_scale).
   std::vector<std::string> weight_names() const;
-  // Whether `name` is one of those folded-in scale tensors.
-  bool is_scale(const std::string& name) const { return consumed_.count(name) != 0; }
   // Every tensor name, sorted.
   std::vector<std::string> names() const;
   // The file that holds tensor `name` (for messages), or "" when absent.
