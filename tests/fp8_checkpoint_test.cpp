@@ -488,11 +488,11 @@ TEST_F(Fp8Refusals, TensorsThatContradictTheDeclaration) {
   EXPECT_THAT(error_with_config(c), AllOf(HasSubstr("stored as F8_E4M3"), HasSubstr("declares no quantization")));
 }
 
-TEST(Fp8CheckpointScales, MissingBlockShapedAndNegativeScalesAreRefused) {
+TEST(Fp8CheckpointScales, CheckedConsumedOrRefused) {
   test::TempDir tmp("fp8_scales");
   test::write_random_model(tmp.file("src"), test::tiny_mamba2_config(), 8);
   const std::string w = "backbone.layers.1.mixer.out_proj.weight";  // [18, 36]
-  const nlohmann::json decl = {{"quant_method", "modelopt"}, {"quant_algo", "FP8"}};
+  nlohmann::json decl = {{"quant_method", "modelopt"}, {"quant_algo", "FP8"}};
   auto write = [&](const std::string& scale_dtype, std::vector<int64_t> shape, std::vector<float> scale,
                    bool with_scale, const std::string& extra = "") {
     const std::string dir = tmp.file("case");
@@ -526,6 +526,25 @@ TEST(Fp8CheckpointScales, MissingBlockShapedAndNegativeScalesAreRefused) {
               AllOf(HasSubstr("backbone.layers.0.mixer.in_proj.weight_scale"), HasSubstr("no F8_E4M3 weight")));
   EXPECT_THAT(write("F32", {}, {0.5f}, true, "backbone.layers.0.mixer.k_scale"),
               AllOf(HasSubstr("k_scale"), HasSubstr("no FP8 KV cache")));
+  // Declared, the KV-cache scale is checked and consumed (the KV cache stays 16-bit), and so is a static input scale.
+  decl["kv_cache_quant_algo"] = "FP8";
+  EXPECT_EQ(write("F32", {}, {0.5f}, true, "backbone.layers.0.mixer.k_scale"), "(no error)");
+  EXPECT_EQ(write("F32", {}, {0.5f}, true, "backbone.layers.1.mixer.out_proj.input_scale"), "(no error)");
+  EXPECT_EQ(Checkpoint(tmp.file("case")).weight_names(), Checkpoint(tmp.file("src")).weight_names());
+  // A dynamic compressed-tensors declaration with a static input scale beside the weight contradicts itself.
+  decl = nlohmann::json::parse(R"({"quant_method": "compressed-tensors", "config_groups": {"group_0": {
+      "weights": {"num_bits": 8, "type": "float", "strategy": "tensor"},
+      "input_activations": {"num_bits": 8, "type": "float", "dynamic": true}}}})");
+  EXPECT_EQ(write("F32", {1}, {0.5f}, true), "(no error)");
+  EXPECT_THAT(write("F32", {1}, {0.5f}, true, "backbone.layers.1.mixer.out_proj.input_scale"),
+              AllOf(HasSubstr("out_proj.input_scale"), HasSubstr("dynamic input quantization")));
+  // hf_quant_config.json and config.json must agree.
+  decl = {{"quant_method", "modelopt"}, {"quant_algo", "FP8"}};
+  write("F32", {}, {0.5f}, true);
+  write_json(tmp.file("case") + "/hf_quant_config.json",
+             {{"quantization", {{"quant_algo", "FP8_PER_CHANNEL_PER_TOKEN"}, {"exclude_modules", {"lm_head"}}}}});
+  EXPECT_THAT(test::error_of([&] { Checkpoint{tmp.file("case")}; }),
+              AllOf(HasSubstr("quant_algo"), HasSubstr("contradicts"), HasSubstr("hf_quant_config.json")));
 }
 
 TEST(Fp8CheckpointWildcards, ModelOptPatterns) {
