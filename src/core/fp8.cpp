@@ -45,4 +45,14 @@ void fp8_quantize_rows(const float* x, int64_t rows, int64_t cols, uint8_t* out,
   }
 }
 
+void fp8_dequantize_rows(const uint8_t* in, int64_t rows, int64_t cols, const float* scales, bool per_tensor,
+                         float* out) {
+  float table[256];
+  for (int b = 0; b < 256; ++b) table[b] = fp8_e4m3_to_float(static_cast<uint8_t>(b));
+  for (int64_t r = 0; r < rows; ++r) {
+    const float s = scales[per_tensor ? 0 : r];
+    for (int64_t i = 0; i < cols; ++i) out[r * cols + i] = table[in[r * cols + i]] * s;
+  }
+}
+
 }  // namespace mambacpp

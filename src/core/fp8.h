@@ -13,5 +13,9 @@ uint8_t fp8_e4m3_from_float(float x);  // NaN -> 0x7f; |x| > 448 -> +-448
 // rows x cols floats -> e4m3 bytes [rows, cols] and f32 scales [rows]: out[r, i] = e4m3(x[r, i] / scale[r]);
 // an all-zero row gets scale 1.
 void fp8_quantize_rows(const float* x, int64_t rows, int64_t cols, uint8_t* out, float* scales);
+// The inverse: out[r, i] = e4m3(in[r, i]) * scales[per_tensor ? 0 : r], one f32 multiply (the value a kernel that
+// scales each product gets to within one rounding; exact whenever the product fits f32's 24 bits).
+void fp8_dequantize_rows(const uint8_t* in, int64_t rows, int64_t cols, const float* scales, bool per_tensor,
+                         float* out);
 
 }  // namespace mambacpp

@@ -88,8 +88,16 @@ Checkpoint::Checkpoint(const std::string& directory) : directory_(directory), ha
     fail("checkpoint ", directory_, ": ", config_path.string(), " is a directory, expected the config file");
   if (!fs::is_regular_file(config_path, ec))
     fail("checkpoint ", directory_, ": config.json not found (expected ", config_path.string(), ")");
-  config_ = parse_model_config(read_text(config_path.string()), config_path.string());
+  const std::string config_text = read_text(config_path.string());
+  config_ = parse_model_config(config_text, config_path.string());
+  read_quant_config(config_text, config_path.string());
+  open_weights();
+  bind_fp8();
+}
 
+void Checkpoint::open_weights() {
+  std::error_code ec;
+  const fs::path dir(directory_);
   for (const char* single : {"model.safetensors", "model.safetensors.index.json", "pytorch_model.bin",
                              "pytorch_model.bin.index.json"}) {
     if (!fs::is_regular_file(dir / single, ec)) continue;
@@ -123,10 +131,14 @@ Checkpoint::~Checkpoint() = default;
 
 void Checkpoint::add_file(const std::string& path) {
   std::vector<std::pair<std::string, TensorView>> views;
+  std::set<std::string> fp8;
   std::shared_ptr<const void> owner;
   if (has_extension(path, {".safetensors"})) {
     auto f = std::make_shared<const SafetensorsFile>(path);
-    for (const SafetensorInfo& info : f->tensors()) views.emplace_back(info.name, f->view(info));
+    for (const SafetensorInfo& info : f->tensors()) {
+      views.emplace_back(info.name, f->view(info));
+      if (info.fp8_e4m3) fp8.insert(info.name);
+    }
     owner = f;
   } else if (has_extension(path, {".bin", ".pt", ".pth"})) {
     std::shared_ptr<const TorchCheckpointFile> f = TorchCheckpointFile::open(path);
@@ -138,7 +150,7 @@ void Checkpoint::add_file(const std::string& path) {
   files_.push_back({path, owner});
   const size_t index = files_.size() - 1;
   for (const auto& [name, view] : views) {
-    auto [it, inserted] = tensors_.try_emplace(name, Entry{view, index});
+    auto [it, inserted] = tensors_.try_emplace(name, Entry{view, index, fp8.count(name) != 0});
     if (!inserted)
       fail("checkpoint ", directory_, ": tensor '", name, "' appears in both ", files_[it->second.file].path, " and ",
            path);

@@ -5,17 +5,21 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
 
 #include <nlohmann/json.hpp>
 
-#include "mambacpp/error.h"
+#include "core/atomic_file.h"
 #include "core/json_limits.h"
+#include "mambacpp/error.h"
 
 namespace mambacpp {
 namespace {
 
-bool parse_safetensors_dtype(const std::string& s, DType& out) {
-  if (s == "F32") out = DType::F32;
+bool parse_safetensors_dtype(const std::string& s, DType& out, bool& fp8) {
+  fp8 = s == "F8_E4M3";
+  if (fp8) out = DType::U8;  // bytes; the checkpoint pairs them with their scales (io/checkpoint.h)
+  else if (s == "F32") out = DType::F32;
   else if (s == "F16") out = DType::F16;
   else if (s == "BF16") out = DType::BF16;
   else if (s == "F64") out = DType::F64;
@@ -87,9 +91,9 @@ void SafetensorsFile::parse_header() {
     SafetensorInfo info;
     info.name = name;
     const nlohmann::json& dt = entry["dtype"];
-    if (!dt.is_string() || !parse_safetensors_dtype(dt.get<std::string>(), info.dtype))
+    if (!dt.is_string() || !parse_safetensors_dtype(dt.get<std::string>(), info.dtype, info.fp8_e4m3))
       fail(path_, ": tensor '", name, "': dtype ", json_excerpt(dt),
-           " is not supported (supported: F32, F16, BF16, F64, I32, I64)");
+           " is not supported (supported: F32, F16, BF16, F64, I32, I64, F8_E4M3)");
 
     const nlohmann::json& shape = entry["shape"];
     if (!shape.is_array()) fail(path_, ": tensor '", name, "': shape must be a list, found ", json_excerpt(shape));
@@ -168,6 +172,59 @@ TensorView SafetensorsFile::view(const std::string& name) const {
   const SafetensorInfo* info = find(name);
   if (!info) fail(path_, ": no tensor named '", name, "'");
   return view(*info);
+}
+
+const char* safetensors_dtype_name(DType t) {
+  switch (t) {
+    case DType::F32: return "F32";
+    case DType::F16: return "F16";
+    case DType::BF16: return "BF16";
+    case DType::F64: return "F64";
+    case DType::I32: return "I32";
+    case DType::I64: return "I64";
+    case DType::U8: return "U8";
+  }
+  return "?";
+}
+
+void write_safetensors_file(const std::string& path, std::vector<SafetensorsOut> tensors,
+                            const std::map<std::string, std::string>& metadata) {
+  // The data section has no holes (readers check), so alignment comes from the order: wider elements first, as the
+  // reference writer does, then by name.
+  auto width = [&path](const SafetensorsOut& t) -> size_t {
+    DType dt;
+    bool fp8 = false;
+    if (t.dtype == "U8") return 1;
+    if (!parse_safetensors_dtype(t.dtype, dt, fp8)) fail(path, ": tensor '", t.name, "': cannot write dtype ", t.dtype);
+    return dtype_size(dt);
+  };
+  std::sort(tensors.begin(), tensors.end(), [&](const SafetensorsOut& a, const SafetensorsOut& b) {
+    const size_t wa = width(a), wb = width(b);
+    return wa != wb ? wa > wb : a.name < b.name;
+  });
+  std::set<std::string> seen;
+  for (const SafetensorsOut& t : tensors)
+    if (!seen.insert(t.name).second) fail(path, ": tensor '", t.name, "' given twice");
+  nlohmann::ordered_json header = nlohmann::ordered_json::object();
+  if (!metadata.empty()) header["__metadata__"] = metadata;
+  uint64_t offset = 0;
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    const SafetensorsOut& t = tensors[i];
+    uint64_t n = width(t);
+    for (int64_t d : t.shape) n *= static_cast<uint64_t>(d);
+    if (n != t.nbytes) fail(path, ": tensor '", t.name, "': ", t.nbytes, " bytes given, ", t.dtype, " x shape need ", n);
+    header[t.name] = {{"dtype", t.dtype}, {"shape", t.shape}, {"data_offsets", {offset, offset + n}}};
+    offset += n;
+  }
+  std::string text = header.dump();
+  text.append((8 - (8 + text.size()) % 8) % 8, ' ');  // the data section starts 8-byte aligned
+  uint8_t len[8];
+  for (int i = 0; i < 8; ++i) len[i] = static_cast<uint8_t>(static_cast<uint64_t>(text.size()) >> (8 * i));
+  AtomicFile f(path, "safetensors file");
+  f.write(len, 8);
+  f.write(text);
+  for (const SafetensorsOut& t : tensors) f.write(t.data, t.nbytes);
+  f.commit();
 }
 
 }  // namespace mambacpp

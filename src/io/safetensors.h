@@ -17,7 +17,8 @@ namespace mambacpp {
 
 struct SafetensorInfo {
   std::string name;
-  DType dtype = DType::F32;
+  DType dtype = DType::F32;   // U8 for F8_E4M3 bytes
+  bool fp8_e4m3 = false;      // stored as "F8_E4M3" (one e4m3fn byte per element)
   std::vector<int64_t> shape;  // may have any rank; view() supports up to 4
   uint64_t begin = 0;          // byte range [begin, end) inside the data section
   uint64_t end = 0;
@@ -71,5 +72,21 @@ class SafetensorsFile {
   std::vector<std::unique_ptr<uint64_t[]>> aligned_copies_;
   std::map<std::string, std::string> metadata_;
 };
+
+// One tensor for write_safetensors_file: its safetensors dtype ("F32", "BF16", "F8_E4M3", ...), shape and bytes
+// (read while the file is written, so they must stay valid until then).
+struct SafetensorsOut {
+  std::string name;
+  std::string dtype;
+  std::vector<int64_t> shape;
+  const void* data = nullptr;
+  uint64_t nbytes = 0;
+};
+// The safetensors spelling of a dtype (F32, F16, BF16, F64, I32, I64, U8).
+const char* safetensors_dtype_name(DType t);
+// Writes `tensors` (stored in name order, 8-byte aligned) and `metadata` as a safetensors file, whole or not at all
+// (core/atomic_file.h). Throws naming the tensor when its byte count is not dtype size x shape, or a name repeats.
+void write_safetensors_file(const std::string& path, std::vector<SafetensorsOut> tensors,
+                            const std::map<std::string, std::string>& metadata = {});
 
 }  // namespace mambacpp

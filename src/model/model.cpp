@@ -77,9 +77,11 @@ std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& op
                                  *impl->backend, dir, progress);
   } else {
     const Checkpoint& ck = *impl->checkpoint;
+    // Checkpoint::weight pairs FP8 weights with their scales (ModelOpt, compressed-tensors); weight_names leaves
+    // out the scale tensors it folded in.
     impl->weights = bind_weights(
-        impl->config, lookup_views([&ck](const std::string& name) { return ck.find(name); }, dir), ck.names(),
-        *impl->backend, dir, progress);
+        impl->config, [&ck](const std::string& name) { return ck.weight(name); }, ck.weight_names(), *impl->backend,
+        dir, progress);
   }
   impl->backend->synchronize();
   return std::unique_ptr<Model>(new Model(std::move(impl)));

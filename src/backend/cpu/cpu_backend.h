@@ -41,8 +41,10 @@ class CpuBackend final : public Backend {
   void rmsnorm(const TensorView& x, const TensorView& w, float eps, TensorView out) override;
   void add_inplace(TensorView acc, const TensorView& x) override;
   void linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y) override;
-  // Block formats run on packed_linear.cpp (Q8_0, Q4_K, Q6_K dequantized in registers); FP8 has none on the CPU.
-  bool supports_weight_format(WeightFormat f) const override { return f != WeightFormat::FP8_E4M3; }
+  // Block formats run on packed_linear.cpp (Q8_0, Q4_K, Q6_K dequantized in registers). FP8 has no kernels on the
+  // CPU: adopt_matrix dequantizes it once to f32 (packed_linear.cpp), so FP8 checkpoints run here, at 4 bytes a weight.
+  bool supports_weight_format(WeightFormat) const override { return true; }
+  Weight adopt_matrix(const Weight& host) override;
   void conv1d_silu(const TensorView& x, const TensorView& w, const TensorView& bias, TensorView state,
                    const BatchLayout& batch, TensorView out) override;
   void mamba1_scan(const Mamba1ScanArgs& args, const BatchLayout& batch) override;
@@ -72,7 +74,9 @@ class CpuBackend final : public Backend {
   void packed_linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y);  // packed_linear.cpp
   void packed_embed(const Weight& table, const TensorView& ids, TensorView out);                // packed_linear.cpp
   int threads_;
-  std::unique_ptr<cpu::WeightArena> weights_;  // null: weights are read in place (no huge pages)
+  std::unique_ptr<cpu::WeightArena> weights_;
+  std::mutex dequantized_mutex_;
+  std::vector<std::vector<float>> dequantized_;  // FP8 weights as f32 (adopt_matrix)  // null: weights are read in place (no huge pages)
 
   // A = -exp(A_log) of a Mamba-1 layer whose A_log lies in weights_ (its address names it for the backend's life),
   // made once per SIMD target (simd::neg_exp_rows: the bits mamba1_step would compute); null for any other A_log.

@@ -9,6 +9,7 @@
 #include "backend/cpu/linear_shares.h"
 #include "backend/cpu/packed_kernels.h"
 #include "backend/cpu/thread_pool.h"
+#include "core/fp8.h"
 #include "mambacpp/error.h"
 
 namespace mambacpp::cpu {
@@ -142,6 +143,28 @@ void check_rows(const char* op, const char* name, const TensorView& v, int64_t r
          v.shape_string());
 }
 }  // namespace
+
+Weight CpuBackend::adopt_matrix(const Weight& host) {
+  if (host.format != WeightFormat::FP8_E4M3) return Backend::adopt_matrix(host);
+  if (host.device() != Device::CPU) fail("adopt_matrix: expected a host weight, found one on ", device_name(host.device()));
+  const int64_t cols = host.dim(host.ndim - 1), rows = host.numel() / std::max<int64_t>(cols, 1);
+  if (host.scale.dtype != DType::F32 || (host.scale.numel() != rows && host.scale.numel() != 1) ||
+      host.data.dim(0) != rows || !host.data.contiguous())
+    fail("adopt_matrix: fp8 weight ", host.describe(), " needs contiguous bytes and f32 scales [", rows,
+         "] or [1], found ", dtype_name(host.scale.dtype), " ", host.scale.shape_string());
+  std::vector<float> values(static_cast<size_t>(rows * cols));
+  fp8_dequantize_rows(host.data.ptr<const uint8_t>(), rows, cols, host.scale.ptr<const float>(),
+                      host.scale.numel() == 1 && rows > 1, values.data());
+  Weight w = host;
+  w.format = WeightFormat::F32;
+  w.data = TensorView(values.data(), DType::F32, {rows, cols});
+  w.data.ndim = host.ndim;
+  for (int d = 0; d < host.ndim; ++d) w.data.shape[static_cast<size_t>(d)] = host.dim(d);
+  w.scale = TensorView();
+  std::lock_guard<std::mutex> lock(dequantized_mutex_);
+  dequantized_.push_back(std::move(values));  // the vector's buffer stays where it is
+  return w;
+}
 
 void CpuBackend::packed_linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y) {
   check_packed("linear", w);
