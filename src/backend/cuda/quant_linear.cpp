@@ -10,21 +10,25 @@
 // channel scales are applied to the GEMM's output. The copy costs a read of the quantized bytes and a write and read
 // of 2 bytes per weight per call: negligible against the GEMMs of a prompt, a loss against the bf16 weights at
 // batches of a few tens of rows.
+// fused_linear (decode batches; backend_linear.cpp routes them): quant_fused_launch here, the kernel in
+// quant_fused_gemv.cu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
 #include <cstring>
+#include <optional>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
+#include "backend/cuda/fused_ops.h"
 #include "backend/cuda/quant_ops.h"
 
 namespace mambacpp {
 
 using namespace cuda;
 
-namespace {
+namespace cuda {
 
 // The device weight's arrays (adopt_packed made them).
 QuantMatrix quant_matrix(const Weight& w, const char* op) {
@@ -49,7 +53,28 @@ QuantMatrix quant_matrix(const Weight& w, const char* op) {
   return q;
 }
 
-}  // namespace
+std::optional<QuantFusedLaunch> quant_fused_launch(const FusedLinearArgs& a, int64_t B) {
+  const Weight& w = a.w;
+  if ((w.format != WeightFormat::Q8_0 && w.format != WeightFormat::FP8_E4M3) || w.ndim != 2 ||
+      w.device() != Device::CUDA || B < 1)
+    return std::nullopt;
+  QuantFusedLaunch l;
+  l.w = quant_matrix(w, "fused_linear");
+  // fused_gemv_launch checks the shapes and builds the prologue / epilogue parameters from a dense [rows, cols]
+  // view; only its pointer and shape are used here (the kernel reads l.w), so the view's dtype is any it takes.
+  FusedLinearArgs dense = a;
+  dense.w = Weight(TensorView(const_cast<uint8_t*>(l.w.q), DType::BF16, {l.w.rows, l.w.cols}, Device::CUDA));
+  std::optional<FusedGemvLaunch> p = fused_gemv_launch(dense, std::min(B, kFusedMaxRows));
+  if (!p) return std::nullopt;
+  // Every row of the batch (fused_gemv_launch saw the first kFusedMaxRows).
+  const auto has_rows = [B](const TensorView& v) { return v.ndim == 2 && v.dim(0) >= B; };
+  if (!has_rows(a.x) || !has_rows(a.y) || (p->conv_channels > 0 && !has_rows(a.conv_out))) return std::nullopt;
+  if (!quant_fused_gemv_supported(*p, l.w)) return std::nullopt;
+  l.p = *p;
+  return l;
+}
+
+}  // namespace cuda
 
 bool CudaBackend::supports_weight_format(WeightFormat f) const {
   return is_dense(f) || f == WeightFormat::Q8_0 || f == WeightFormat::FP8_E4M3;
