@@ -15,7 +15,9 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <cstring>
+#include <string_view>
 #include <optional>
 #include <vector>
 
@@ -51,6 +53,13 @@ QuantMatrix quant_matrix(const Weight& w, const char* op) {
     q.per_tensor = w.scale.numel() == 1 && q.rows != 1;
   }
   return q;
+}
+
+// The A/B switch of the FP8 prefill GEMM (dev/device_qgpu52c.sh): MAMBACPP_FP8_PREFILL_GEMM=1 turns it on; off, fp8
+// prefill runs on the 16-bit copy. To go once the measurement has chosen.
+bool fp8_prefill_gemm() {
+  const char* e = std::getenv("MAMBACPP_FP8_PREFILL_GEMM");
+  return e != nullptr && std::string_view(e) == "1";
 }
 
 std::optional<QuantFusedLaunch> quant_fused_launch(const FusedLinearArgs& a, int64_t B) {
@@ -138,6 +147,22 @@ void CudaBackend::linear_quant(const TensorView& x, const Weight& w, const Tenso
     return;
   }
   const bool fp8 = q.format == WeightFormat::FP8_E4M3;
+  if (fp8 && fast_ && fp8_prefill_gemm()) {
+    // Fast precision: the FP8 tensor-core GEMM (quant_ops.h). Activations lose bits here (e4m3 keeps 3 mantissa
+    // bits: 2^-4 relative per element, one scale per row), the trade fast precision makes. Where cuBLASLt has no FP8
+    // plan the 16-bit copy below runs.
+    const size_t scale_bytes = (static_cast<size_t>(T) * 4 + 255) / 256 * 256;
+    char* scratch = static_cast<char*>(grow(Slot::kQuantDense, scale_bytes + static_cast<size_t>(T * in)));
+    float* row_scale = reinterpret_cast<float*>(scratch);
+    auto* xq = reinterpret_cast<uint8_t*>(scratch + scale_bytes);
+    cublas();  // the shared workspace exists
+    launch_quantize_rows_e4m3(crows(x), T, in, xq, row_scale, stream());
+    if (run_fp8_gemm(stream(), cublas_workspace_, kCublasWorkspaceBytes, q.q, xq, y.ptr<float>(), out, T, in,
+                     y.stride0())) {
+      launch_scale_rows_columns(rows(y), row_scale, q, b, T, stream());
+      return;
+    }
+  }
   const DType dt = fp8 ? DType::BF16 : DType::F16;
   void* dense = grow(Slot::kQuantDense, static_cast<size_t>(out * in) * 2);
   launch_quant_dequantize(q, dt, dense, stream());

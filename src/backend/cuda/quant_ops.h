@@ -48,6 +48,22 @@ void launch_quant_embed(const QuantMatrix& w, const int32_t* ids, int64_t T, F32
 // other weight.
 QuantMatrix quant_matrix(const Weight& w, const char* op);
 
+// FP8 prefill (fast precision, fp8 weights; quant_fp8_act.cu, quant_fp8_gemm.cpp): x's rows quantized to e4m3 with
+// one dynamic scale per row (amax / 448: a row's bytes depend on that row alone), one FP8 tensor-core GEMM with f32
+// accumulation, then y scaled by the row's and the weight channel's scales and the bias added.
+void launch_quantize_rows_e4m3(ConstF32Rows x, int64_t T, int64_t in, uint8_t* q, float* row_scale,
+                               cudaStream_t stream);
+// y[t, o] = y[t, o] * row_scale[t] * s[o] (+ bias[o]).
+void launch_scale_rows_columns(F32Rows y, const float* row_scale, const QuantMatrix& w, DevWeight bias, int64_t T,
+                               cudaStream_t stream);
+// y [T, out] (rows ldy apart, f32) = x_q [T, in] . w_q^T over e4m3 bytes, unscaled. False (nothing enqueued) where
+// cuBLASLt has no FP8 algorithm for the shape or alignment (out and in must be multiples of 16).
+bool run_fp8_gemm(cudaStream_t stream, void* workspace, size_t ws_bytes, const uint8_t* w, const uint8_t* x, float* y,
+                  int64_t out, int64_t T, int64_t in, int64_t ldy);
+// Whether linear takes the FP8 GEMM (fast precision, fp8 weights, more than kQuantGemvMaxRows rows): the environment's
+// MAMBACPP_FP8_PREFILL_GEMM=1, read at each call (an A/B switch while it is measured).
+bool fp8_prefill_gemm();
+
 // Fused decode over quantized weights (quant_fused_gemv.cu): fused_gemv.cu's prologues, multipliers and epilogues
 // (FusedGemvLaunch) with q8_0 / fp8 rows dequantized in registers, on CUDA cores, for decode batches of any size
 // (launches of up to kFusedMaxRows rows; row t of the batch is sequence t). A row's bits do not depend on the row
