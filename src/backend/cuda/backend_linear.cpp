@@ -186,10 +186,11 @@ void CudaBackend::linear_fast(const TensorView& x, const TensorView& w, const De
 // Without a conv epilogue the fast path is row by row and takes prefill pieces too (the prefill recipe's norms and
 // residual add folded into the GEMMs).
 // Quantized weights (q8_0, fp8) at either precision: the quantized fused GEMV (quant_ops.h) for decode batches of
-// every size up to kFastMaxRows, in launches of up to 8 rows whose rows' bits do not depend on the batch; prefill
-// pieces and mixed batches run the plain ops.
+// up to kQuantFusedMaxRows rows, in launches of up to 8 rows whose rows' bits do not depend on the batch; larger
+// decode batches, prefill pieces and mixed batches run the plain ops.
 bool CudaBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const {
-  if (!a.w.dense()) return decode_rows(batch, kFastMaxRows) && quant_fused_launch(a, batch.total_tokens).has_value();
+  if (!a.w.dense())
+    return decode_rows(batch, kQuantFusedMaxRows) && quant_fused_launch(a, batch.total_tokens).has_value();
   if (fast_fused(a, batch)) return fast_rows(a, batch) && fast_supported(a, batch.total_tokens);
   return decode_rows(batch, kFusedMaxRows) && fused_gemv_launch(a, batch.total_tokens).has_value();
 }
@@ -208,8 +209,8 @@ bool CudaBackend::fast_fused(const FusedLinearArgs& a, const BatchLayout& batch)
 void CudaBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) {
   const int64_t B = batch.total_tokens;
   if (!a.w.dense()) {
-    need(decode_rows(batch, kFastMaxRows), "fused_linear: quantized weights need a decode batch of 1..", kFastMaxRows,
-         " one-token sequences in row order");
+    need(decode_rows(batch, kQuantFusedMaxRows), "fused_linear: quantized weights need a decode batch of 1..",
+         kQuantFusedMaxRows, " one-token sequences in row order");
     std::optional<QuantFusedLaunch> q = quant_fused_launch(a, B);
     need(q.has_value(), "fused_linear: these arguments with ", a.w.describe(),
          " have no fused kernel (ask supports_fused_linear first)");

@@ -65,9 +65,12 @@ bool run_fp8_gemm(cudaStream_t stream, void* workspace, size_t ws_bytes, const u
 bool fp8_prefill_gemm();
 
 // Fused decode over quantized weights (quant_fused_gemv.cu): fused_gemv.cu's prologues, multipliers and epilogues
-// (FusedGemvLaunch) with q8_0 / fp8 rows dequantized in registers, on CUDA cores, for decode batches of any size
-// (launches of up to kFusedMaxRows rows; row t of the batch is sequence t). A row's bits do not depend on the row
-// count: the split of a row over warps depends on the matrix's shape and the GPU only.
+// (FusedGemvLaunch) with q8_0 / fp8 rows dequantized in registers, on CUDA cores, for decode batches of up to
+// kQuantFusedMaxRows rows (launches of up to kFusedMaxRows rows; row t of the batch is sequence t). A row's bits do
+// not depend on the row count: the split of a row over warps depends on the matrix's shape and the GPU only.
+// Each launch reads the matrix: 4 reads at 32 rows, still fewer bytes than the plain path's 16-bit copy and GEMM;
+// larger decode batches run the plain ops.
+inline constexpr int64_t kQuantFusedMaxRows = 32;
 struct QuantFusedLaunch {
   FusedGemvLaunch p;  // p.T is min(B, kFusedMaxRows); p.w is unused (the kernels read `w`); seqs left to the caller
   QuantMatrix w;
