@@ -1,7 +1,6 @@
 // Linear ops of the CUDA backend: linear (the GEMV for a few rows, cuBLAS / cuBLASLt above, fast precision's pinned
 // GEMM) and fused_linear (exact decode's fused GEMVs, fused_ops.h; fast precision's norm-and-round kernel, pinned
-// cuBLASLt GEMM and conv step at every batch size: a row's bits do not depend on the batch around it; quantized
-// weights' fused GEMV at every decode batch size, quant_ops.h).
+// cuBLASLt GEMM and conv step at every batch size: a row's bits do not depend on the batch around it).
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
@@ -12,7 +11,6 @@
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/fused_ops.h"
-#include "backend/cuda/quant_ops.h"
 
 namespace mambacpp {
 
@@ -185,12 +183,8 @@ void CudaBackend::linear_fast(const TensorView& x, const TensorView& w, const De
 // never the fused GEMVs, whose products differ from the GEMM's.
 // Without a conv epilogue the fast path is row by row and takes prefill pieces too (the prefill recipe's norms and
 // residual add folded into the GEMMs).
-// Quantized weights (q8_0, fp8) at either precision: the quantized fused GEMV (quant_ops.h) for decode batches of
-// up to kQuantFusedMaxRows rows, in launches of up to 8 rows whose rows' bits do not depend on the batch; larger
-// decode batches, prefill pieces and mixed batches run the plain ops.
 bool CudaBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) const {
-  if (!a.w.dense())
-    return decode_rows(batch, kQuantFusedMaxRows) && quant_fused_launch(a, batch.total_tokens).has_value();
+  if (!a.w.dense()) return false;
   if (fast_fused(a, batch)) return fast_rows(a, batch) && fast_supported(a, batch.total_tokens);
   return decode_rows(batch, kFusedMaxRows) && fused_gemv_launch(a, batch.total_tokens).has_value();
 }
@@ -202,22 +196,12 @@ bool CudaBackend::fast_rows(const FusedLinearArgs& a, const BatchLayout& batch) 
 // Whether fused_linear takes the fast kernels: fast precision, 16-bit weights, and (unless batch invariance is
 // required) more rows than the fused GEMVs take.
 bool CudaBackend::fast_fused(const FusedLinearArgs& a, const BatchLayout& batch) const {
-  if (!fast_ || !a.w.dense() || a.w.data.dtype == DType::F32) return false;
+  if (!fast_ || a.w.data.dtype == DType::F32) return false;
   return batch_invariant_ || !decode_rows(batch, kFusedMaxRows) || !fused_gemv_launch(a, batch.total_tokens);
 }
 
 void CudaBackend::fused_linear(const FusedLinearArgs& a, const BatchLayout& batch) {
   const int64_t B = batch.total_tokens;
-  if (!a.w.dense()) {
-    need(decode_rows(batch, kQuantFusedMaxRows), "fused_linear: quantized weights need a decode batch of 1..",
-         kQuantFusedMaxRows, " one-token sequences in row order");
-    std::optional<QuantFusedLaunch> q = quant_fused_launch(a, B);
-    need(q.has_value(), "fused_linear: these arguments with ", a.w.describe(),
-         " have no fused kernel (ask supports_fused_linear first)");
-    if (q->p.conv_channels > 0) q->p.seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
-    launch_quant_fused_gemv(q->p, q->w, B, sm_count_, stream());
-    return;
-  }
   if (fast_fused(a, batch)) {
     need(fast_rows(a, batch) && fast_supported(a, B),
          "fused_linear: these arguments have no fast kernels (ask supports_fused_linear first)");

@@ -10,27 +10,21 @@
 // channel scales are applied to the GEMM's output. The copy costs a read of the quantized bytes and a write and read
 // of 2 bytes per weight per call: negligible against the GEMMs of a prompt, a loss against the bf16 weights at
 // batches of a few tens of rows.
-// fused_linear (decode batches; backend_linear.cpp routes them): quant_fused_launch here, the kernel in
-// quant_fused_gemv.cu.
 #include <cuda_runtime.h>
 
 #include <algorithm>
-#include <cstdlib>
 #include <cstring>
-#include <string_view>
-#include <optional>
 #include <vector>
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/fused_ops.h"
 #include "backend/cuda/quant_ops.h"
 
 namespace mambacpp {
 
 using namespace cuda;
 
-namespace cuda {
+namespace {
 
 // The device weight's arrays (adopt_packed made them).
 QuantMatrix quant_matrix(const Weight& w, const char* op) {
@@ -55,35 +49,7 @@ QuantMatrix quant_matrix(const Weight& w, const char* op) {
   return q;
 }
 
-// The A/B switch of the FP8 prefill GEMM (dev/device_qgpu52c.sh): MAMBACPP_FP8_PREFILL_GEMM=1 turns it on; off, fp8
-// prefill runs on the 16-bit copy. To go once the measurement has chosen.
-bool fp8_prefill_gemm() {
-  const char* e = std::getenv("MAMBACPP_FP8_PREFILL_GEMM");
-  return e != nullptr && std::string_view(e) == "1";
-}
-
-std::optional<QuantFusedLaunch> quant_fused_launch(const FusedLinearArgs& a, int64_t B) {
-  const Weight& w = a.w;
-  if ((w.format != WeightFormat::Q8_0 && w.format != WeightFormat::FP8_E4M3) || w.ndim != 2 ||
-      w.device() != Device::CUDA || B < 1)
-    return std::nullopt;
-  QuantFusedLaunch l;
-  l.w = quant_matrix(w, "fused_linear");
-  // fused_gemv_launch checks the shapes and builds the prologue / epilogue parameters from a dense [rows, cols]
-  // view; only its pointer and shape are used here (the kernel reads l.w), so the view's dtype is any it takes.
-  FusedLinearArgs dense = a;
-  dense.w = Weight(TensorView(const_cast<uint8_t*>(l.w.q), DType::BF16, {l.w.rows, l.w.cols}, Device::CUDA));
-  std::optional<FusedGemvLaunch> p = fused_gemv_launch(dense, std::min(B, kFusedMaxRows));
-  if (!p) return std::nullopt;
-  // Every row of the batch (fused_gemv_launch saw the first kFusedMaxRows).
-  const auto has_rows = [B](const TensorView& v) { return v.ndim == 2 && v.dim(0) >= B; };
-  if (!has_rows(a.x) || !has_rows(a.y) || (p->conv_channels > 0 && !has_rows(a.conv_out))) return std::nullopt;
-  if (!quant_fused_gemv_supported(*p, l.w)) return std::nullopt;
-  l.p = *p;
-  return l;
-}
-
-}  // namespace cuda
+}  // namespace
 
 bool CudaBackend::supports_weight_format(WeightFormat f) const {
   return is_dense(f) || f == WeightFormat::Q8_0 || f == WeightFormat::FP8_E4M3;
@@ -147,22 +113,6 @@ void CudaBackend::linear_quant(const TensorView& x, const Weight& w, const Tenso
     return;
   }
   const bool fp8 = q.format == WeightFormat::FP8_E4M3;
-  if (fp8 && fast_ && fp8_prefill_gemm()) {
-    // Fast precision: the FP8 tensor-core GEMM (quant_ops.h). Activations lose bits here (e4m3 keeps 3 mantissa
-    // bits: 2^-4 relative per element, one scale per row), the trade fast precision makes. Where cuBLASLt has no FP8
-    // plan the 16-bit copy below runs.
-    const size_t scale_bytes = (static_cast<size_t>(T) * 4 + 255) / 256 * 256;
-    char* scratch = static_cast<char*>(grow(Slot::kQuantDense, scale_bytes + static_cast<size_t>(T * in)));
-    float* row_scale = reinterpret_cast<float*>(scratch);
-    auto* xq = reinterpret_cast<uint8_t*>(scratch + scale_bytes);
-    cublas();  // the shared workspace exists
-    launch_quantize_rows_e4m3(crows(x), T, in, xq, row_scale, stream());
-    if (run_fp8_gemm(stream(), cublas_workspace_, kCublasWorkspaceBytes, q.q, xq, y.ptr<float>(), out, T, in,
-                     y.stride0())) {
-      launch_scale_rows_columns(rows(y), row_scale, q, b, T, stream());
-      return;
-    }
-  }
   const DType dt = fp8 ? DType::BF16 : DType::F16;
   void* dense = grow(Slot::kQuantDense, static_cast<size_t>(out * in) * 2);
   launch_quant_dequantize(q, dt, dense, stream());
