@@ -28,7 +28,9 @@ SPECIAL_TOKENS = {
     "Qwen": {"bos_token": None, "eos_token": "<|im_end|>"},
     "ibm": {"bos_token": "<|end_of_text|>", "eos_token": "<|end_of_text|>"},
     "meta": {"bos_token": "<|begin_of_text|>", "eos_token": "<|eot_id|>"},
-    "falcon": {"bos_token": None, "eos_token": "<|end_of_text|>"},
+    # Falcon-H1: the special tokens of a tokenizer_config.json carrying Falcon-H1's chat template (that of
+    # onnx-internal-testing/tiny-random-FalconH1ForCausalLM; the template reads bos_token only).
+    "tiiuae": {"bos_token": "<|begin_of_text|>", "eos_token": "<|end_of_text|>"},
     "jamba": {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>"},
     "ai21labs": {"bos_token": "<|startoftext|>", "eos_token": "<|endoftext|>"},  # Jamba
 }
