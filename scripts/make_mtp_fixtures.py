@@ -50,13 +50,19 @@ L = 23  # tokens; the MTP rows are p = 0..L-2
 SEED = 53
 
 
+def config_of(**overrides):
+    from transformers import NemotronHConfig
+    config = NemotronHConfig(**dict(CFG, **overrides))
+    config._attn_implementation = "eager"
+    return config
+
+
 def eager(model):
     """transformers 5 runs MoE experts through torch._grouped_mm by default, which has no float64: the eager loop."""
     try:
         model.set_experts_implementation("eager")
     except Exception:  # noqa: BLE001  (versions without the setter)
         model.config._experts_implementation = "eager"
-    model.config._attn_implementation = "eager"
     return model
 
 
@@ -106,14 +112,14 @@ def main():
     if len(sys.argv) != 2:
         sys.exit("usage: python3 scripts/make_mtp_fixtures.py OUTDIR")
     out = sys.argv[1]
-    from transformers import NemotronHConfig, NemotronHForCausalLM, NemotronHModel
+    from transformers import NemotronHForCausalLM, NemotronHModel
     gen = torch.Generator().manual_seed(SEED)
     torch.manual_seed(SEED)
 
-    model = eager(NemotronHForCausalLM(NemotronHConfig(**CFG)))
+    model = eager(NemotronHForCausalLM(config_of()))
     init(model, gen)
     # The MTP block's layers: a NemotronHModel of the MTP pattern (its embeddings are not used).
-    block = eager(NemotronHModel(NemotronHConfig(**dict(CFG, hybrid_override_pattern=MTP_PATTERN))))
+    block = eager(NemotronHModel(config_of(hybrid_override_pattern=MTP_PATTERN)))
     init(block, gen)
     d = CFG["hidden_size"]
     glue = {
@@ -125,7 +131,7 @@ def main():
     # The checkpoint: the model as save_pretrained writes it, the MTP tensors added, the config told about them.
     mdir = os.path.join(out, "model")
     os.makedirs(mdir, exist_ok=True)
-    model.save_pretrained(mdir, safe_serialization=True)
+    model.save_pretrained(mdir)
     st = os.path.join(mdir, "model.safetensors")
     tensors = load_file(st)
     n_mtp = len(MTP_PATTERN)
@@ -145,8 +151,9 @@ def main():
     with open(os.path.join(mdir, "config.json"), "w") as f:
         json.dump(config, f, indent=2)
 
-    # The reference, in float64.
-    model = model.double().eval()
+    # The reference, in float64: the model as transformers loads the checkpoint (which ignores mtp.*), the block from
+    # the float32 values saved above.
+    model = eager(NemotronHForCausalLM.from_pretrained(mdir, dtype=torch.float64, attn_implementation="eager")).eval()
     block = block.double().eval()
     tokens = torch.randint(3, CFG["vocab_size"], (L,), generator=gen)
     with torch.no_grad():
