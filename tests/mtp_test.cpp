@@ -5,6 +5,7 @@
 // lacks them, is refused naming what is missing.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -84,6 +85,27 @@ std::map<std::string, test::HostTensor> checkpoint_tensors(const ModelConfig& c,
   out["mtp.layers." + std::to_string(block.n_layer - 1) + ".final_layernorm.weight"] =
       random_tensor("final_layernorm.weight", {d}, rng);
   return out;
+}
+
+// MTP blocks whose drafts are known in advance. The layers add nothing (zero output projections) and the norms have
+// unit weights, so the block's output is the normalised row that eh_proj passes through:
+// - PassHidden: hnorm(h_p), so its logits are the model's own at p (scaled): every draft, chained or not, is the token
+//   that follows p, i.e. the request's `next` when the engine pairs h_p with the right row;
+// - PassToken: enorm(embed(t_{p+1})), so a draft is f(t) = argmax_v lm_head[v] . embed(t) of the token it is paired
+//   with (the LM head is set to the embeddings, so f is mostly the identity), and a chained draft f(previous draft).
+enum class Pass { Hidden, Token };
+void make_block_pass(std::map<std::string, test::HostTensor>& t, int64_t d, Pass pass) {
+  for (auto& [name, tensor] : t) {
+    if (name.rfind("mtp.", 0) != 0) continue;
+    if (ends_with(name, "o_proj.weight") || name.find("down_proj") != std::string::npos)
+      std::fill(tensor.values.begin(), tensor.values.end(), 0.0f);
+    if (ends_with(name, "enorm.weight") || ends_with(name, "hnorm.weight") || ends_with(name, "final_layernorm.weight"))
+      std::fill(tensor.values.begin(), tensor.values.end(), 1.0f);
+  }
+  std::vector<float>& eh = t.at("mtp.layers.0.eh_proj.weight").values;
+  std::fill(eh.begin(), eh.end(), 0.0f);
+  for (int64_t r = 0; r < d; ++r) eh[static_cast<size_t>(r * 2 * d + (pass == Pass::Hidden ? d : 0) + r)] = 1.0f;
+  if (pass == Pass::Token) t.at("lm_head.weight").values = t.at("model.embeddings.weight").values;
 }
 
 void write_checkpoint(const std::string& dir, const nlohmann::json& config,
@@ -207,6 +229,77 @@ TEST_F(MtpTest, BatchedPiecedAndCachedRequestsGetTheirPlainTokens) {
   EXPECT_GT(turn2.cached_prompt_tokens, 0);
   EXPECT_GT(turn2.draft_tokens, 0);
   EXPECT_EQ(turn2.tokens, test::run_alone(*model, greedy(next, 12)).tokens);
+}
+
+// The engine pairs the model's hidden state at p with token p+1 and chains drafts from the block's output: with the
+// blocks above, the drafts of every step are known from the plain greedy sequence alone, and so are the counts of
+// drafted and kept tokens (fixed draft length).
+TEST(MtpAlignment, DraftsPairEachHiddenStateWithTheTokenAfterIt) {
+  const ModelConfig c = parse_model_config(kConfig);
+  const int64_t d = c.d_model, V = c.vocab_size;
+  for (Pass pass : {Pass::Hidden, Pass::Token}) {
+    SCOPED_TRACE(pass == Pass::Hidden ? "block passes h_p" : "block passes token p+1");
+    test::TempDir tmp;
+    auto tensors = checkpoint_tensors(c, 91);
+    make_block_pass(tensors, d, pass);
+    write_checkpoint(tmp.path(), nlohmann::json::parse(kConfig), tensors);
+    auto model = load_cpu(tmp.path());
+    const std::vector<float>& head = tensors.at("lm_head.weight").values;
+    const std::vector<float>& emb = tensors.at("model.embeddings.weight").values;
+    auto f = [&](int32_t t) {  // the PassToken block's draft after token t
+      int32_t best = 0;
+      double best_v = -1e300;
+      for (int32_t v = 0; v < V; ++v) {
+        double dot = 0;
+        for (int64_t i = 0; i < d; ++i) dot += double(head[static_cast<size_t>(v * d + i)]) * emb[static_cast<size_t>(t * d + i)];
+        if (dot > best_v) best_v = dot, best = v;
+      }
+      return best;
+    };
+    const int max_new = 40, k = 3;
+    int64_t expected_total = 0;
+    std::vector<GenerateRequest> batch;
+    std::vector<std::pair<int64_t, int64_t>> counts;  // drafted, accepted
+    for (uint64_t s = 0; s < 6; ++s) {
+      SCOPED_TRACE("prompt " + std::to_string(s));
+      const std::vector<int32_t> prompt = test::random_tokens(6 + static_cast<int64_t>(s), V, 500 + s);
+      const GenerateResult plain = test::run_alone(*model, greedy(prompt, max_new));
+      std::vector<int32_t> seq = prompt;
+      seq.insert(seq.end(), plain.tokens.begin(), plain.tokens.end());
+      // The engine's schedule: the first token without drafts, then k drafts a step (fewer near max_new); a verify
+      // keeps the leading drafts that equal the tokens after `next`, plus the model's own token.
+      int64_t produced = 1, n = static_cast<int64_t>(prompt.size()), drafted = 0, accepted = 0;
+      while (produced < max_new) {
+        const int64_t kk = std::min<int64_t>(k, max_new - produced - 1);
+        int32_t draft = seq[static_cast<size_t>(n)];
+        int64_t a = 0;
+        for (int64_t j = 0; j < kk; ++j) {
+          if (pass == Pass::Token) draft = f(draft);
+          if (a < j || draft != seq[static_cast<size_t>(n + 1 + j)]) break;
+          ++a;
+        }
+        drafted += kk, accepted += a;
+        produced += a + 1, n += a + 1;
+      }
+      const GenerateResult got = test::run_alone(*model, greedy(prompt, max_new, k, true, /*adaptive=*/false),
+                                                 nullptr, with_mtp());
+      EXPECT_EQ(got.tokens, plain.tokens);
+      EXPECT_EQ(got.draft_tokens, drafted);
+      EXPECT_EQ(got.accepted_draft_tokens, accepted);
+      expected_total += accepted;
+      batch.push_back(greedy(prompt, max_new, k, true, /*adaptive=*/false));
+      counts.emplace_back(drafted, accepted);
+    }
+    EXPECT_GT(expected_total, 0) << "no draft would be kept: the pairing went untested";
+    // All at once, prefill in pieces of 4 tokens: each request's hidden rows are its own.
+    EngineOptions o = with_mtp();
+    o.batch_tokens = 4;
+    const std::vector<GenerateResult> got = test::run_batch(*model, batch, nullptr, o);
+    for (size_t i = 0; i < got.size(); ++i) {
+      EXPECT_EQ(got[i].draft_tokens, counts[i].first) << "request " << i << " in a batch";
+      EXPECT_EQ(got[i].accepted_draft_tokens, counts[i].second) << "request " << i << " in a batch";
+    }
+  }
 }
 
 TEST_F(MtpTest, BlockStateRollsBackExactly) {
