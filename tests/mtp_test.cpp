@@ -411,6 +411,16 @@ TEST(MtpRefusal, ModelsWithoutMtpLayersAreRefusedClearly) {
   auto partial = load_cpu(tmp.file("partial"));
   e = test::error_of([&] { Engine engine(*partial, nullptr, with_mtp()); });
   EXPECT_NE(e.find("mtp.layers.0.eh_proj.weight"), std::string::npos) << e;
+  // A dense model (no MoE layers) that declares the default attention + MoE block: it loads as a dense model, and
+  // --draft-mtp says why it cannot run the block.
+  nlohmann::json dense = j;
+  dense["hybrid_override_pattern"] = "M*-";
+  const ModelConfig dc = parse_model_config(dense.dump());
+  EXPECT_EQ(dc.moe.n_experts, 0);
+  write_checkpoint(tmp.file("dense"), dense, checkpoint_tensors(dc, 8, /*with_mtp=*/false));
+  auto dense_model = load_cpu(tmp.file("dense"));
+  e = test::error_of([&] { Engine engine(*dense_model, nullptr, with_mtp()); });
+  EXPECT_NE(e.find("MoE layers but the model has none"), std::string::npos) << e;
   // A request asking for MTP drafts from an engine that did not load the block.
   Engine plain(*partial, nullptr, {});
   e = test::error_of([&] { plain.submit(greedy({1, 2, 3}, 4, 0, true)); });

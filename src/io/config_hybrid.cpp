@@ -252,11 +252,9 @@ ModelConfig parse_transformers_nemotron_h(const nlohmann::json& j, const std::st
   if (c.mtp_layers_ignored < 0)
     r.reject_value("num_nextn_predict_layers", *r.get("num_nextn_predict_layers"), "expected a count >= 0");
   if (c.mtp_layers_ignored > 0) read_mtp_layers(r, c);
-  for (const std::vector<LayerKind>* kinds : {&c.layers, &c.mtp_layers})
-    if (std::find(kinds->begin(), kinds->end(), LayerKind::MoE) != kinds->end()) {
-      read_nemotron_moe(r, c);
-      break;
-    }
+  // The MoE keys are read for the model's own MoE layers only: a dense model that declares an MTP block keeps the
+  // config (and the decode path) of a dense model; its block's MoE layers are then refused by --draft-mtp.
+  if (std::find(c.layers.begin(), c.layers.end(), LayerKind::MoE) != c.layers.end()) read_nemotron_moe(r, c);
   c.norm_eps = positive_number(r, "layer_norm_epsilon", 1e-5);
 
   // Mamba-2 layers: d_inner is mamba_num_heads * mamba_head_dim (expand only initialises).

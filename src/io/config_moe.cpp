@@ -151,7 +151,6 @@ void validate_moe(const ModelConfig& c) {
          c.moe_layer_period, ")");
   bool moe_layers = false;
   for (int64_t l = 0; l < c.n_layer; ++l) moe_layers |= c.mlp_has_experts(l) || c.layer_kind(l) == LayerKind::MoE;
-  for (LayerKind k : c.mtp_layers) moe_layers |= k == LayerKind::MoE;  // the MTP block's (model/mtp.h)
   const MoeConfig& m = c.moe;
   if (!moe_layers) {
     if (m.n_experts != 0) fail("model config: moe.n_experts = ", m.n_experts, " but no layer has experts");

@@ -58,6 +58,9 @@ std::unique_ptr<MtpHead> MtpHead::load(const Model& target) {
   if (c.mtp_layers_ignored != 1)
     fail("--draft-mtp: the model '", dir, "' declares num_nextn_predict_layers = ", c.mtp_layers_ignored,
          "; one MTP block (reused for every drafted token) is supported");
+  if (std::find(c.mtp_layers.begin(), c.mtp_layers.end(), LayerKind::MoE) != c.mtp_layers.end() && c.moe.n_experts == 0)
+    fail("--draft-mtp: the MTP block of '", dir, "' has MoE layers but the model has none, so its config gives no "
+         "expert sizes for them; not supported");
   if (dir.size() > 5 && dir.compare(dir.size() - 5, 5, ".gguf") == 0)
     fail("--draft-mtp: the model '", dir, "' is a GGUF file; the MTP block is read from the safetensors checkpoint "
          "directory");
