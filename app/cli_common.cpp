@@ -197,6 +197,7 @@ SpeculativeParams SpeculativeCliOptions::params() const {
   SpeculativeParams p;
   p.draft_model = !draft_model.empty();
   p.draft_ngram = draft_ngram;
+  p.draft_mtp = draft_mtp;
   p.draft_max = draft_max;
   p.adaptive = !no_adaptive;
   return p;
@@ -211,6 +212,9 @@ void add_speculative_options(CLI::App& cmd, SpeculativeCliOptions& opts) {
                  "occurrence in the prompt and output (0: off)")
       ->check(IntRange(0, 16))
       ->capture_default_str();
+  cmd.add_flag("--draft-mtp", opts.draft_mtp,
+               "speculative decoding with the model's own multi-token-prediction layers (Nemotron-H checkpoints with "
+               "num_nextn_predict_layers, e.g. Nemotron 3 Super)");
   cmd.add_option("--draft-max", opts.draft_max,
                  "speculative decoding: tokens drafted per step at most (0: " + std::to_string(kDefaultDraftMax) + ")")
       ->check(IntRange(0, 32))
@@ -221,6 +225,8 @@ void add_speculative_options(CLI::App& cmd, SpeculativeCliOptions& opts) {
 }
 
 std::unique_ptr<Model> load_draft_model(const SpeculativeCliOptions& spec, const ModelOptions& model) {
+  if (spec.draft_mtp && (spec.draft_ngram > 0 || !spec.draft_model.empty()))
+    fail("--draft-mtp, --draft-model and --draft-ngram: drafts come from one source, give one of them");
   if (spec.draft_model.empty()) return nullptr;
   if (spec.draft_ngram > 0) fail("--draft-model and --draft-ngram: drafts come from one source, give one of them");
   ModelOptions d = model;

@@ -49,6 +49,7 @@ constexpr int64_t kMaxBenchTokens = int64_t{1} << 28;
 struct SpeculativeCliOptions {
   std::string draft_model;  // --draft-model DIR: loaded with the model's device options
   int draft_ngram = 0;      // --draft-ngram N: prompt lookup
+  bool draft_mtp = false;   // --draft-mtp: the model's own multi-token-prediction block
   int draft_max = 0;        // --draft-max K; 0: the engine's default
   bool no_adaptive = false;  // --draft-fixed: always draft --draft-max tokens
 

@@ -221,6 +221,7 @@ void run_generate(const GenerateCliOptions& o) {
   eo.state_cache_disk_mb = o.state_cache_dir.empty() ? 0 : o.state_cache_disk_mb;
   eo.state_checkpoint_interval = o.checkpoint_interval;
   eo.draft_model = draft_model.get();
+  eo.draft_mtp = o.speculative.draft_mtp;
   Engine engine(*model, tokenizer.get(), eo);
   if (!o.load_state.empty()) {
     const std::vector<int32_t> restored = engine.load_state(o.load_state);

@@ -130,6 +130,7 @@ void run_serve(const ServeCliOptions& o) {
   eo.state_dtype = o.model.state();
   draft_model = load_draft_model(o.speculative, o.model);
   eo.draft_model = draft_model.get();
+  eo.draft_mtp = o.speculative.draft_mtp;
   server.attach(std::move(model), std::move(tokenizer), std::move(chat_template), eo, name);
 
   std::printf("mambacpp serve: http://%s:%d/v1 ready (model %s on %s, %lld parallel, chat template %s, replica %s)\n",

@@ -100,20 +100,31 @@ std::vector<int32_t> encode_text(const std::string& text, const Tokenizer* token
 }
 
 // Speculative decoding's extension fields: draft_ngram (prompt lookup), draft_model (the server's draft model),
-// draft_max, draft_adaptive; absent fields keep the server's defaults. One source per request: a request naming one
-// turns the other default off.
+// draft_mtp (the model's own multi-token-prediction block), draft_max, draft_adaptive; absent fields keep the
+// server's defaults. One source per request: a request naming one turns the other defaults off.
 void read_speculative(const json& body, const RequestLimits& limits, SpeculativeParams& sp) {
   sp = limits.speculative;
-  const bool ngram_given = present(body, "draft_ngram"), model_given = present(body, "draft_model");
+  const bool ngram_given = present(body, "draft_ngram"), model_given = present(body, "draft_model"),
+             mtp_given = present(body, "draft_mtp");
   if (ngram_given) sp.draft_ngram = static_cast<int>(read_int(body, "draft_ngram", 0, 0, 16));
   if (model_given) sp.draft_model = read_bool(body, "draft_model", false);
-  if (ngram_given && model_given && sp.draft_ngram > 0 && sp.draft_model)
+  if (mtp_given) sp.draft_mtp = read_bool(body, "draft_mtp", false);
+  const bool ngram_on = ngram_given && sp.draft_ngram > 0, model_on = model_given && sp.draft_model,
+             mtp_on = mtp_given && sp.draft_mtp;
+  if (ngram_on && model_on)
     throw bad_request("draft_model", "drafts come from the draft model or from prompt lookup (draft_ngram), not both");
-  if (ngram_given && sp.draft_ngram > 0) sp.draft_model = model_given && sp.draft_model;
-  if (model_given && sp.draft_model) {
+  if (mtp_on && (ngram_on || model_on))
+    throw bad_request("draft_mtp", "drafts come from one source: draft_mtp, draft_model or draft_ngram");
+  if (ngram_on) sp.draft_model = false, sp.draft_mtp = false;
+  if (model_on) {
     if (!limits.draft_model_loaded)
       throw bad_request("draft_model", "the server has no draft model (serve --draft-model DIR)");
-    sp.draft_ngram = 0;
+    sp.draft_ngram = 0, sp.draft_mtp = false;
+  }
+  if (mtp_on) {
+    if (!limits.draft_mtp_loaded)
+      throw bad_request("draft_mtp", "the server did not load the model's multi-token-prediction block (serve --draft-mtp)");
+    sp.draft_ngram = 0, sp.draft_model = false;
   }
   sp.draft_max = static_cast<int>(read_int(body, "draft_max", sp.draft_max, 0, 32));
   sp.adaptive = read_bool(body, "draft_adaptive", sp.adaptive);

@@ -23,6 +23,7 @@ struct RequestLimits {
   int64_t max_prompts = 64;          // prompts (choices) in one request
   SpeculativeParams speculative;     // the server's defaults (serve --draft-*); a request's draft_* fields override
   bool draft_model_loaded = false;   // whether requests may ask for "draft_model": true
+  bool draft_mtp_loaded = false;     // whether requests may ask for "draft_mtp": true (serve --draft-mtp)
 };
 
 struct CompletionRequest {

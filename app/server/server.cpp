@@ -217,6 +217,7 @@ void Server::attach(std::unique_ptr<Model> model, std::unique_ptr<Tokenizer> tok
   limits_.max_prompts = std::max<int64_t>(1, std::min<int64_t>(64, options_.parallel + options_.max_queue));
   limits_.speculative = options_.speculative;
   limits_.draft_model_loaded = engine_options.draft_model != nullptr;
+  limits_.draft_mtp_loaded = engine_options.draft_mtp;
   created_ = unix_now();
   step_thread_ = std::thread([this] { step_loop(); });
   ready_ = true;

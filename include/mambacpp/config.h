@@ -137,9 +137,12 @@ struct ModelConfig {
   int64_t moe_layer_period = 0;
   int64_t moe_layer_offset = 0;
   bool mlp_has_experts(int64_t l) const { return moe_layer_period > 0 && l % moe_layer_period == moe_layer_offset; }
-  // Nemotron-H's multi-token-prediction layers (num_nextn_predict_layers): not run (they serve speculative decoding,
-  // which mambacpp does not do yet); their tensors (mtp.*) are skipped on load.
+  // Nemotron-H's multi-token-prediction layers (num_nextn_predict_layers): not part of the model's forward (their
+  // tensors, mtp.*, are skipped by the model's loader); they are a draft source for speculative decoding
+  // (model/mtp.h, --draft-mtp). mtp_layers: the kinds of the MTP block's layers (mtp_layers_block_type, or the legacy
+  // mtp_hybrid_override_pattern; NemotronHConfig's default [attention, moe]); empty when mtp_layers_ignored is 0.
   int64_t mtp_layers_ignored = 0;
+  std::vector<LayerKind> mtp_layers;
 
   bool hybrid() const { return family != Family::Mamba; }
   LayerKind layer_kind(int64_t l) const {

@@ -100,9 +100,10 @@ struct RequestEvent {
 struct SpeculativeParams {
   int draft_ngram = 0;       // > 0: prompt lookup, continuing the last this many tokens' earlier occurrence
   bool draft_model = false;  // draft with the engine's draft model (EngineOptions::draft_model)
+  bool draft_mtp = false;    // draft with the model's own multi-token-prediction block (EngineOptions::draft_mtp)
   int draft_max = 0;         // drafted tokens per step at most, in [0, 32]; 0: kDefaultDraftMax
   bool adaptive = true;      // shorten (and pause) drafting while drafts are rejected
-  bool enabled() const { return draft_ngram > 0 || draft_model; }
+  bool enabled() const { return draft_ngram > 0 || draft_model || draft_mtp; }
 };
 // The draft length when none is given (docs/benchmarks.md, "Speculative decoding").
 constexpr int kDefaultDraftMax = 4;
@@ -143,6 +144,10 @@ struct EngineOptions {
   // A smaller model drafting for requests that ask for it (SpeculativeParams::draft_model): same vocabulary size,
   // any family; it keeps its own state slot per request, in step with the request's. Must outlive the engine.
   const Model* draft_model = nullptr;
+  // Load the model's multi-token-prediction block (Nemotron-H checkpoints with num_nextn_predict_layers; model/mtp.h)
+  // for requests that ask for it (SpeculativeParams::draft_mtp); the engine refuses a model without one. It keeps its
+  // own state slot per request, fed with the model's hidden states of the committed tokens.
+  bool draft_mtp = false;
 };
 
 struct EngineStats {

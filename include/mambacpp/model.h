@@ -74,6 +74,8 @@ enum class Output : uint8_t {
   LastLogits,  // logits of each sequence's last position: [n_seqs, vocab]
   AllLogits,   // logits of every position: [sum L, vocab], sequences in order
   Hidden,      // final hidden states (after norm_f) of every position: [sum L, d_model]
+  AllLogitsAndHidden,  // AllLogits in `values`, and Hidden in ForwardResult::hidden (speculative decoding's MTP
+                       // drafts read the model's hidden states)
 };
 
 struct ForwardResult {
@@ -82,6 +84,7 @@ struct ForwardResult {
   int64_t cols = 0;
   std::vector<TopKCandidates> candidates;  // forward_top_k only: one per sequence (rows = n_seqs, cols = 0)
   std::vector<RowLogprobs> logprobs;       // forward_top_k only: one per sequence (empty ones where not asked for)
+  std::vector<float> hidden;                // Output::AllLogitsAndHidden only: [rows, d_model]
   std::span<const float> row(int64_t i) const { return {values.data() + i * cols, static_cast<size_t>(cols)}; }
 };
 

@@ -19,12 +19,15 @@ class Engine:
 
     def __init__(self, model, *, max_seqs=None, max_queue=None, batch_tokens=None, max_prompt=None,
                  max_new_tokens=None, state_cache_mb=None, state_checkpoint_interval=None, state_dtype=None,
-                 device_sampling=None, draft_model=None, state_cache_dir=None, state_cache_disk_mb=None):
+                 device_sampling=None, draft_model=None, state_cache_dir=None, state_cache_disk_mb=None,
+                 draft_mtp=False):
         """Options left at None take the C++ defaults (mambacpp/engine.h: EngineOptions): max_seqs 32 requests at
         once, max_queue 1024 waiting, batch_tokens per step (0: the model's batch_tokens), max_prompt 65536,
         state_cache_mb 1024 (0: no prefix cache), state_checkpoint_interval (prompt positions whose state is
         cached), state_dtype "f32", device_sampling True. ``draft_model``: a smaller ``Model`` of the same
         vocabulary that drafts tokens for requests submitted with ``draft_model=True`` (speculative decoding).
+        ``draft_mtp=True``: load the model's own multi-token-prediction block (Nemotron-H checkpoints with
+        num_nextn_predict_layers) for requests submitted with ``draft_mtp=True``; a model without one is refused.
         ``state_cache_dir``: a directory that keeps the prefix cache's states on disk too (docs/server.md), so that
         another Engine or process with the same directory prefills only what they do not cover; it needs
         state_cache_mb > 0. ``state_cache_disk_mb``: its budget (None: 4096, as ``mambacpp serve``)."""
@@ -64,7 +67,8 @@ class Engine:
         self._native = _Engine(model._native, tok, o["max_seqs"], o["max_queue"], o["batch_tokens"], o["max_prompt"],
                                o["max_new_tokens"], o["state_cache_mb"], o["state_checkpoint_interval"],
                                str(o["state_dtype"]), bool(o["device_sampling"]),
-                               None if draft_model is None else draft_model._native, cache_dir, disk_mb)
+                               None if draft_model is None else draft_model._native, cache_dir, disk_mb,
+                               bool(draft_mtp))
         self.options = o
         self._step_lock = threading.Lock()
         self._handlers_lock = threading.Lock()
@@ -75,13 +79,15 @@ class Engine:
     def submit(self, prompt, max_tokens=128, temperature=0.8, top_k=40, top_p=0.95, min_p=0.05, repeat_penalty=1.0,
                seed=None, stop=None, *, repeat_last_n=64, presence_penalty=0.0, frequency_penalty=0.0,
                stop_tokens=None, ignore_eos=False, logprobs=None, save_state=None, on_event=None, draft_ngram=0,
-               draft_model=False, draft_max=0, draft_adaptive=True, grammar=None, response_format=None):
+               draft_model=False, draft_max=0, draft_adaptive=True, grammar=None, response_format=None,
+               draft_mtp=False):
         """Queues a request and returns its id. ``prompt``: a str (needs the model's tokenizer) or token ids.
         ``on_event(event)`` (optional) is called after the step that produced each ``RequestEvent`` (new text, a
         token, and a last one with ``finished`` and ``result``); without it only the result is kept, for
         ``pop_result``. ``logprobs``: None, or 0..20 alternatives per token. ``save_state``: a path the state at the
         request's end is written to. Speculative decoding: ``draft_ngram`` N > 0 drafts by prompt lookup (the
-        continuation of the last N tokens' earlier occurrence), ``draft_model=True`` with the engine's draft model;
+        continuation of the last N tokens' earlier occurrence), ``draft_model=True`` with the engine's draft model,
+        ``draft_mtp=True`` with the model's own MTP block (an Engine made with ``draft_mtp=True``);
         ``draft_max`` tokens per step at most (0: the default), ``draft_adaptive`` shortens drafts while they are
         rejected. Greedy output is unchanged by it; sampling keeps the model's distribution. Constrained output
         (never drafts): ``grammar`` a GBNF text, or ``response_format`` {"type": "json_object"} / {"type":
@@ -120,7 +126,7 @@ class Engine:
                 self._native.submit(ids, max_tokens, sampling, stop_ids, stops, bool(ignore_eos), logprobs,
                                     "" if save_state is None else os.fspath(save_state), draft_ngram,
                                     bool(draft_model), draft_max, bool(draft_adaptive), grammar_text,
-                                    on_event is not None, submitted)
+                                    on_event is not None, submitted, bool(draft_mtp))
                 if on_event is not None:
                     self._handlers[submitted[0]] = on_event
                     registered = True  # no signal is handled between these two lines

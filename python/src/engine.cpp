@@ -114,7 +114,7 @@ void bind_engine(py::module_& m) {
                        int64_t max_new_tokens, int64_t state_cache_mb, int64_t state_checkpoint_interval,
                        const std::string& state_dtype, bool device_sampling,
                        const std::shared_ptr<Model>& draft_model, const std::string& state_cache_dir,
-                       int64_t state_cache_disk_mb) {
+                       int64_t state_cache_disk_mb, bool draft_mtp) {
              EngineOptions o;
              o.max_seqs = max_seqs;
              o.max_queue = max_queue;
@@ -131,6 +131,7 @@ void bind_engine(py::module_& m) {
              e->tokenizer = tokenizer;
              e->draft_model = draft_model;
              o.draft_model = draft_model.get();
+             o.draft_mtp = draft_mtp;
              input_errors([&] {
                o.state_dtype = parse_dtype(state_dtype);
                e->engine = std::make_unique<Engine>(*model, tokenizer.get(), o);
@@ -140,7 +141,7 @@ void bind_engine(py::module_& m) {
            py::arg("model"), py::arg("tokenizer"), py::arg("max_seqs"), py::arg("max_queue"), py::arg("batch_tokens"),
            py::arg("max_prompt"), py::arg("max_new_tokens"), py::arg("state_cache_mb"),
            py::arg("state_checkpoint_interval"), py::arg("state_dtype"), py::arg("device_sampling"),
-           py::arg("draft_model"), py::arg("state_cache_dir"), py::arg("state_cache_disk_mb"))
+           py::arg("draft_model"), py::arg("state_cache_dir"), py::arg("state_cache_disk_mb"), py::arg("draft_mtp"))
       // stream: every event is queued (tokens and text); otherwise only the finished one. The id is appended to
       // `submitted` before this returns, so that Python holds it even when Ctrl-C is raised as the call returns
       // (CPython checks for signals then): Engine.submit cancels it.
@@ -148,7 +149,7 @@ void bind_engine(py::module_& m) {
            [](PyEngine& e, std::vector<int32_t> prompt, int max_new_tokens, const SamplingParams& sampling,
               std::vector<int32_t> stop_tokens, std::vector<std::string> stop_strings, bool ignore_eos, int logprobs,
               const std::string& save_state, int draft_ngram, bool draft_model, int draft_max, bool draft_adaptive,
-              const std::string& grammar, bool stream, py::list submitted) {
+              const std::string& grammar, bool stream, py::list submitted, bool draft_mtp) {
              GenerateRequest r;
              r.prompt = std::move(prompt);
              r.max_new_tokens = max_new_tokens;
@@ -160,6 +161,7 @@ void bind_engine(py::module_& m) {
              r.save_state = save_state;
              r.speculative.draft_ngram = draft_ngram;
              r.speculative.draft_model = draft_model;
+             r.speculative.draft_mtp = draft_mtp;
              r.speculative.draft_max = draft_max;
              r.speculative.adaptive = draft_adaptive;
              r.grammar = grammar;
@@ -186,7 +188,7 @@ void bind_engine(py::module_& m) {
            py::arg("prompt"), py::arg("max_new_tokens"), py::arg("sampling"), py::arg("stop_tokens"),
            py::arg("stop_strings"), py::arg("ignore_eos"), py::arg("logprobs"), py::arg("save_state"),
            py::arg("draft_ngram"), py::arg("draft_model"), py::arg("draft_max"), py::arg("draft_adaptive"),
-           py::arg("grammar"), py::arg("stream"), py::arg("submitted"))
+           py::arg("grammar"), py::arg("stream"), py::arg("submitted"), py::arg("draft_mtp"))
       .def("cancel", [](PyEngine& e, RequestId id) { return input_errors([&] { return e.engine->cancel(id); }); },
            py::arg("id"))
       .def("step", [](PyEngine& e) { return e.engine->step(); }, py::call_guard<py::gil_scoped_release>())

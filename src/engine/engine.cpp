@@ -45,6 +45,7 @@
 #include "mambacpp/model.h"
 #include "mambacpp/state.h"
 #include "mambacpp/tokenizer.h"
+#include "model/mtp.h"
 
 namespace mambacpp {
 
@@ -98,6 +99,8 @@ struct Run {
   int64_t draft_fed = 0;                        // draft model: the tokens of `fed` its slot stands for
   std::optional<Sampler> draft_sampler;         // draft model, sampling: the request's chain without its penalties
   std::mt19937_64 spec_rng;                     // sampling: the drafts' and the rejection rule's draws
+  int64_t mtp_fed = 0;            // MTP block: the positions p whose (h_p, token p+1) its slot has run
+  std::vector<float> mtp_hidden;  // MTP block: the model's hidden states of positions [mtp_fed, fed.size()), not run
   bool landing = false;                         // verifying: finish() leaves the state's uses to finalize()
   const GeneratedToken* final_token = nullptr;  // the token finish() was given while landing
 
@@ -127,6 +130,8 @@ struct Engine::Impl {
   int64_t sample_limit = 0;  // ids at or above (padding rows of the embedding) are never sampled
   std::unique_ptr<StateCache> state;
   std::unique_ptr<StateCache> draft_state;  // the draft model's slots, one per state slot
+  std::unique_ptr<MtpHead> mtp;             // the model's MTP block (EngineOptions::draft_mtp)
+  std::unique_ptr<StateCache> mtp_state;    // its slots, one per state slot
   std::shared_ptr<const TokenTrie> vocab_trie;  // the tokens' bytes, built for the first request with a grammar
   PrefixCache cache;
 
@@ -166,12 +171,16 @@ struct Engine::Impl {
              " ids, the model ", vocab, "; a draft model must share the model's vocabulary");
       draft_state = d->create_state(options.max_seqs, options.state_dtype);
     }
+    if (options.draft_mtp) {
+      mtp = MtpHead::load(m);
+      mtp_state = mtp->create_state(options.max_seqs, options.state_dtype);
+    }
   }
 
   // ---- Validation (before anything changes) -------------------------------------------------------------------
   void validate(const GenerateRequest& r) const {
     validate_request(r, RequestLimits{vocab, model.config().bos_token_id, options.max_prompt, options.max_new_tokens,
-                                      tokenizer != nullptr, options.draft_model != nullptr});
+                                      tokenizer != nullptr, options.draft_model != nullptr, mtp != nullptr});
   }
 
   // ---- Admission ----------------------------------------------------------------------------------------------
@@ -220,8 +229,12 @@ struct Engine::Impl {
     if (sp.enabled()) {
       r.draft_length = DraftLength(sp.draft_max > 0 ? sp.draft_max : kDefaultDraftMax, sp.adaptive);
       r.spec_rng.seed(r.sampler->seed() ^ 0x9e3779b97f4a7c15ULL);  // apart from the sampler's own stream
-      if (sp.draft_model) {
-        draft_state->reset(r.slot);
+      if (sp.draft_mtp) {
+        mtp_state->reset(r.slot);
+        r.mtp_fed = static_cast<int64_t>(r.fed.size());  // a cached prefix's positions stay unseen by the block
+      }
+      if (sp.draft_model) draft_state->reset(r.slot);
+      if (sp.draft_model || sp.draft_mtp) {
         if (!r.req.sampling.greedy()) {
           SamplingParams q = r.req.sampling;
           q.repeat_penalty = 1.0f, q.presence_penalty = 0.0f, q.frequency_penalty = 0.0f;
@@ -471,11 +484,15 @@ struct Engine::Impl {
 
     // Graph-replayed decode steps want their rows alone: prefill first, then the rows of one token (including
     // prompts that reach their last token now). Otherwise one call carries both.
-    if (model.decode_graphs() || decode_rows.empty()) {
+    // Prefill chunks of requests drafting with the MTP block go in a call without one-token rows (it returns their
+    // hidden states); those requests' first one-token row waits for the next step, whose verify hands the block the
+    // hidden state of the last prompt token.
+    const bool mtp_prefill = std::any_of(prefill_rows.begin(), prefill_rows.end(), [&](Run* r) { return uses_mtp(*r); });
+    if (model.decode_graphs() || decode_rows.empty() || mtp_prefill) {
       if (!prefill_rows.empty()) {
         forward(prefill_rows, prefill_len, {}, now);
         for (Run* r : prefill_rows)
-          if (!r->done && r->decoding) decode_rows.push_back(r);
+          if (!r->done && r->decoding && !uses_mtp(*r)) decode_rows.push_back(r);
       }
       if (!decode_rows.empty()) forward({}, {}, decode_rows, now);
     } else {
@@ -512,9 +529,10 @@ struct Engine::Impl {
     all.insert(all.end(), decode.begin(), decode.end());
 
     ForwardResult out;
+    const bool mtp_hidden = std::any_of(prefill.begin(), prefill.end(), [&](Run* r) { return uses_mtp(*r); });
     try {
       if (decode.empty()) {
-        model.forward(*state, seqs, Output::None);
+        out = model.forward(*state, seqs, mtp_hidden ? Output::Hidden : Output::None);
       } else {
         bool candidates = options.device_sampling;
         for (const Run* r : decode)
@@ -535,8 +553,15 @@ struct Engine::Impl {
       return;
     }
     now = Clock::now();
+    std::vector<Run*> mtp_runs;
+    int64_t hidden_row = 0;
     for (size_t i = 0; i < prefill.size(); ++i) {
       Run& r = *prefill[i];
+      if (mtp_hidden && uses_mtp(r)) {
+        keep_mtp_hidden(r, out.values, hidden_row, lens[i]);
+        mtp_runs.push_back(&r);
+      }
+      hidden_row += lens[i];
       r.fed.insert(r.fed.end(), r.req.prompt.begin() + static_cast<std::ptrdiff_t>(r.fed.size()),
                    r.req.prompt.begin() + static_cast<std::ptrdiff_t>(r.fed.size() + lens[i]));
       const int64_t pos = static_cast<int64_t>(r.fed.size());
@@ -550,6 +575,8 @@ struct Engine::Impl {
         r.req.on_event(e);
       }
     }
+    for (Run* r : mtp_runs) r->draft_want = 0;  // prefill: the block catches up, nothing is drafted
+    if (!mtp_runs.empty()) run_mtp(mtp_runs, now);
     for (size_t i = 0; i < decode.size(); ++i) {
       Run& r = *decode[i];
       r.fed.push_back(r.next);
@@ -588,13 +615,20 @@ struct Engine::Impl {
     return static_cast<int>(std::max<int64_t>(k, 0));
   }
 
-  // Drafts for the decoding requests that speculate; those with drafts leave `decode_rows` and are returned.
+  // Drafts for the decoding requests that speculate; those with drafts leave `decode_rows` and are returned. Requests
+  // drafting with the MTP block are returned with or without drafts: their verify hands the block the model's hidden
+  // states.
   std::vector<Run*> plan_speculation(std::vector<Run*>& decode_rows, Clock::time_point& now) {
-    std::vector<Run*> keep, spec, by_model;
+    std::vector<Run*> keep, spec, by_model, by_mtp;
     for (Run* r : decode_rows) {
       r->draft.clear();
       r->draft_q.clear();
       const int k = draft_budget(*r);
+      if (uses_mtp(*r)) {
+        r->draft_want = k;
+        by_mtp.push_back(r);
+        continue;
+      }
       if (k > 0 && r->req.speculative.draft_model) {
         r->draft_want = k;
         by_model.push_back(r);
@@ -619,6 +653,11 @@ struct Engine::Impl {
       }
       for (Run* r : by_model)
         if (!r->done) (r->draft.empty() ? keep : spec).push_back(r);
+    }
+    if (!by_mtp.empty()) {
+      run_mtp(by_mtp, now);
+      for (Run* r : by_mtp)
+        if (!r->done) spec.push_back(r);
     }
     decode_rows = std::move(keep);
     return spec;
@@ -676,6 +715,103 @@ struct Engine::Impl {
       if (snaps[i]) draft_state->restore(runs[i]->slot, *snaps[i]);
   }
 
+  // ---- The MTP block (model/mtp.h) ----------------------------------------------------------------------------
+  // Requests that draft with the block: their decode rows are verifies. (A grammar never drafts; max_new_tokens 0
+  // only feeds the last prompt token.)
+  bool uses_mtp(const Run& r) const {
+    return r.req.speculative.draft_mtp && !r.grammar && r.req.max_new_tokens > 0;
+  }
+
+  // The token after position p of `r`'s sequence (the committed tokens, then `next` or the prompt).
+  int32_t token_after(const Run& r, int64_t p) const {
+    const int64_t n = static_cast<int64_t>(r.fed.size());
+    if (p + 1 < n) return r.fed[static_cast<size_t>(p + 1)];
+    return r.decoding ? r.next : r.req.prompt[static_cast<size_t>(p + 1)];
+  }
+
+  // Keeps the model's hidden states of the `len` positions `r` commits next (rows [row, row + len) of `hidden`, before
+  // r.fed grows) for the block. Positions the model ran without handing them over (a prefix-cache hit, a failed
+  // call) are a gap: the block then goes on from here without them, which costs acceptance, never exactness.
+  void keep_mtp_hidden(Run& r, const std::vector<float>& hidden, int64_t row, int64_t len) {
+    const int64_t d = model.config().d_model;
+    if (r.mtp_fed + static_cast<int64_t>(r.mtp_hidden.size()) / d != static_cast<int64_t>(r.fed.size())) {
+      r.mtp_fed = static_cast<int64_t>(r.fed.size());
+      r.mtp_hidden.clear();
+    }
+    r.mtp_hidden.insert(r.mtp_hidden.end(), hidden.begin() + row * d, hidden.begin() + (row + len) * d);
+  }
+
+  // The block runs each request's kept rows (p, token p+1) for p up to the last committed position; its last row
+  // gives the first draft when the request wants drafts (draft_want), and the block's own output, paired with each
+  // draft, gives the next. Each slot is restored to the state after the committed positions. A failure ends the
+  // requests with the error.
+  void run_mtp(const std::vector<Run*>& runs, Clock::time_point& now) {
+    try {
+      draft_with_mtp(runs);
+    } catch (const std::exception& e) {
+      now = Clock::now();
+      for (Run* r : runs) {
+        mtp_state->reset(r->slot);
+        r->mtp_fed = static_cast<int64_t>(r->fed.size());
+        r->mtp_hidden.clear();
+        r->draft.clear();
+        r->draft_q.clear();
+        fail_run(*r, std::string("MTP draft: ") + e.what(), now);
+      }
+    }
+  }
+
+  void draft_with_mtp(const std::vector<Run*>& runs) {
+    const int64_t d = model.config().d_model;
+    std::vector<Run*> active;
+    std::vector<std::vector<int32_t>> tokens;
+    std::vector<MtpSequence> seqs;
+    for (Run* r : runs) {
+      const int64_t n = static_cast<int64_t>(r->fed.size());
+      if (r->mtp_fed + static_cast<int64_t>(r->mtp_hidden.size()) / d != n) {  // a gap: see keep_mtp_hidden
+        r->mtp_fed = n;
+        r->mtp_hidden.clear();
+      }
+      if (r->mtp_fed == n) continue;  // no hidden state of the last committed position: no draft this step
+      std::vector<int32_t> t;
+      for (int64_t p = r->mtp_fed; p < n; ++p) t.push_back(token_after(*r, p));
+      tokens.push_back(std::move(t));
+      active.push_back(r);
+    }
+    if (active.empty()) return;
+    for (size_t i = 0; i < active.size(); ++i) seqs.push_back({active[i]->slot, tokens[i], active[i]->mtp_hidden});
+    ForwardResult out = mtp->forward(*mtp_state, seqs, Output::AllLogitsAndHidden);
+    std::vector<std::optional<SlotSnapshot>> snaps(active.size());
+    std::vector<std::vector<float>> g(active.size());  // each request's latest block output
+    int longest = 0;
+    int64_t row = 0;
+    for (size_t i = 0; i < active.size(); ++i) {
+      Run& r = *active[i];
+      row += static_cast<int64_t>(tokens[i].size());
+      r.mtp_fed = static_cast<int64_t>(r.fed.size());
+      r.mtp_hidden.clear();
+      if (r.draft_want <= 0) continue;
+      if (r.draft_want > 1) snaps[i].emplace(mtp_state->snapshot(r.slot));
+      propose(r, out.row(row - 1));
+      g[i].assign(out.hidden.begin() + (row - 1) * d, out.hidden.begin() + row * d);
+      longest = std::max(longest, r.draft_want);
+    }
+    for (int j = 1; j < longest; ++j) {
+      std::vector<size_t> chained;
+      seqs.clear();
+      for (size_t i = 0; i < active.size(); ++i)
+        if (active[i]->draft_want > j) chained.push_back(i), seqs.push_back({active[i]->slot, {&active[i]->draft.back(), 1}, g[i]});
+      out = mtp->forward(*mtp_state, seqs, Output::AllLogitsAndHidden);
+      for (size_t a = 0; a < chained.size(); ++a) {
+        const size_t i = chained[a];
+        propose(*active[i], out.row(static_cast<int64_t>(a)));
+        g[i].assign(out.hidden.begin() + static_cast<int64_t>(a) * d, out.hidden.begin() + static_cast<int64_t>(a + 1) * d);
+      }
+    }
+    for (size_t i = 0; i < active.size(); ++i)
+      if (snaps[i]) mtp_state->restore(active[i]->slot, *snaps[i]);
+  }
+
   // One forward over every speculating row [next, drafts], the target's choice row by row, and each state landed
   // on the tokens it commits.
   void verify(const std::vector<Run*>& rows, Clock::time_point& now) {
@@ -690,8 +826,9 @@ struct Engine::Impl {
       snaps.push_back(state->snapshot(r.slot));
     }
     ForwardResult out;
+    const bool mtp_hidden = std::any_of(rows.begin(), rows.end(), [&](Run* r) { return uses_mtp(*r); });
     try {
-      out = model.forward(*state, seqs, Output::AllLogits);
+      out = model.forward(*state, seqs, mtp_hidden ? Output::AllLogitsAndHidden : Output::AllLogits);
     } catch (const std::exception& e) {
       now = Clock::now();
       for (size_t i = 0; i < rows.size(); ++i) state->restore(rows[i]->slot, snaps[i]), fail_run(*rows[i], e.what(), now);
@@ -751,6 +888,7 @@ struct Engine::Impl {
         if (r.done) break;
       }
       r.landing = false;
+      if (uses_mtp(r)) keep_mtp_hidden(r, out.hidden, first, static_cast<int64_t>(committed));
       r.fed.insert(r.fed.end(), row.begin(), row.begin() + static_cast<std::ptrdiff_t>(committed));
       accepted = std::min(accepted, static_cast<int>(committed));
       r.result.draft_tokens += drafted;

@@ -46,6 +46,11 @@ void validate_request(const GenerateRequest& r, const RequestLimits& lim) {
     fail("request: drafts come from the draft model or from prompt lookup (draft_ngram), not both");
   if (sp.draft_model && !lim.has_draft_model)
     fail("request: draft_model asks for the engine's draft model, but none was loaded (--draft-model DIR)");
+  if (sp.draft_mtp && (sp.draft_model || sp.draft_ngram > 0))
+    fail("request: drafts come from one source: draft_mtp (the model's MTP block), draft_model or draft_ngram");
+  if (sp.draft_mtp && !lim.has_draft_mtp)
+    fail("request: draft_mtp asks for the model's multi-token-prediction block, but the engine did not load it "
+         "(--draft-mtp)");
   if (!r.grammar.empty()) {
     if (!lim.has_tokenizer)
       fail("request: a grammar needs a tokenizer to know each token's bytes (this model has none)");

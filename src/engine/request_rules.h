@@ -23,6 +23,7 @@ struct RequestLimits {
   int64_t max_new_tokens = 0;
   bool has_tokenizer = false;
   bool has_draft_model = false;
+  bool has_draft_mtp = false;
 };
 
 // Throws an error naming the field, the allowed values and what was found; changes nothing.

@@ -2,6 +2,7 @@
 // GraniteMoeHybridConfig ("granitemoehybrid"; its experts in config_moe.cpp) and BambaConfig ("bamba"). Defaults are those of the
 // transformers classes. Variants the forward pass does not implement (parallel layers, rope scaling,
 // sliding windows, other activations) are rejected here, naming the key and the value found.
+#include <algorithm>
 #include <cmath>
 #include <limits>
 #include <string>
@@ -154,6 +155,47 @@ LayerKind layer_kind_of(const ConfigReader& r, const std::string& key, const nlo
                                        "\"attention\"/\"full_attention\"");
 }
 
+// A Nemotron-H layer pattern string (hybrid_override_pattern, mtp_hybrid_override_pattern): one character a layer.
+std::vector<LayerKind> pattern_layers(const ConfigReader& r, const std::string& key, const std::string& pattern) {
+  std::vector<LayerKind> layers;
+  for (size_t i = 0; i < pattern.size(); ++i) {
+    const char ch = pattern[i];
+    if (ch == 'M') layers.push_back(LayerKind::Mamba2);
+    else if (ch == '*') layers.push_back(LayerKind::Attention);
+    else if (ch == '-') layers.push_back(LayerKind::MLP);
+    else if (ch == 'E') layers.push_back(LayerKind::MoE);
+    else
+      r.reject_value(key, nlohmann::json(pattern),
+                     "unknown layer character '" + std::string(1, ch) + "' at " + std::to_string(i) +
+                         "; expected M (Mamba-2), * (attention), - (MLP), E (MoE)");
+  }
+  return layers;
+}
+
+// The MTP block's layers: mtp_layers_block_type wins over the legacy mtp_hybrid_override_pattern, and neither
+// means NemotronHConfig's default [full_attention, moe] (the MTP block of Nemotron 3 Super).
+void read_mtp_layers(const ConfigReader& r, ModelConfig& c) {
+  const std::string list_key = "mtp_layers_block_type", pattern_key = "mtp_hybrid_override_pattern";
+  if (const nlohmann::json* list = r.get(list_key)) {
+    if (!list->is_array()) r.reject_value(list_key, *list, "expected a list of layer types");
+    if (list->size() > static_cast<size_t>(kMaxConfigLayers))
+      r.reject(list_key, "has " + std::to_string(list->size()) + " layers, expected at most " +
+                             std::to_string(kMaxConfigLayers));
+    for (size_t i = 0; i < list->size(); ++i)
+      c.mtp_layers.push_back(layer_kind_of(r, list_key + "[" + std::to_string(i) + "]", (*list)[i], true));
+  } else if (r.has(pattern_key)) {
+    const std::string pattern = r.string_or(pattern_key, "");
+    if (pattern.size() > static_cast<size_t>(kMaxConfigLayers))
+      r.reject(pattern_key, "has " + std::to_string(pattern.size()) + " layers, expected at most " +
+                                std::to_string(kMaxConfigLayers));
+    c.mtp_layers = pattern_layers(r, pattern_key, pattern);
+  } else {
+    c.mtp_layers = {LayerKind::Attention, LayerKind::MoE};
+  }
+  if (c.mtp_layers.empty())
+    r.reject(r.has(list_key) ? list_key : pattern_key, "expected at least one MTP layer when num_nextn_predict_layers > 0");
+}
+
 void check_layer_count(const ConfigReader& r, const ModelConfig& c, const std::string& list_key) {
   if (r.has("num_hidden_layers") && r.required_int("num_hidden_layers") != c.n_layer)
     r.reject_value("num_hidden_layers", *r.get("num_hidden_layers"),
@@ -199,17 +241,7 @@ ModelConfig parse_transformers_nemotron_h(const nlohmann::json& j, const std::st
     if (pattern.size() > static_cast<size_t>(kMaxConfigLayers))
       r.reject("hybrid_override_pattern", "has " + std::to_string(pattern.size()) + " layers, expected at most " +
                                               std::to_string(kMaxConfigLayers));
-    for (size_t i = 0; i < pattern.size(); ++i) {
-      const char ch = pattern[i];
-      if (ch == 'M') c.layers.push_back(LayerKind::Mamba2);
-      else if (ch == '*') c.layers.push_back(LayerKind::Attention);
-      else if (ch == '-') c.layers.push_back(LayerKind::MLP);
-      else if (ch == 'E') c.layers.push_back(LayerKind::MoE);
-      else
-        r.reject_value("hybrid_override_pattern", nlohmann::json(pattern),
-                       "unknown layer character '" + std::string(1, ch) + "' at " + std::to_string(i) +
-                           "; expected M (Mamba-2), * (attention), - (MLP), E (MoE)");
-    }
+    c.layers = pattern_layers(r, "hybrid_override_pattern", pattern);
     c.n_layer = static_cast<int64_t>(c.layers.size());
     check_layer_count(r, c, "hybrid_override_pattern");
   } else {
@@ -219,11 +251,10 @@ ModelConfig parse_transformers_nemotron_h(const nlohmann::json& j, const std::st
   c.mtp_layers_ignored = r.int_or("num_nextn_predict_layers", 0);
   if (c.mtp_layers_ignored < 0)
     r.reject_value("num_nextn_predict_layers", *r.get("num_nextn_predict_layers"), "expected a count >= 0");
-  for (LayerKind k : c.layers)
-    if (k == LayerKind::MoE) {
-      read_nemotron_moe(r, c);
-      break;
-    }
+  if (c.mtp_layers_ignored > 0) read_mtp_layers(r, c);
+  // The MoE keys are read for the model's own MoE layers only: a dense model that declares an MTP block keeps the
+  // config (and the decode path) of a dense model; its block's MoE layers are then refused by --draft-mtp.
+  if (std::find(c.layers.begin(), c.layers.end(), LayerKind::MoE) != c.layers.end()) read_nemotron_moe(r, c);
   c.norm_eps = positive_number(r, "layer_norm_epsilon", 1e-5);
 
   // Mamba-2 layers: d_inner is mamba_num_heads * mamba_head_dim (expand only initialises).

@@ -99,6 +99,12 @@ void moe_to_json(const ModelConfig& c, nlohmann::ordered_json& j) {
   o["layer_period"] = c.moe_layer_period;
   o["layer_offset"] = c.moe_layer_offset;
   o["mtp_layers_ignored"] = c.mtp_layers_ignored;
+  if (!c.mtp_layers.empty()) {  // the MTP block's layer kinds, as a Nemotron-H pattern string
+    std::string pattern;
+    for (LayerKind k : c.mtp_layers)
+      pattern += k == LayerKind::Mamba2 ? 'M' : k == LayerKind::Attention ? '*' : k == LayerKind::MLP ? '-' : 'E';
+    o["mtp_layers"] = pattern;
+  }
   j["moe"] = o;
 }
 
@@ -128,6 +134,14 @@ void parse_canonical_moe(const nlohmann::json& j, const std::string& source, Mod
   c.moe_layer_period = r.int_or("layer_period", 0);
   c.moe_layer_offset = r.int_or("layer_offset", 0);
   c.mtp_layers_ignored = r.int_or("mtp_layers_ignored", 0);
+  c.mtp_layers.clear();
+  for (char ch : r.string_or("mtp_layers", "")) {
+    if (ch == 'M') c.mtp_layers.push_back(LayerKind::Mamba2);
+    else if (ch == '*') c.mtp_layers.push_back(LayerKind::Attention);
+    else if (ch == '-') c.mtp_layers.push_back(LayerKind::MLP);
+    else if (ch == 'E') c.mtp_layers.push_back(LayerKind::MoE);
+    else r.reject_value("mtp_layers", nlohmann::json(r.string_or("mtp_layers", "")), "expected M, *, - or E a layer");
+  }
 }
 
 void validate_moe(const ModelConfig& c) {

@@ -52,6 +52,9 @@ std::unique_ptr<Backend> make_backend(LoadOptions& options) {
 }
 
 Model::Model(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+std::unique_ptr<Model> Model::Impl::wrap(std::unique_ptr<Impl> impl) {
+  return std::unique_ptr<Model>(new Model(std::move(impl)));
+}
 Model::~Model() = default;
 
 std::unique_ptr<Model> Model::load(const std::string& dir, const LoadOptions& options) {
@@ -366,6 +369,7 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
   if (output == Output::None || top_k) result.cols = 0;
   result.values.resize(static_cast<size_t>(result.rows * result.cols));
   if (top_k) result.candidates.resize(seqs.size()), result.logprobs.resize(seqs.size());
+  if (output == Output::AllLogitsAndHidden) result.hidden.resize(static_cast<size_t>(total * c.d_model));
 
   if (decode_step_applies(*impl_, seqs, output)) {
     decode_step(*impl_, state, seqs, output, top_k, result);
@@ -418,9 +422,11 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
     be.rmsnorm(residual, impl_->weights.norm_f, static_cast<float>(c.norm_eps), normed);
 
     // Outputs of this piece.
+    if (output == Output::AllLogitsAndHidden)
+      be.copy_to_host(result.hidden.data() + global_row * c.d_model, normed.data, static_cast<size_t>(T * c.d_model) * 4);
     if (output == Output::Hidden) {
       be.copy_to_host(result.values.data() + global_row * c.d_model, normed.data, static_cast<size_t>(T * c.d_model) * 4);
-    } else if (output == Output::AllLogits) {
+    } else if (output == Output::AllLogits || output == Output::AllLogitsAndHidden) {
       for (int64_t r = 0; r < T; r += logit_block) {
         const int64_t n = std::min(logit_block, T - r);
         TensorView logits = Workspace::f32(ws.logits, dev, n, c.vocab_size);

@@ -35,6 +35,9 @@ struct Model::Impl {
   mutable DecodeGraphs decode_graphs;  // decode steps replayed as graphs (decode_step.cpp)
   mutable std::once_flag hash_once;
   mutable uint64_t hash = 0;
+
+  // A model of a filled-in Impl, for the library's own loaders of model parts (model/mtp.cpp).
+  static std::unique_ptr<Model> wrap(std::unique_ptr<Impl> impl);
 };
 
 // A state cache: the slot tensors (state_slots.cpp), the KV cache of the attention layers (kv_cache.cpp) and the
