@@ -6,6 +6,7 @@ The helpers (full-pass logits, greedy by repeated full passes, parameter sensiti
 scripts/make_hybrid_fixtures.py, imported from it. What is added here:
 - an initialisation for the 3-D expert tensors ([E, out, in]) and the router buffers (Nemotron-H's
   e_score_correction_bias, a buffer rather than a parameter);
+- a Nemotron-H with latent MoE (moe_latent_size: the routed experts between fc1_latent_proj and fc2_latent_proj);
 - routing cases that a careless implementation gets wrong: group-limited routing (n_group 2, topk_group 1), an expert
   that no token may choose (its correction bias is -10), top-k equal to the number of experts, duplicated router rows
   (exact score ties: the expert of the lower index must win, as torch.topk does on the CPU), norm_topk_prob off;
@@ -19,6 +20,7 @@ Granite's logits are .float()), so the reference routes exactly as an f32 engine
 logits themselves.
 
 Run on a machine with torch + transformers:  python3 scripts/make_moe_fixtures.py --out fixtures/moe
+(--only NAME... remakes only those models and merges them into the existing manifest.json).
 """
 
 import argparse
@@ -69,6 +71,21 @@ SPECS = [
                   n_routed_experts=4, num_experts_per_tok=4, moe_intermediate_size=16,
                   moe_shared_expert_intermediate_size=24, n_shared_experts=1, n_group=1, topk_group=1,
                   norm_topk_prob=False, routed_scaling_factor=1.0, num_nextn_predict_layers=0)),
+    # Nemotron-H latent MoE (moe_latent_size, as in Nemotron 3 Super): the routed experts run in width 16 between
+    # fc1_latent_proj [16, 48] and fc2_latent_proj [48, 16] (with biases: mlp_bias), the router and the shared expert
+    # on the full 48; 6 experts in 2 groups of 3, top-2 within the one chosen group; expert 1 never chosen.
+    dict(name="nemotron_h_moe_latent_f32", family="nemotron_h", split_copy=True,
+         cfg=dict(vocab_size=113, hidden_size=48, hybrid_override_pattern="MEM*E-E", num_attention_heads=4,
+                  num_key_value_heads=2, head_dim=12, attention_bias=False, intermediate_size=56,
+                  mlp_hidden_act="relu2", mlp_bias=True, ssm_state_size=8, mamba_num_heads=8, mamba_head_dim=12,
+                  n_groups=2, conv_kernel=4, expand=2, chunk_size=8, use_conv_bias=True, use_bias=False,
+                  layer_norm_epsilon=1e-5, residual_in_fp32=False, tie_word_embeddings=False,
+                  use_mamba_kernels=False, time_step_limit=(0.0, float("inf")), pad_token_id=0, bos_token_id=1,
+                  eos_token_id=2, max_position_embeddings=4096,
+                  n_routed_experts=6, num_experts_per_tok=2, moe_intermediate_size=20,
+                  moe_shared_expert_intermediate_size=32, n_shared_experts=1, n_group=2, topk_group=1,
+                  norm_topk_prob=True, routed_scaling_factor=2.0, moe_latent_size=16, num_nextn_predict_layers=0),
+         dead_expert=1, latent=True),
     # Granite-4.0-H MoE: 6 SwiGLU experts top-2 (softmax over the two chosen logits) beside the shared_mlp, the
     # multipliers far from 1; in every MoE layer router row 4 is a copy of row 1 (exact ties).
     dict(name="granite_moe_f32", family="granitemoehybrid", tie_rows=(1, 4),
@@ -117,6 +134,11 @@ def build(spec):
     config._attn_implementation = "eager"
     model = M(config)
     eager_experts(model)
+    if spec.get("latent"):  # a transformers that ignored moe_latent_size would make a non-latent fixture silently
+        names = [n for n, _ in model.named_parameters()]
+        assert any(n.endswith("fc1_latent_proj.weight") for n in names) and any(
+            n.endswith("fc2_latent_proj.bias") for n in names), "moe_latent_size built no latent projections"
+        assert getattr(config, "moe_latent_size", None) == spec["cfg"]["moe_latent_size"]
     return model, M
 
 
@@ -393,11 +415,29 @@ def make_one(spec, root, index):
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default="fixtures/moe")
+    ap.add_argument("--only", nargs="*", default=None,
+                    help="make only these models (e.g. nemotron_h_moe_latent_f32) and merge them into the existing "
+                         "manifest.json, leaving the other fixtures untouched")
     args = ap.parse_args()
     torch.set_num_threads(min(8, os.cpu_count() or 1))
     os.makedirs(args.out, exist_ok=True)
     index, errors = {}, {}
-    for spec in SPECS:
+    specs = SPECS
+    if args.only is not None:
+        unknown = set(args.only) - {s["name"] for s in SPECS}
+        if unknown:
+            ap.error(f"unknown models {sorted(unknown)}; known: {[s['name'] for s in SPECS]}")
+        specs = [s for s in SPECS if s["name"] in args.only]
+        old_manifest = os.path.join(args.out, "manifest.json")
+        if os.path.exists(old_manifest):
+            with open(old_manifest) as f:
+                old = json.load(f)
+            index, errors = old.get("models", {}), old.get("errors", {})
+            for s in specs:  # the entries remade below (and their other-layout copies)
+                for n in (s["name"], s["name"].replace("_f32", "_other_layout_f32"), s["name"] + "_fallback"):
+                    index.pop(n, None)
+                    errors.pop(n, None)
+    for spec in specs:
         try:
             make_one(spec, args.out, index)
         except Exception:  # one family failing must not lose the others

@@ -54,6 +54,9 @@ struct MoeConfig {
   // Nemotron-H's shared expert (a relu2 MLP with mlp_bias beside the routed ones); 0: none. Granite's shared
   // expert is its shared_mlp (mlp_size), Jamba has none.
   int64_t shared_size = 0;
+  // Nemotron-H's moe_latent_size (Nemotron 3 Super): the routed experts run in this width, between fc1_latent_proj
+  // [latent, d_model] and fc2_latent_proj [d_model, latent]; router and shared expert stay at d_model. 0: none.
+  int64_t latent_size = 0;
 };
 
 struct ModelConfig {

@@ -1,6 +1,5 @@
 // The mixture-of-experts part of config.json (Nemotron-H's MoE layers, Granite-4.0-H's block_sparse_moe), its
-// canonical JSON form, and its consistency checks. Defaults are those of the transformers classes; what the forward
-// pass does not implement (Nemotron 3 Super's latent projections) is refused naming the key.
+// canonical JSON form, and its consistency checks. Defaults are those of the transformers classes.
 #include <cmath>
 #include <string>
 
@@ -65,9 +64,13 @@ void read_nemotron_moe(const ConfigReader& r, ModelConfig& c) {
   m.routed_scaling = r.number_or("routed_scaling_factor", 1.0);
   if (!std::isfinite(m.routed_scaling) || m.routed_scaling == 0)
     r.reject_value("routed_scaling_factor", nlohmann::json(m.routed_scaling), "expected a finite non-zero number");
-  if (const nlohmann::json* latent = r.get("moe_latent_size"))
-    r.reject_value("moe_latent_size", *latent,
-                   "latent expert projections (Nemotron 3 Super's fc1/fc2_latent_proj) are not supported yet");
+  // Nemotron 3 Super's latent experts; null (what the other configs write) means none.
+  if (r.get("moe_latent_size")) {
+    m.latent_size = r.positive_int("moe_latent_size");
+    if (m.latent_size > c.d_model)
+      r.reject_value("moe_latent_size", nlohmann::json(m.latent_size),
+                     "exceeds hidden_size = " + std::to_string(c.d_model) + " (the latent is a projection down)");
+  }
 }
 
 void read_granite_moe(const ConfigReader& r, ModelConfig& c, int64_t experts) {
@@ -96,6 +99,7 @@ void moe_to_json(const ModelConfig& c, nlohmann::ordered_json& j) {
   o["norm_topk_prob"] = m.norm_topk_prob;
   o["routed_scaling"] = m.routed_scaling;
   o["shared_size"] = m.shared_size;
+  if (m.latent_size > 0) o["latent_size"] = m.latent_size;  // absent: the form of configs without it is unchanged
   o["layer_period"] = c.moe_layer_period;
   o["layer_offset"] = c.moe_layer_offset;
   o["mtp_layers_ignored"] = c.mtp_layers_ignored;
@@ -131,6 +135,7 @@ void parse_canonical_moe(const nlohmann::json& j, const std::string& source, Mod
   m.norm_topk_prob = r.bool_or("norm_topk_prob", false);
   m.routed_scaling = r.number_or("routed_scaling", 1.0);
   m.shared_size = r.int_or("shared_size", 0);
+  m.latent_size = r.int_or("latent_size", 0);
   c.moe_layer_period = r.int_or("layer_period", 0);
   c.moe_layer_offset = r.int_or("layer_offset", 0);
   c.mtp_layers_ignored = r.int_or("mtp_layers_ignored", 0);
@@ -177,6 +182,11 @@ void validate_moe(const ModelConfig& c) {
     fail("model config: moe.routed_scaling = ", m.routed_scaling, ", expected finite and non-zero");
   if (m.shared_size < 0 || m.shared_size > kMaxConfigDim)
     fail("model config: moe.shared_size = ", m.shared_size, ", expected in [0, 2^30]");
+  if (m.latent_size < 0 || m.latent_size > c.d_model)
+    fail("model config: moe.latent_size = ", m.latent_size, ", expected in [0, d_model = ", c.d_model, "]");
+  if (m.latent_size > 0 && c.family != Family::NemotronH)
+    fail("model config: moe.latent_size = ", m.latent_size, " but ", family_name(c.family),
+         " has no latent expert projections (Nemotron-H's moe_latent_size)");
 }
 
 }  // namespace mambacpp

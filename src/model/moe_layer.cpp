@@ -28,17 +28,27 @@ std::shared_ptr<const MoeWeights> bind_moe(const MoeBinder& b, const ModelConfig
   const MoeConfig& m = c.moe;
   const int64_t E = m.n_experts, I = m.expert_size, D = c.d_model;
   if (c.family == Family::NemotronH) {
-    w->router = b.matrix(p + "gate.weight", {E, D});
+    w->router = b.matrix(p + "gate.weight", {E, D});  // the router reads the full hidden state, latent or not
     w->score_bias = b.tensor(p + "gate.e_score_correction_bias", {E});
+    // The routed experts' width: the latent one when moe_latent_size is set, else d_model.
+    const int64_t L = m.latent_size > 0 ? m.latent_size : D;
+    if (m.latent_size > 0) {
+      w->latent_in = b.matrix(p + "fc1_latent_proj.weight", {L, D});
+      w->latent_out = b.matrix(p + "fc2_latent_proj.weight", {D, L});
+      if (c.mlp_bias) {
+        w->latent_in_bias = b.tensor(p + "fc1_latent_proj.bias", {L});
+        w->latent_out_bias = b.tensor(p + "fc2_latent_proj.bias", {D});
+      }
+    }
     if (b.has(p + "experts.0.up_proj.weight")) {  // per-expert tensors (the released checkpoints)
       for (int64_t e = 0; e < E; ++e) {
         const std::string x = p + "experts." + std::to_string(e) + ".";
-        w->up.push_back(b.matrix(x + "up_proj.weight", {I, D}));
-        w->down.push_back(b.matrix(x + "down_proj.weight", {D, I}));
+        w->up.push_back(b.matrix(x + "up_proj.weight", {I, L}));
+        w->down.push_back(b.matrix(x + "down_proj.weight", {L, I}));
       }
     } else {  // transformers 5's fused NemotronHExperts
-      split(b.matrix(p + "experts.up_proj", {E, I, D}), E, w->up);
-      split(b.matrix(p + "experts.down_proj", {E, D, I}), E, w->down);
+      split(b.matrix(p + "experts.up_proj", {E, I, L}), E, w->up);
+      split(b.matrix(p + "experts.down_proj", {E, L, I}), E, w->down);
     }
     const int64_t S = m.shared_size;
     if (S > 0) {
@@ -86,7 +96,9 @@ int64_t moe_expert_bytes(const MoeWeights& w) {
 
 int64_t moe_weight_bytes(const MoeWeights& w) {
   int64_t sum = moe_expert_bytes(w);
-  for (const Weight* t : {&w.router, &w.shared_up, &w.shared_down})
+  for (const Weight* t : {&w.router, &w.shared_up, &w.shared_down, &w.latent_in, &w.latent_out})
+    if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
+  for (const TensorView* t : {&w.latent_in_bias, &w.latent_out_bias})
     if (!t->empty()) sum += static_cast<int64_t>(t->nbytes());
   return sum;
 }
@@ -122,8 +134,19 @@ void moe_sublayer(const Model::Impl& m, const LayerWeights& lw, const TensorView
   r.weights = Workspace::f32(ws.moe_weights, dev, T, k);
   be.moe_route(r);
 
+  // Latent MoE (transformers' NemotronHMoE): the routed experts see fc1_latent_proj(normed) and their weighted sum
+  // goes through fc2_latent_proj; routing above and the shared expert below read the full-width normed rows.
+  const bool latent = !w.latent_in.empty();
+  TensorView routed_in = normed, routed_out = out;
+  if (latent) {
+    const int64_t L = mc.latent_size;
+    routed_in = Workspace::f32(ws.moe_latent_in, dev, T, L);
+    routed_out = Workspace::f32(ws.moe_latent_out, dev, T, L);
+    be.linear(normed, w.latent_in, w.latent_in_bias, routed_in);
+  }
+
   MoeExpertsArgs x;
-  x.x = normed;
+  x.x = routed_in;
   x.ids = r.ids;
   x.weights = r.weights;
   x.act = mc.act == MlpAct::Relu2 ? MoeExpertAct::Relu2 : MoeExpertAct::SiluGated;
@@ -131,8 +154,9 @@ void moe_sublayer(const Model::Impl& m, const LayerWeights& lw, const TensorView
   x.up = w.up;
   x.gate = w.gate;
   x.down = w.down;
-  x.out = out;
+  x.out = routed_out;
   be.moe_experts(x);
+  if (latent) be.linear(routed_out, w.latent_out, w.latent_out_bias, out);
 
   // The shared expert, added to the routed experts' sum (as transformers does, before the residual multiplier).
   TensorView shared = Workspace::f32(ws.moe_shared, dev, T, D);

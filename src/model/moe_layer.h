@@ -1,8 +1,9 @@
 // Mixture-of-experts sublayers: Nemotron-H's MoE layers (LayerKind::MoE: routed relu2 experts beside a shared relu2
-// expert) and Granite-4.0-H's MLP sublayer with experts (routed SwiGLU experts beside the shared_mlp). The router
-// runs in f32 (the backend's linear widens its weight exactly, as transformers' .float() does), then
-// Backend::moe_route and Backend::moe_experts; the shared expert's output is added to the routed ones, and the sum,
-// scaled by residual_multiplier, to the residual stream.
+// expert; with moe_latent_size the routed experts run in a narrower latent width between two linears) and
+// Granite-4.0-H's MLP sublayer with experts (routed SwiGLU experts beside the shared_mlp). The router runs in f32 (the
+// backend's linear widens its weight exactly, as transformers' .float() does), then Backend::moe_route and
+// Backend::moe_experts; the shared expert's output is added to the routed ones, and the sum, scaled by
+// residual_multiplier, to the residual stream.
 #pragma once
 
 #include <functional>
@@ -30,6 +31,11 @@ struct MoeWeights {
   Weight shared_up;          // [shared_size, d_model] or empty
   Weight shared_down;        // [d_model, shared_size]
   TensorView shared_up_bias, shared_down_bias;
+  // Nemotron-H's latent MoE (moe_latent_size L): the routed experts' input fc1_latent_proj(x) and their weighted sum
+  // through fc2_latent_proj (both with biases per mlp_bias); up is then [I, L] and down [L, I]. Empty: none.
+  Weight latent_in;          // fc1_latent_proj [L, d_model]
+  Weight latent_out;         // fc2_latent_proj [d_model, L]
+  TensorView latent_in_bias, latent_out_bias;  // [L], [d_model] or empty
 };
 
 // How bind_moe reaches the checkpoint (weights.cpp's binder): a matrix or dense tensor of exactly that shape (a
@@ -44,7 +50,8 @@ struct MoeBinder {
 // read per expert when the checkpoint holds "<prefix>experts.0.up_proj.weight", else as fused 3-D tensors.
 std::shared_ptr<const MoeWeights> bind_moe(const MoeBinder& b, const ModelConfig& c, const std::string& prefix);
 
-// Bytes of every weight of the MoE (all experts, router and shared expert), and of the routed experts alone.
+// Bytes of every weight of the MoE (all experts, router, shared expert and latent projections), and of the routed
+// experts alone.
 int64_t moe_weight_bytes(const MoeWeights& w);
 int64_t moe_expert_bytes(const MoeWeights& w);
 

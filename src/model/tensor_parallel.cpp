@@ -267,6 +267,10 @@ TpPlan plan_tensor_parallel(const ModelConfig& c, int64_t n_ranks) {
   }
   if (has_mlp(c)) require_divides("mlp_size", c.mlp_size, n_ranks, "MLP intermediate channels are split");
   if (moe) {
+    // The latent projections would be replicated with fc2's bias on one rank; not done, so refused by name.
+    if (c.moe.latent_size > 0 && n_ranks > 1)
+      fail("tensor parallel over ", n_ranks, " ranks: moe.latent_size = ", c.moe.latent_size,
+           " (Nemotron-H's moe_latent_size): latent MoE projections are not split across ranks yet");
     require_divides("moe.n_experts", c.moe.n_experts, n_ranks, "experts are split by expert");
     if (c.moe.shared_size > 0)
       require_divides("moe.shared_size", c.moe.shared_size, n_ranks, "the shared expert is split");

@@ -38,6 +38,10 @@ void Workspace::reserve(Backend& backend, const ModelConfig& c, int64_t tokens, 
       moe_weights = f32(c.moe.top_k);
       moe_hidden = f32(std::max(c.moe.shared_size, c.mlp_after_mixer ? 2 * c.mlp_size : int64_t{0}));
       moe_shared = f32(c.d_model);
+      if (c.moe.latent_size > 0) {
+        moe_latent_in = f32(c.moe.latent_size);
+        moe_latent_out = f32(c.moe.latent_size);
+      }
     }
     capacity = tokens;
     ++generation;

@@ -33,6 +33,7 @@ struct Workspace {
   DeviceBuffer moe_weights;  // [cap, top_k] f32
   DeviceBuffer moe_hidden;   // [cap, max(shared_size, 2 mlp_size)] f32 shared expert's hidden rows
   DeviceBuffer moe_shared;   // [cap, d_model] f32 shared expert's output
+  DeviceBuffer moe_latent_in, moe_latent_out;  // [cap, latent_size] f32 routed experts' input and output (latent MoE)
   DeviceBuffer logits;    // [logit_rows, vocab] f32
   int64_t logit_rows = 0;
   uint64_t generation = 0;  // bumped whenever a buffer moves (captured graphs hold the old pointers)
