@@ -410,6 +410,28 @@ TEST(GgufModel, MoeAndJambaFilesGiveTheCheckpointsLogits) {
   }
 }
 
+// A nemotron_h_moe file with llama.cpp's appended multi-token-prediction block is refused naming the key, and one
+// whose groups llama.cpp could not run (expert_group_count > 1 without expert_group_used_count) naming that key.
+TEST(GgufModel, NemotronMoeFilesItCannotRunAreRefusedNamingTheKey) {
+  const fs::path d = scratch("nemotron_moe_keys");
+  const std::string src = (d / "m.gguf").string();
+  write_gguf((fs::path(test::fixture_dir()) / "moe" / "nemotron_h_moe_all_f32").string(), src, GgufTarget::F32);
+  const GgufFile f(src);
+  auto with = [&](const std::string& key, uint32_t value) {
+    GgufWriter w;
+    for (const std::string& k : f.keys()) w.set(k, *f.find(k));
+    w.set_u32(key, value);
+    for (const GgufTensor& t : f.tensors())
+      w.add_tensor(t.name, t.format, t.shape(), [&t](uint8_t* o) { std::memcpy(o, t.data, t.nbytes); });
+    const std::string out = (d / "x.gguf").string();
+    w.write(out);
+    return test::error_of([&] { GgufModel m(out); });
+  };
+  EXPECT_EQ(with("nemotron_h_moe.expert_shared_count", 1), "(no error)");  // a key it knows, same value: loads
+  EXPECT_NE(with("nemotron_h_moe.nextn_predict_layers", 1).find("nextn_predict_layers"), std::string::npos);
+  EXPECT_NE(with("nemotron_h_moe.expert_group_count", 2).find("expert_group_used_count"), std::string::npos);
+}
+
 // The released checkpoints' per-expert tensors and transformers 5's fused ones give the same file.
 TEST(GgufModel, PerExpertAndFusedCheckpointsGiveTheSameFile) {
   const fs::path fix = fs::path(test::fixture_dir()) / "moe";

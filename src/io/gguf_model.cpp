@@ -641,6 +641,11 @@ ModelConfig gguf_model_config(const GgufFile& f) {
     fail(f.path(), ": unknown GGUF architecture '", a, "'; mambacpp runs mamba, mamba2, nemotron_h, nemotron_h_moe, "
          "granitehybrid, falcon-h1 and jamba");
   }
+  // llama.cpp's converter can append Nemotron-H MoE's multi-token-prediction block as the last block(s); mambacpp does
+  // not run it (its checkpoint loader skips mtp.*), and such a block's tensors have no place in this config.
+  if (const int64_t nextn = f.get_int(a + ".nextn_predict_layers", 0); nextn > 0)
+    fail(f.path(), ": the file holds ", nextn, " multi-token-prediction block(s) (", a, ".nextn_predict_layers), which "
+         "mambacpp does not run; convert without them (convert_hf_to_gguf.py --no-mtp)");
   c.d_model = positive(f, a + ".embedding_length");
   c.n_layer = positive(f, a + ".block_count");
   if (c.n_layer > 4096) fail(f.path(), ": key '", a, ".block_count' is ", c.n_layer, "; expected at most 4096");
