@@ -407,6 +407,12 @@ TEST(GgufModel, MoeAndJambaFilesGiveTheCheckpointsLogits) {
     const std::vector<float> a = logits_of(*ref, ids), b = logits_of(*g, ids);
     ASSERT_EQ(a.size(), b.size());
     EXPECT_LE(test::max_rel_diff(b, a), 1e-5);
+    // And transformers' fp64 logits at the fixture's tokens (routing included: a flipped choice is far outside).
+    const std::vector<int32_t> fixture_ids = test::read_token_ids(dir + "/tokens.txt");
+    const NpyArray fx = read_npy(dir + "/logits.npy");
+    const std::vector<float> fp64(fx.values.begin(), fx.values.end()), got = logits_of(*g, fixture_ids);
+    ASSERT_EQ(got.size(), fp64.size());
+    EXPECT_LE(test::max_rel_diff(got, fp64), 1e-4);
   }
 }
 
