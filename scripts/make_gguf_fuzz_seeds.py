@@ -113,7 +113,7 @@ def falcon_h1():
     """Falcon-H1 as llama.cpp's converter writes it: every layer Mamba-2 + attention + SwiGLU MLP, scalar
     head_count_kv and feed_forward_length, the MLP's pre-norm named blk.N.ffn_norm (no .weight), MLP biases."""
     a = "falcon-h1"
-    d, inner, state, heads, groups, conv, vocab, nh, nkv, hd, ff = 16, 32, 4, 2, 1, 4, 8, 2, 1, 8, 16
+    d, inner, state, heads, groups, conv, vocab, nh, nkv, hd, ff = 8, 16, 2, 2, 1, 4, 4, 2, 1, 4, 8
     kvs = common(a, d, 1, inner, state, conv, heads) + [
         (a + ".ssm.group_count", U32, groups), (a + ".attention.head_count", U32, nh),
         (a + ".attention.head_count_kv", U32, nkv), (a + ".attention.key_length", U32, hd),
@@ -131,18 +131,18 @@ def falcon_h1():
 def nemotron_h_moe():
     """nemotron_h_moe: Mamba-2, attention and expert layers (feed_forward_length > 0), grouped sigmoid routing."""
     a = "nemotron_h_moe"
-    d, inner, state, heads, groups, conv, vocab, E, I, S = 16, 32, 4, 2, 1, 4, 8, 4, 8, 8
+    d, inner, state, heads, groups, conv, vocab, E, I, S = 8, 16, 2, 2, 1, 4, 4, 4, 4, 4
     kvs = common(a, d, 3, inner, state, conv, heads) + [
         (a + ".ssm.group_count", U32, groups), (a + ".attention.head_count", U32, 2),
-        (a + ".attention.head_count_kv", ARRAY, (I32, [0, 1, 0])), (a + ".attention.key_length", U32, 8),
-        (a + ".attention.value_length", U32, 8), (a + ".feed_forward_length", ARRAY, (I32, [0, 0, I])),
+        (a + ".attention.head_count_kv", ARRAY, (I32, [0, 1, 0])), (a + ".attention.key_length", U32, 4),
+        (a + ".attention.value_length", U32, 4), (a + ".feed_forward_length", ARRAY, (I32, [0, 0, I])),
         (a + ".expert_count", U32, E), (a + ".expert_used_count", U32, 2), (a + ".expert_feed_forward_length", U32, I),
         (a + ".expert_shared_feed_forward_length", U32, S), (a + ".expert_shared_count", U32, 1),
         (a + ".expert_weights_norm", BOOL, 1), (a + ".expert_weights_scale", F32, 2.5),
         (a + ".expert_group_count", U32, 2), (a + ".expert_group_used_count", U32, 1)]
     t = [("token_embd.weight", [d, vocab], 0), ("output_norm.weight", [d], 0)]
     t += [("blk.%d.attn_norm.weight" % i, [d], 0) for i in range(3)]
-    t += mamba2_layer("blk.0.", d, inner, state, heads, groups, conv, 0) + attention("blk.1.", d, 2, 1, 8, 0)
+    t += mamba2_layer("blk.0.", d, inner, state, heads, groups, conv, 0) + attention("blk.1.", d, 2, 1, 4, 0)
     t += [("blk.2.ffn_gate_inp.weight", [d, E], 0), ("blk.2.exp_probs_b.bias", [E], 0),
           ("blk.2.ffn_up_exps.weight", [d, I, E], 1), ("blk.2.ffn_down_exps.weight", [I, d, E], 1),
           ("blk.2.ffn_up_shexp.weight", [d, S], 0), ("blk.2.ffn_down_shexp.weight", [S, d], 0)]
@@ -152,51 +152,44 @@ def nemotron_h_moe():
 def granite_moe():
     """granitehybrid with experts: ffn_*_exps beside the shared MLP as ffn_*_shexp in every layer."""
     a = "granitehybrid"
-    d, inner, state, heads, groups, conv, vocab, E, I, S = 16, 32, 4, 4, 1, 4, 8, 3, 8, 16
+    d, inner, state, heads, groups, conv, vocab, E, I, S = 8, 16, 2, 2, 1, 4, 4, 3, 4, 4
     kvs = common(a, d, 2, inner, state, conv, heads) + [
         (a + ".ssm.group_count", U32, groups), (a + ".attention.head_count", U32, 2),
-        (a + ".attention.head_count_kv", ARRAY, (I32, [0, 1])), (a + ".attention.key_length", U32, 8),
-        (a + ".attention.value_length", U32, 8), (a + ".feed_forward_length", U32, I),
+        (a + ".attention.head_count_kv", ARRAY, (I32, [0, 1])), (a + ".attention.key_length", U32, 4),
+        (a + ".attention.value_length", U32, 4), (a + ".feed_forward_length", U32, I),
         (a + ".expert_count", U32, E), (a + ".expert_used_count", U32, 2),
         (a + ".expert_shared_feed_forward_length", U32, S), (a + ".embedding_scale", F32, 2.0),
         (a + ".residual_scale", F32, 0.5), (a + ".logit_scale", F32, 1.5), (a + ".rope.scaling.finetuned", BOOL, 0)]
     t = [("token_embd.weight", [d, vocab], 0), ("output_norm.weight", [d], 0)]
-    t += mamba2_layer("blk.0.", d, inner, state, heads, groups, conv, 0) + attention("blk.1.", d, 2, 1, 8, 0)
+    t += mamba2_layer("blk.0.", d, inner, state, heads, groups, conv, 1) + attention("blk.1.", d, 2, 1, 4, 1)
     for i in range(2):
         b = "blk.%d." % i
         t += [(b + "attn_norm.weight", [d], 0), (b + "ffn_norm.weight", [d], 0), (b + "ffn_gate_inp.weight", [d, E], 0),
-              (b + "ffn_gate_exps.weight", [d, I, E], 0), (b + "ffn_up_exps.weight", [d, I, E], 0),
-              (b + "ffn_down_exps.weight", [I, d, E], 0), (b + "ffn_gate_shexp.weight", [d, S], 0),
-              (b + "ffn_up_shexp.weight", [d, S], 0), (b + "ffn_down_shexp.weight", [S, d], 0)]
+              (b + "ffn_gate_exps.weight", [d, I, E], 1), (b + "ffn_up_exps.weight", [d, I, E], 1),
+              (b + "ffn_down_exps.weight", [I, d, E], 1), (b + "ffn_gate_shexp.weight", [d, S], 1),
+              (b + "ffn_up_shexp.weight", [d, S], 1), (b + "ffn_down_shexp.weight", [S, d], 1)]
     return kvs, t
 
 
 def jamba():
-    """jamba: Mamba-1 layers with dt / B / C norms, NoPE attention, experts where ffn_gate_inp is (every 2 from 1)."""
+    """jamba: a Mamba-1 layer with dt / B / C norms and a dense MLP, then NoPE attention with experts (ffn_gate_inp)."""
     a = "jamba"
-    d, inner, state, conv, rank, vocab, E, ff = 16, 32, 4, 4, 2, 8, 4, 8
-    kvs = common(a, d, 4, inner, state, conv, rank) + [
-        (a + ".attention.head_count", U32, 2), (a + ".attention.head_count_kv", ARRAY, (I32, [0, 1, 0, 0])),
+    d, inner, state, conv, rank, vocab, E, ff = 8, 16, 2, 4, 1, 4, 2, 4
+    kvs = common(a, d, 2, inner, state, conv, rank) + [
+        (a + ".attention.head_count", U32, 2), (a + ".attention.head_count_kv", ARRAY, (I32, [0, 1])),
         (a + ".feed_forward_length", U32, ff), (a + ".expert_count", U32, E), (a + ".expert_used_count", U32, 2)]
     t = [("token_embd.weight", [d, vocab], 0), ("output_norm.weight", [d], 0), ("output.weight", [d, vocab], 0)]
-    for i in range(4):
-        b = "blk.%d." % i
-        t += [(b + "attn_norm.weight", [d], 0), (b + "ffn_norm.weight", [d], 0)]
-        if i == 1:
-            t += attention(b, d, 2, 1, 8, 0)
-        else:
-            t += [(b + "ssm_in.weight", [d, 2 * inner], 0), (b + "ssm_conv1d.weight", [conv, inner], 0),
-                  (b + "ssm_conv1d.bias", [inner], 0), (b + "ssm_x.weight", [inner, rank + 2 * state], 0),
-                  (b + "ssm_dt_norm.weight", [rank], 0), (b + "ssm_dt.weight", [rank, inner], 0),
-                  (b + "ssm_dt.bias", [inner], 0), (b + "ssm_b_norm.weight", [state], 0),
-                  (b + "ssm_c_norm.weight", [state], 0), (b + "ssm_a", [state, inner], 0), (b + "ssm_d", [inner], 0),
-                  (b + "ssm_out.weight", [inner, d], 0)]
-        if i % 2 == 1:
-            t += [(b + "ffn_gate_inp.weight", [d, E], 0), (b + "ffn_gate_exps.weight", [d, ff, E], 0),
-                  (b + "ffn_up_exps.weight", [d, ff, E], 0), (b + "ffn_down_exps.weight", [ff, d, E], 0)]
-        else:
-            t += [(b + "ffn_gate.weight", [d, ff], 0), (b + "ffn_up.weight", [d, ff], 0),
-                  (b + "ffn_down.weight", [ff, d], 0)]
+    t += [("blk.%d.attn_norm.weight" % i, [d], 0) for i in range(2)] + [("blk.%d.ffn_norm.weight" % i, [d], 0) for i in range(2)]
+    t += [("blk.0.ssm_in.weight", [d, 2 * inner], 0), ("blk.0.ssm_conv1d.weight", [conv, inner], 0),
+          ("blk.0.ssm_conv1d.bias", [inner], 0), ("blk.0.ssm_x.weight", [inner, rank + 2 * state], 0),
+          ("blk.0.ssm_dt_norm.weight", [rank], 0), ("blk.0.ssm_dt.weight", [rank, inner], 0),
+          ("blk.0.ssm_dt.bias", [inner], 0), ("blk.0.ssm_b_norm.weight", [state], 0),
+          ("blk.0.ssm_c_norm.weight", [state], 0), ("blk.0.ssm_a", [state, inner], 0), ("blk.0.ssm_d", [inner], 0),
+          ("blk.0.ssm_out.weight", [inner, d], 0), ("blk.0.ffn_gate.weight", [d, ff], 0),
+          ("blk.0.ffn_up.weight", [d, ff], 0), ("blk.0.ffn_down.weight", [ff, d], 0)]
+    t += attention("blk.1.", d, 2, 1, 4, 0) + [
+        ("blk.1.ffn_gate_inp.weight", [d, E], 0), ("blk.1.ffn_gate_exps.weight", [d, ff, E], 0),
+        ("blk.1.ffn_up_exps.weight", [d, ff, E], 0), ("blk.1.ffn_down_exps.weight", [ff, d, E], 0)]
     return kvs, t
 
 
