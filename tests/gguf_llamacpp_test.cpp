@@ -3,7 +3,8 @@
 // without node or network:
 // - llama.cpp's log-probabilities on the F32 GGUF our writer makes of a checkpoint fixture equal ours on the same
 //   file (llama.cpp with an f32 KV cache and no flash attention; measured differences <= 7e-6), Falcon-H1's folded
-//   multipliers included (falcon_h1_norm_after_gate_mlp_bias: make_falcon_h1_variant.py);
+//   multipliers included (falcon_h1_norm_after_gate_mlp_bias: make_falcon_h1_variant.py), and the expert families
+//   (granitehybrid with experts, jamba, nemotron_h_moe: make_nemotron_h_moe_variant.py);
 // - llama.cpp's quantizer (llama_model_quantize, no importance matrix) turns the F32 GGUF of models/default into
 //   files whose every tensor has the type and the bytes `mambacpp quantize` gives it.
 #include <gtest/gtest.h>
@@ -95,7 +96,12 @@ TEST_P(GgufLlamaCppLogprobs, OursOnTheSameFileEqualLlamaCpps) {
 
 INSTANTIATE_TEST_SUITE_P(Fixtures, GgufLlamaCppLogprobs,
                          ::testing::Values("mamba1_bf16_tied", "mamba2_bf16_sharded", "nemotron_h_f32", "falcon_h1_f32",
-                                           "falcon_h1_norm_after_gate_mlp_bias", "falcon_h1_tied"));
+                                           "falcon_h1_norm_after_gate_mlp_bias", "falcon_h1_tied",
+                                           // The expert families: Granite-4.0-H MoE (ffn_*_exps beside ffn_*_shexp),
+                                           // Jamba (experts every other layer), Nemotron-H MoE with grouped sigmoid
+                                           // routing, normalised and scaled weights
+                                           // (make_nemotron_h_moe_variant.py).
+                                           "granite_moe_all_f32", "jamba_f32", "nemotron_h_moe_grouped"));
 
 uint64_t fnv1a64(const uint8_t* p, uint64_t n) {
   uint64_t h = 0xcbf29ce484222325ull;

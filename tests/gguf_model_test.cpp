@@ -307,15 +307,14 @@ TEST(GgufModel, ShapesWithoutTheirOnesReadTheSame) {
   EXPECT_EQ(logits_of(*load_cpu(squeezed), ids), logits_of(*load_cpu(full), ids));
 }
 
-// Checkpoints whose llama.cpp conventions mambacpp does not write yet are refused naming the model kind, not
-// written without their experts (a Granite MoE file of only its shared MLP loaded in llama.cpp and gave wrong logits).
-TEST(GgufModel, TheWriterRefusesMoeJambaAndFalconH1FormsLlamaCppLacksNamingThem) {
+// Falcon-H1 forms llama.cpp's falcon-h1 runs differently, and MoE forms its nemotron_h_moe has no slot for, are
+// refused naming the feature, not written without it.
+TEST(GgufModel, TheWriterRefusesFormsLlamaCppLacksNamingThem) {
   const fs::path d = scratch("refuse_writer");
   const fs::path fix = test::fixture_dir();
   const std::pair<std::string, std::string> cases[] = {
-      {"moe/granite_moe_f32", "mixture-of-experts"}, {"moe/granite_moe_all_f32", "mixture-of-experts"},
-      {"moe/nemotron_h_moe_f32", "nemotron_h_moe"},   {"moe/jamba_f32", "jamba"},
-      // Falcon-H1 forms llama.cpp's falcon-h1 runs differently (its Mamba and attention biases), named.
+      // A dense relu2 MLP layer beside expert layers (and shared-expert biases).
+      {"moe/nemotron_h_moe_f32", "dense MLP layer"},
       {"falcon_h1/falcon_h1_gate_first_f32", "projectors_bias"}, {"falcon_h1/falcon_h1_norm_tied_f32", "mamba_proj_bias"}};
   for (const auto& [dir, named] : cases) {
     if (!fs::exists(fix / dir / "config.json")) continue;
@@ -323,6 +322,164 @@ TEST(GgufModel, TheWriterRefusesMoeJambaAndFalconH1FormsLlamaCppLacksNamingThem)
     const std::string err = test::error_of([&] { write_gguf((fix / dir).string(), (d / "x.gguf").string(), GgufTarget::F32); });
     EXPECT_NE(err.find(named), std::string::npos) << err;
     EXPECT_FALSE(fs::exists(d / "x.gguf"));
+  }
+}
+
+// The MoE families as llama.cpp's converter writes them (nemotron_h_moe; granitehybrid with ffn_*_exps and the shared
+// MLP as ffn_*_shexp; jamba): written as F32 GGUF and read back, the checkpoint's logits within 1e-5 and its config;
+// the experts stacked [E, rows, cols], the router kept f32, the keys llama.cpp reads.
+TEST(GgufModel, MoeAndJambaFilesGiveTheCheckpointsLogits) {
+  const fs::path fix = fs::path(test::fixture_dir()) / "moe";
+  struct Case {
+    const char* dir;
+    const char* arch;
+  };
+  const Case cases[] = {{"nemotron_h_moe_all_f32", "nemotron_h_moe"}, {"granite_moe_all_f32", "granitehybrid"},
+                        {"granite_moe_f32", "granitehybrid"},         {"jamba_f32", "jamba"},
+                        {"jamba_other_layout_f32", "jamba"}};
+  for (const Case& k : cases) {
+    const std::string dir = (fix / k.dir).string();
+    ASSERT_TRUE(fs::exists(fs::path(dir) / "config.json")) << dir;
+    SCOPED_TRACE(dir);
+    const ModelConfig c = Checkpoint(dir).config();
+    ASSERT_GT(c.moe.n_experts, 0);
+    const fs::path out = scratch("moe") / "m.gguf";
+    write_gguf(dir, out.string(), GgufTarget::F32);
+    {
+      GgufFile f(out.string());
+      const std::string a = k.arch;
+      EXPECT_EQ(f.get_string("general.architecture"), a);
+      EXPECT_EQ(f.get_int(a + ".expert_count"), c.moe.n_experts);
+      EXPECT_EQ(f.get_int(a + ".expert_used_count"), c.moe.top_k);
+      int stacked = 0, routers = 0;
+      for (const GgufTensor& t : f.tensors()) {
+        if (t.name.find("_exps.weight") != std::string::npos) {
+          ++stacked;
+          ASSERT_EQ(t.n_dims, 3) << t.name;
+          EXPECT_EQ(t.shape()[0], c.moe.n_experts) << t.name;
+          const bool down = t.name.find("ffn_down_exps") != std::string::npos;
+          EXPECT_EQ(t.shape()[1], down ? c.d_model : c.moe.expert_size) << t.name;
+          EXPECT_EQ(t.shape()[2], down ? c.moe.expert_size : c.d_model) << t.name;
+        }
+        if (t.name.find("ffn_gate_inp.weight") != std::string::npos) {
+          ++routers;
+          EXPECT_EQ(t.shape(), (std::vector<int64_t>{c.moe.n_experts, c.d_model}));
+        }
+      }
+      EXPECT_GT(routers, 0);
+      // nemotron_h_moe's experts are relu2 (up, down); the others SwiGLU (gate, up, down).
+      EXPECT_EQ(stacked, routers * (a == "nemotron_h_moe" ? 2 : 3));
+      if (a == "nemotron_h_moe") {
+        EXPECT_EQ(f.get_int(a + ".expert_shared_feed_forward_length"), c.moe.shared_size);
+        EXPECT_EQ(f.get_int(a + ".expert_feed_forward_length"), c.moe.expert_size);
+        EXPECT_NE(f.tensor("blk.1.exp_probs_b.bias"), nullptr);
+        EXPECT_NE(f.tensor("blk.1.ffn_up_shexp.weight"), nullptr);
+        EXPECT_EQ(f.tensor("blk.1.ffn_gate_exps.weight"), nullptr);
+      }
+      if (a == "granitehybrid") {
+        EXPECT_EQ(f.get_int(a + ".feed_forward_length"), c.moe.expert_size);
+        EXPECT_EQ(f.get_int(a + ".expert_shared_feed_forward_length"), c.mlp_size);
+        EXPECT_NE(f.tensor("blk.0.ffn_gate_shexp.weight"), nullptr);
+        EXPECT_EQ(f.tensor("blk.0.ffn_gate.weight"), nullptr);
+      }
+      if (a == "jamba") {
+        EXPECT_NE(f.tensor("blk.0.ssm_dt_norm.weight"), nullptr);
+        EXPECT_NE(f.tensor("blk.0.ffn_gate.weight"), nullptr);  // layer 0: the dense MLP
+        EXPECT_EQ(f.tensor("blk.0.ffn_gate_inp.weight"), nullptr);
+      }
+    }
+    auto ref = load_cpu(dir);
+    auto g = load_cpu(out.string());
+    const ModelConfig& gc = g->config();
+    EXPECT_EQ(gc.family, c.family);
+    EXPECT_EQ(gc.layers, c.layers);
+    EXPECT_EQ(gc.moe.n_experts, c.moe.n_experts);
+    EXPECT_EQ(gc.moe.top_k, c.moe.top_k);
+    EXPECT_EQ(gc.moe.expert_size, c.moe.expert_size);
+    EXPECT_EQ(gc.moe.routing, c.moe.routing);
+    EXPECT_EQ(gc.moe.shared_size, c.moe.shared_size);
+    EXPECT_EQ(gc.moe.norm_topk_prob, c.moe.norm_topk_prob);
+    EXPECT_EQ(gc.moe.routed_scaling, c.moe.routed_scaling);
+    EXPECT_EQ(gc.moe_layer_period > 0, c.moe_layer_period > 0);
+    for (int64_t i = 0; i < c.n_layer; ++i) EXPECT_EQ(gc.mlp_has_experts(i), c.mlp_has_experts(i)) << i;
+    if (c.family != Family::NemotronH) EXPECT_EQ(gc.mlp_size, c.mlp_size);  // (Nemotron-H MoE: no dense MLP)
+    const std::vector<int32_t> ids = test::random_tokens(23, c.vocab_size, 7);
+    const std::vector<float> a = logits_of(*ref, ids), b = logits_of(*g, ids);
+    ASSERT_EQ(a.size(), b.size());
+    EXPECT_LE(test::max_rel_diff(b, a), 1e-5);
+    // And transformers' fp64 logits at the fixture's tokens (routing included: a flipped choice is far outside).
+    const std::vector<int32_t> fixture_ids = test::read_token_ids(dir + "/tokens.txt");
+    const NpyArray fx = read_npy(dir + "/logits.npy");
+    const std::vector<float> fp64(fx.values.begin(), fx.values.end()), got = logits_of(*g, fixture_ids);
+    ASSERT_EQ(got.size(), fp64.size());
+    EXPECT_LE(test::max_rel_diff(got, fp64), 1e-4);
+  }
+}
+
+// A nemotron_h_moe file with llama.cpp's appended multi-token-prediction block is refused naming the key, and one
+// whose groups llama.cpp could not run (expert_group_count > 1 without expert_group_used_count) naming that key.
+TEST(GgufModel, NemotronMoeFilesItCannotRunAreRefusedNamingTheKey) {
+  const fs::path d = scratch("nemotron_moe_keys");
+  const std::string src = (d / "m.gguf").string();
+  write_gguf((fs::path(test::fixture_dir()) / "moe" / "nemotron_h_moe_all_f32").string(), src, GgufTarget::F32);
+  const GgufFile f(src);
+  auto with = [&](const std::string& key, uint32_t value) {
+    GgufWriter w;
+    for (const std::string& k : f.keys()) w.set(k, *f.find(k));
+    w.set_u32(key, value);
+    for (const GgufTensor& t : f.tensors())
+      w.add_tensor(t.name, t.format, t.shape(), [&t](uint8_t* o) { std::memcpy(o, t.data, t.nbytes); });
+    const std::string out = (d / "x.gguf").string();
+    w.write(out);
+    return test::error_of([&] { GgufModel m(out); });
+  };
+  EXPECT_EQ(with("nemotron_h_moe.expert_shared_count", 1), "(no error)");  // a key it knows, same value: loads
+  EXPECT_NE(with("nemotron_h_moe.nextn_predict_layers", 1).find("nextn_predict_layers"), std::string::npos);
+  EXPECT_NE(with("nemotron_h_moe.expert_group_count", 2).find("expert_group_used_count"), std::string::npos);
+}
+
+// The released checkpoints' per-expert tensors and transformers 5's fused ones give the same file.
+TEST(GgufModel, PerExpertAndFusedCheckpointsGiveTheSameFile) {
+  const fs::path fix = fs::path(test::fixture_dir()) / "moe";
+  const fs::path d = scratch("layouts");
+  write_gguf((fix / "jamba_f32").string(), (d / "a.gguf").string(), GgufTarget::Q8_0);
+  write_gguf((fix / "jamba_other_layout_f32").string(), (d / "b.gguf").string(), GgufTarget::Q8_0);
+  GgufFile a((d / "a.gguf").string()), b((d / "b.gguf").string());
+  ASSERT_EQ(a.tensors().size(), b.tensors().size());
+  for (size_t i = 0; i < a.tensors().size(); ++i) {
+    const GgufTensor &x = a.tensors()[i], &y = b.tensors()[i];
+    EXPECT_EQ(x.name, y.name);
+    EXPECT_EQ(x.shape(), y.shape());
+    ASSERT_EQ(x.nbytes, y.nbytes) << x.name;
+    EXPECT_EQ(std::memcmp(x.data, y.data, x.nbytes), 0) << x.name;
+  }
+}
+
+// Quantized MoE files run on the packed kernels and equal the F32 file of their dequantized weights; the routers stay
+// f32 and the experts take the file's type (or llama.cpp's fallback for their row length).
+TEST(GgufModel, QuantizedMoeFilesEqualTheirDequantizedWeights) {
+  const fs::path fix = fs::path(test::fixture_dir()) / "moe";
+  const fs::path d = scratch("moe_quant");
+  for (const char* name : {"nemotron_h_moe_all_f32", "granite_moe_all_f32", "jamba_f32"}) {
+    for (GgufTarget t : {GgufTarget::Q8_0, GgufTarget::Q4_K_M}) {
+      SCOPED_TRACE(std::string(name) + " " + gguf_target_name(t));
+      const std::string dir = (fix / name).string(), q = (d / "q.gguf").string(), deq = (d / "deq.gguf").string();
+      write_gguf(dir, q, t);
+      GgufModel gm(q);
+      for (const GgufTensor& x : gm.file().tensors()) {
+        if (x.name.find("ffn_gate_inp") != std::string::npos) EXPECT_EQ(x.format, WeightFormat::F32) << x.name;
+        if (x.name.find("_exps.weight") != std::string::npos)
+          EXPECT_FALSE(x.format == WeightFormat::F32) << x.name;
+      }
+      GgufWriter w;
+      gguf_add_model(w, gm.config(), [&gm](const std::string& n) { return gm.find(n); }, GgufTarget::F32);
+      w.write(deq);
+      const int64_t vocab = gm.config().vocab_size;
+      const std::vector<int32_t> ids = test::random_tokens(11, vocab, 3);
+      const std::vector<float> a = logits_of(*load_cpu(q), ids), b = logits_of(*load_cpu(deq), ids);
+      // As QuantizedFilesRunAndEqualTheirDequantizedWeights: the packed kernels' int8 activations.
+      EXPECT_LE(test::max_rel_diff(a, b), 3e-2);
+    }
   }
 }
 

@@ -12,7 +12,8 @@ M=$(realpath "${1:?usage: gguf_arch_check.sh MAMBACPP [FIXTURE_DIR...]}"); shift
 here=$(cd "$(dirname "$0")" && pwd); root=$(cd "$here/../.." && pwd)
 fixtures=("$@")
 [ ${#fixtures[@]} -gt 0 ] || fixtures=("$root"/fixtures/models/* "$root"/fixtures/hybrid/* "$root"/fixtures/moe/* \
-                                        "$root"/fixtures/falcon_h1/* "$root"/fixtures/gguf_llamacpp/falcon_h1_*/)
+                                        "$root"/fixtures/falcon_h1/* "$root"/fixtures/gguf_llamacpp/falcon_h1_*/ \
+                                        "$root"/fixtures/gguf_llamacpp/nemotron_h_moe_*/)
 tmp=$(mktemp -d); trap 'rm -rf "$tmp"' EXIT
 for d in "${fixtures[@]}"; do
   [ -f "$d/config.json" ] && [ -f "$d/tokens.txt" ] || continue

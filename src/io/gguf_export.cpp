@@ -72,10 +72,12 @@ uint32_t gguf_file_type(GgufTarget t) {
 }
 
 WeightFormat gguf_tensor_type(GgufTarget target, const std::string& name, const std::vector<int64_t>& shape,
-                              bool tied, int64_t i_layer, int64_t n_layers) {
-  // What llama.cpp never quantizes: 1-D tensors, anything not named *.weight (ssm_a, ssm_d), norms, conv taps.
+                              bool tied, int64_t i_layer, int64_t n_layers, int64_t n_experts) {
+  // What llama.cpp never quantizes: 1-D tensors, anything not named *.weight (ssm_a, ssm_d), norms, conv taps,
+  // expert routers (ffn_gate_inp).
   const bool matrix = shape.size() >= 2 && ends_with(name, ".weight") && name.find("_norm.weight") == std::string::npos &&
-                      name.find("ssm_conv1d.weight") == std::string::npos;
+                      name.find("ssm_conv1d.weight") == std::string::npos &&
+                      name.find("ffn_gate_inp.weight") == std::string::npos;
   if (!matrix || target == GgufTarget::F32) return WeightFormat::F32;
   if (target == GgufTarget::F16) return WeightFormat::F16;
   if (target == GgufTarget::BF16) return WeightFormat::BF16;
@@ -86,9 +88,13 @@ WeightFormat gguf_tensor_type(GgufTarget target, const std::string& name, const 
   if (name == "output.weight" || (tied && name == "token_embd.weight")) {
     if (nx % 256 != 0) t = WeightFormat::Q8_0;
     else if (t != WeightFormat::Q8_0) t = WeightFormat::Q6_K;
+  } else if (n_experts == 8 && (ends_with(name, "attn_v.weight") || ends_with(name, "attn_k.weight"))) {
+    t = WeightFormat::Q8_0;  // llama.cpp's choice for 8-expert models, whatever the target
   } else if (target == GgufTarget::Q4_K_M) {
-    if ((ends_with(name, "attn_v.weight") || ends_with(name, "ffn_down.weight")) && use_more_bits(i_layer, n_layers))
+    if ((ends_with(name, "attn_v.weight") || name.find("ffn_down") != std::string::npos) &&
+        use_more_bits(i_layer, n_layers))
       t = WeightFormat::Q6_K;
+    if (n_experts == 8 && ends_with(name, "attn_output.weight")) t = WeightFormat::Q5_K;
   }
   // Rows that are not whole blocks: llama.cpp's fallbacks, then f16.
   if (nx % weight_format_info(t).block_elems != 0) {
@@ -123,31 +129,59 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
     w.set_u32("general.quantization_version", 2);
 
   const std::vector<GgufTensorName> names = gguf_tensor_names(c);
-  std::map<std::string, int64_t> counts, seen;
-  for (const GgufTensorName& n : names)
-    for (const char* k : {"attn_v.weight", "ffn_down.weight"})
-      if (ends_with(n.gguf, k)) ++counts[k];
+  // llama.cpp's quantizer counts attn_v tensors, and takes the layers' count for ffn_down (its n_ffn_down is
+  // n_layer), the index being the ffn_down tensors seen so far, or, in a model with experts, the tensor's block.
+  int64_t n_attn_v = 0, seen_attn_v = 0, seen_ffn_down = 0;
+  for (const GgufTensorName& n : names) n_attn_v += ends_with(n.gguf, "attn_v.weight");
+  const int64_t n_experts = c.moe.n_experts;
   for (const GgufTensorName& n : names) {
+    // The fused tensor (by its name or another the checkpoint may use), else the experts one by one.
     std::optional<Weight> src = source(n.hf);
-    if (!src) fail("GGUF export: the model has no tensor '", n.hf, "' (for ", n.gguf, ")");
+    for (size_t k = 0; !src && k < n.alt.size(); ++k) src = source(n.alt[k]);
+    std::vector<Weight> per_expert;
+    if (!src && !n.expert_names.empty()) {
+      for (const std::string& e : n.expert_names) {
+        std::optional<Weight> w = source(e);
+        if (!w) break;
+        const int64_t rows = n.gguf_shape[1], cols = n.gguf_shape[2];
+        if (w->numel() != rows * cols || w->dim(w->ndim - 1) != cols)
+          fail("GGUF export: tensor '", e, "' has shape ", w->shape_string(), "; expected [", rows, ", ", cols, "]");
+        per_expert.push_back(*w);
+      }
+      if (per_expert.size() != n.expert_names.size()) per_expert.clear();
+    }
+    if (!src && per_expert.empty())
+      fail("GGUF export: the model has no tensor '", n.hf, "'",
+           n.expert_names.empty() ? std::string() : " (nor its experts' '" + n.expert_names[0] + "', ...)", " (for ",
+           n.gguf, ")");
     int64_t src_numel = 1;
     for (int64_t d : n.hf_shape) src_numel *= d;
-    if (src->numel() != src_numel)
+    if (src && src->numel() != src_numel)
       fail("GGUF export: tensor '", n.hf, "' has shape ", src->shape_string(), "; expected ", src_numel, " elements");
     int64_t i_layer = 0, n_layers = 0;
-    for (const char* k : {"attn_v.weight", "ffn_down.weight"})
-      if (ends_with(n.gguf, k)) {
-        i_layer = seen[k]++;
-        n_layers = counts[k];
-      }
+    if (ends_with(n.gguf, "attn_v.weight")) {
+      i_layer = seen_attn_v++;
+      n_layers = n_attn_v;
+    } else if (n.gguf.find("ffn_down") != std::string::npos) {
+      i_layer = n_experts > 1 ? std::stoll(n.gguf.substr(4)) : seen_ffn_down++;
+      n_layers = c.n_layer;
+    }
     // A tied Falcon-H1 is written with its own `output` (gguf_tensor_names): typed as the untied file it is.
     const bool tied = c.tie_embeddings && c.family != Family::FalconH1;
-    const WeightFormat f = gguf_tensor_type(target, n.gguf, n.gguf_shape, tied, i_layer, n_layers);
+    const WeightFormat f = gguf_tensor_type(target, n.gguf, n.gguf_shape, tied, i_layer, n_layers, n_experts);
     const int64_t cols = n.gguf_shape.back();
     int64_t rows = 1;
     for (size_t i = 0; i + 1 < n.gguf_shape.size(); ++i) rows *= n.gguf_shape[i];
-    const int64_t row_offset = n.conversion == GgufConversion::UpHalf ? rows : 0;  // the second half's first row
-    const Weight weight = *src;
+    // Row r of the stored tensor is row src_row(r) of the fused source: the second half's rows follow the first's,
+    // per expert where the tensor stacks experts.
+    const bool up_half = n.conversion == GgufConversion::UpHalf;
+    const bool half = up_half || n.conversion == GgufConversion::GateHalf;
+    const int64_t per = n.experts > 0 ? rows / n.experts : rows;  // rows of one expert (or of the whole matrix)
+    auto src_row = [per, half, up_half](int64_t r) {
+      const int64_t e = r / per, j = r % per;
+      return e * (half ? 2 * per : per) + (up_half ? per : 0) + j;
+    };
+    const Weight weight = src ? *src : Weight();
     const GgufConversion conv = n.conversion;
     const int64_t heads = n.heads, units = rows > 1 ? rows : cols;  // HeadPermute moves rows, or a bias's elements
     const std::vector<GgufTensorName::Scale> scale = n.scale;
@@ -156,9 +190,17 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
     if (conv == GgufConversion::HeadPermute && (heads < 1 || units % heads != 0 || (units / heads) % 2 != 0))
       fail("GGUF export: tensor '", n.hf, "' of ", units, " channels cannot be split into ", heads,
            " heads of an even size (llama.cpp's RoPE pairs)");
-    w.add_tensor(n.gguf, f, n.gguf_shape, [weight, f, rows, cols, row_offset, conv, heads, scale](uint8_t* out) {
+    w.add_tensor(n.gguf, f, n.gguf_shape,
+                 [weight, per_expert, per, src_row, f, rows, cols, conv, heads, scale](uint8_t* out) {
       std::vector<float> row(static_cast<size_t>(cols));
       const int64_t rb = weight_row_bytes(f, cols);
+      if (!per_expert.empty()) {  // expert r / per's matrix, row r % per
+        for (int64_t r = 0; r < rows; ++r) {
+          read_rows(per_expert[static_cast<size_t>(r / per)], r % per, 1, row.data());
+          ggml_quantize_row(f, row.data(), cols, out + r * rb);
+        }
+        return;
+      }
       // conv [C, 1, K] -> [C, K] keeps the row length; A / D [H] -> [H, 1] and ssm_norm [d] -> [G, d / G] regroup
       // the elements of a small dense tensor, read whole.
       std::vector<float> all;
@@ -172,7 +214,7 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
         if (regroup) std::memcpy(row.data(), all.data() + r * cols, static_cast<size_t>(cols) * 4);
         else if (conv == GgufConversion::HeadPermute && rows > 1)
           read_rows(weight, gguf_head_permuted_source(r, rows, heads), 1, row.data());
-        else read_rows(weight, row_offset + r, 1, row.data());
+        else read_rows(weight, src_row(r), 1, row.data());
         if (conv == GgufConversion::HeadPermute && rows == 1) {
           const std::vector<float> hf = row;
           for (int64_t i = 0; i < cols; ++i) row[static_cast<size_t>(i)] = hf[static_cast<size_t>(gguf_head_permuted_source(i, cols, heads))];

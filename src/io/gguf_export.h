@@ -24,9 +24,10 @@ const char* gguf_target_name(GgufTarget t);
 uint32_t gguf_file_type(GgufTarget t);  // llama_ftype: general.file_type
 
 // The type llama.cpp's quantizer gives tensor `gguf_name` of logical shape `shape`: `i_layer` / `n_layers` count the
-// tensors of the same kind (attn_v, ffn_down) for Q4_K_M's choice of layers; `tied` says token_embd is also the output.
+// tensors of the same kind (attn_v, ffn_down) for Q4_K_M's choice of layers; `tied` says token_embd is also the output;
+// `n_experts` is the model's expert count (llama.cpp treats 8-expert models' attention apart).
 WeightFormat gguf_tensor_type(GgufTarget target, const std::string& gguf_name, const std::vector<int64_t>& shape,
-                              bool tied, int64_t i_layer, int64_t n_layers);
+                              bool tied, int64_t i_layer, int64_t n_layers, int64_t n_experts = 0);
 
 using WeightSource = std::function<std::optional<Weight>(const std::string& hf_name)>;
 class Checkpoint;

@@ -27,8 +27,9 @@ namespace mambacpp {
 enum class GgufConversion : uint8_t {
   Plain,      // the same values (possibly reshaped: conv1d, A, D, ssm_norm)
   NegExp,     // stored as -exp(value): ssm_a from A_log
-  GateHalf,   // the first half of the rows (Granite's input_linear -> ffn_gate)
-  UpHalf,     // the second half of the rows (-> ffn_up)
+  GateHalf,   // the first half of the rows (Granite's input_linear -> ffn_gate); of each expert's rows where
+              // `experts` > 0 (a fused [E, 2I, D] gate_up -> ffn_gate_exps [E, I, D])
+  UpHalf,     // the second half of the rows (-> ffn_up, ffn_up_exps)
   // attn_q / attn_k (weight rows, bias elements) of granitehybrid and nemotron_h: llama.cpp's converter reorders
   // each head's channels from transformers' rotate-half pairs (j, j + d/2) to adjacent pairs (2j, 2j + 1), because
   // its RoPE for these architectures rotates adjacent pairs (LLAMA_ROPE_TYPE_NORM). Stored channel 2j + s of a head
@@ -43,6 +44,14 @@ struct GgufTensorName {
   std::vector<int64_t> gguf_shape;  // the logical (PyTorch-order) shape llama.cpp stores
   GgufConversion conversion = GgufConversion::Plain;
   int64_t heads = 0;  // HeadPermute: the heads the rows (or elements) hold
+  // Stacked experts (ffn_*_exps, [E, rows, cols]): E, else 0. The writer reads the transformers tensor `hf` (fused,
+  // [E, rows or 2 rows, cols]), or, where the checkpoint has none, the E per-expert matrices `expert_names` (each one
+  // expert's [rows, cols], as the released checkpoints store them). The reader hands the binder `hf`.
+  int64_t experts = 0;
+  std::vector<std::string> expert_names;
+  // Other names a checkpoint may hold `hf` under (the released checkpoints' and transformers 5's), tried in order by
+  // the writer after `hf`.
+  std::vector<std::string> alt;
   // Falcon-H1's muP multipliers, folded into the stored values as llama.cpp's converter folds them: rows [previous
   // segment's end, end) are multiplied by each factor in turn (f32 products, as its torch code computes them); empty
   // for every other tensor and for a config whose multipliers are all 1 (what the reader makes of such a file).
@@ -56,8 +65,8 @@ struct GgufTensorName {
 // HeadPermute: the transformers row (or element) stored at position `i` of `n` holding `heads` heads.
 int64_t gguf_head_permuted_source(int64_t i, int64_t n, int64_t heads);
 
-// llama.cpp's architecture name for a config ("mamba", "mamba2", "nemotron_h", "granitehybrid", "falcon-h1"); throws
-// naming the family for one mambacpp cannot write as GGUF (MoE layers, Jamba: not yet).
+// llama.cpp's architecture name for a config ("mamba", "mamba2", "nemotron_h", "nemotron_h_moe", "granitehybrid",
+// "falcon-h1", "jamba").
 std::string gguf_arch_name(const ModelConfig& config);
 // Every tensor of a model with this config, transformers name beside the GGUF one (Granite's input_linear appears
 // twice, once per half).
@@ -70,7 +79,8 @@ void gguf_write_config(const ModelConfig& config, GgufWriter& writer);
 // the architecture for one mambacpp does not run.
 ModelConfig gguf_model_config(const GgufFile& file);
 // Throws naming the feature for a config llama.cpp's architecture has no slot or no computation for (Mamba-1
-// in_proj / out_proj biases; Falcon-H1's Mamba projection biases, attention biases, norm before the gate), rather
+// in_proj / out_proj biases; Falcon-H1's Mamba projection biases, attention biases, norm before the gate;
+// nemotron_h_moe's dense MLP layers beside expert layers and shared-expert biases; experts of other families), rather
 // than write a file llama.cpp would load and run wrong.
 void gguf_check_writable(const ModelConfig& config);
 
@@ -94,6 +104,7 @@ class GgufModel {
 
  private:
   struct Converted;
+  void widen_packed_experts();
   std::unique_ptr<GgufFile> file_;
   ModelConfig config_;
   std::vector<GgufTensorName> names_;
