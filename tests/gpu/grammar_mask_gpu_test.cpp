@@ -145,9 +145,8 @@ TEST(GpuGrammarMask, SameTokensAsTheHostPath) {
 }
 
 // One greedy json_object generation alone and a batch of 8, each path timed twice (the first run warms up); the
-// rows of the A/B: ms per generated token, device mask vs host mask. A measurement, not a check: disabled in the
-// suite, run by dev/device_chat51c.sh.
-TEST(GpuGrammarMask, DISABLED_PerfDeviceAgainstHostMask) {
+// rows of the A/B: ms per generated token, device mask vs host mask.
+TEST(GpuGrammarMask, PerfDeviceAgainstHostMask) {
   MAMBACPP_REQUIRE_GPU();
   LoadOptions lo;
   lo.device = DeviceChoice::CUDA;
