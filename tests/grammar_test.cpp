@@ -335,8 +335,8 @@ TEST(GrammarEngine, JsonObjectAndBadGrammars) {
   EXPECT_EQ(g.draft_tokens, 0);
 }
 
-// A constrained row beside unconstrained ones (its mask applied by the backend's selection, or on the host where its
-// sampler needs the whole row): the other rows of the batch still get the tokens they get alone.
+// A constrained row makes its step take whole rows of logits instead of device-selected candidates: the other rows
+// of the batch still get the tokens they get alone (the two paths pick the same token).
 TEST(GrammarEngine, UnconstrainedRowsBesideAConstrainedOneAreUnchanged) {
   const auto model = Model::load(test::source_dir() + "/models/default", cpu_options());
   const Tokenizer& tok = shipped_tokenizer();

@@ -4,13 +4,11 @@
 // the token it would have picked from the full row, while only ~2k numbers per row leave the device.
 //
 // What "the top k" means, precisely (every backend gives bitwise the same answer):
-//   1. mask: where `allowed` is given, every id whose bit is clear is set to -inf (in place), as a host masks a row
-//      for a grammar: such an id is never a candidate, and a NaN there never makes the row bad;
-//   2. penalty: for each id of `penalized` (distinct, < limit), logit > 0 is divided by `repeat_penalty`, logit <= 0
+//   1. penalty: for each id of `penalized` (distinct, < limit), logit > 0 is divided by `repeat_penalty`, logit <= 0
 //      multiplied by it (as apply_repeat_penalty in engine/sampler.h);
-//   3. considered: ids in [0, limit) whose penalised logit is not -inf. If a considered logit is NaN or +inf, the
+//   2. considered: ids in [0, limit) whose penalised logit is not -inf. If a considered logit is NaN or +inf, the
 //      row is bad: `bad_id` is the lowest such id and `bad_value` its penalised logit;
-//   4. the candidates are the min(k, considered) largest, ordered by logit descending, equal logits (-0 == +0) by
+//   3. the candidates are the min(k, considered) largest, ordered by logit descending, equal logits (-0 == +0) by
 //      id ascending.
 // (C++17: the CUDA sources see this header through backend.h.)
 #pragma once
@@ -29,11 +27,8 @@ struct TopKRequest {
   int64_t limit = 0;               // ids >= limit are never candidates (padding rows); 0: the whole row
   float repeat_penalty = 1.0f;     // > 0, finite; 1: off
   std::vector<int32_t> penalized;  // distinct ids in [0, row length) the penalty applies to
-  // Empty: every id may be a candidate. Else ceil(row length / 32) words, bit (id % 32) of word id / 32 set for the
-  // ids that may (a grammar's allowed tokens): the mask travels to the device, the row does not come back.
-  std::vector<uint32_t> allowed;
   // Model::forward_top_k only (select_top_k ignores it): >= 0 also returns the row's log-softmax normaliser over
-  // [0, limit) of the raw logits and its `logprobs` (<= kMaxTopK) most likely ids, before the mask and the penalty.
+  // [0, limit) of the raw logits and its `logprobs` (<= kMaxTopK) most likely ids, before the penalty.
   int32_t logprobs = -1;
 };
 

@@ -359,8 +359,7 @@ struct Engine::Impl {
   }
 
   // ---- Sampling -----------------------------------------------------------------------------------------------
-  // A grammar row's request carries its allowed tokens as a bit mask, applied next to the logits.
-  TopKRequest top_k_request(Run& r) const {
+  TopKRequest top_k_request(const Run& r) const {
     TopKRequest q;
     const Sampler& s = *r.sampler;
     q.k = std::max(1, s.params().candidates_needed());
@@ -368,7 +367,6 @@ struct Engine::Impl {
     q.repeat_penalty = s.params().repeat_penalty;
     q.penalized = s.penalized_ids();
     q.logprobs = r.req.logprobs;
-    if (r.grammar) r.grammar->allowed_words(r.stop_tokens, vocab, q.allowed);
     return q;
   }
 
@@ -377,8 +375,6 @@ struct Engine::Impl {
     GeneratedToken tok;
     if (!out.candidates.empty()) {
       const TopKCandidates& c = out.candidates[i];
-      // No candidate in a masked row: the grammar's own reason, as the host path's mask gives it.
-      if (r.grammar && c.ids.empty() && c.bad_id < 0) r.grammar->fail_nothing_allowed();
       tok.id = r.sampler->sample_candidates(c);
       if (r.req.logprobs >= 0) {
         const RowLogprobs& lp = out.logprobs[i];
@@ -536,7 +532,7 @@ struct Engine::Impl {
       } else {
         bool candidates = options.device_sampling;
         for (const Run* r : decode)
-          if (r->req.max_new_tokens > 0 && r->sampler->params().candidates_needed() == 0)
+          if (r->req.max_new_tokens > 0 && (r->sampler->params().candidates_needed() == 0 || r->grammar))
             candidates = false;
         if (candidates) {
           std::vector<TopKRequest> reqs(seqs.size());  // prefill rows: the cheapest request, ignored

@@ -123,15 +123,11 @@ void allowed_tokens(GrammarMatcher& matcher, const TokenTrie& trie, std::vector<
 TokenConstraint::TokenConstraint(std::shared_ptr<const Grammar> grammar, std::shared_ptr<const TokenTrie> trie)
     : matcher_(std::move(grammar)), trie_(std::move(trie)) {}
 
-void TokenConstraint::compute_allowed(const std::set<int32_t>& stop_tokens) {
+void TokenConstraint::mask(std::span<float> row, const std::set<int32_t>& stop_tokens) {
   allowed_tokens(matcher_, *trie_, allowed_);
   const bool complete = matcher_.accepting();
   for (int32_t s : stop_tokens)
     if (s >= 0 && static_cast<size_t>(s) < allowed_.size()) allowed_[static_cast<size_t>(s)] = complete;
-}
-
-void TokenConstraint::mask(std::span<float> row, const std::set<int32_t>& stop_tokens) {
-  compute_allowed(stop_tokens);
   bool any = false;
   const size_t n = std::min(row.size(), allowed_.size());
   for (size_t i = 0; i < n; ++i) {
@@ -141,22 +137,9 @@ void TokenConstraint::mask(std::span<float> row, const std::set<int32_t>& stop_t
       any = any || row[i] != -std::numeric_limits<float>::infinity();
   }
   for (size_t i = n; i < row.size(); ++i) row[i] = -std::numeric_limits<float>::infinity();
-  if (!any) fail_nothing_allowed();
-}
-
-void TokenConstraint::allowed_words(const std::set<int32_t>& stop_tokens, int64_t row_length,
-                                   std::vector<uint32_t>& words) {
-  compute_allowed(stop_tokens);
-  words.assign(static_cast<size_t>((row_length + 31) / 32), 0u);
-  const size_t n = std::min(static_cast<size_t>(row_length), allowed_.size());
-  for (size_t i = 0; i < n; ++i)
-    if (allowed_[i]) words[i >> 5] |= 1u << (i & 31);
-}
-
-void TokenConstraint::fail_nothing_allowed() const {
-  fail(matcher_.accepting()
-           ? "grammar: the text is complete but no stop token can end it (ignore_eos without stop tokens?)"
-           : "grammar: no token of the vocabulary can continue the text the grammar requires");
+  if (!any)
+    fail(complete ? "grammar: the text is complete but no stop token can end it (ignore_eos without stop tokens?)"
+                  : "grammar: no token of the vocabulary can continue the text the grammar requires");
 }
 
 void TokenConstraint::accept(int32_t token) {

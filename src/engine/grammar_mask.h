@@ -52,20 +52,12 @@ class TokenConstraint {
   // Sets to -inf every logit of `row` whose token the grammar rejects; the stop tokens keep theirs only where the
   // grammar is complete. Throws Error when nothing is left to sample.
   void mask(std::span<float> row, const std::set<int32_t>& stop_tokens);
-  // The same choice as a bit mask for a backend to apply next to the logits (TopKRequest::allowed of
-  // mambacpp/top_k.h): `words` becomes ceil(row_length / 32) words, bit id % 32 of word id / 32 set for exactly the
-  // ids mask() would leave alone (ids at or past the vocabulary's end clear).
-  void allowed_words(const std::set<int32_t>& stop_tokens, int64_t row_length, std::vector<uint32_t>& words);
-  // The Error mask() throws when no allowed token has a finite logit: for a backend that found no candidate in a row
-  // masked by allowed_words().
-  [[noreturn]] void fail_nothing_allowed() const;
   // Advances by a generated token (not a stop token). Throws Error when the grammar rejects it (a token sampled
   // from a masked row never is).
   void accept(int32_t token);
   bool complete() const { return matcher_.accepting(); }
 
  private:
-  void compute_allowed(const std::set<int32_t>& stop_tokens);  // into allowed_
   GrammarMatcher matcher_;
   std::shared_ptr<const TokenTrie> trie_;
   std::vector<uint8_t> allowed_;

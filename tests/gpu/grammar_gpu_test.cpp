@@ -1,7 +1,6 @@
-// Constrained output on the GPU: a step with a grammar row whose sampler needs the whole row (top_k 0) takes whole
-// rows of logits off the device, masks them on the host, and still gives every row what it gets alone; hot samples of
-// the shipped model on the GPU all validate against their JSON schema. (The mask applied on the device:
-// grammar_mask_gpu_test.cpp.)
+// Constrained output on the GPU: a step with a grammar row takes whole rows of logits off the device (the device's
+// top-k selection does not see the mask), masks them on the host, and still gives every row what it gets alone; hot
+// samples of the shipped model on the GPU all validate against their JSON schema.
 #include <gtest/gtest.h>
 
 #include <nlohmann/json.hpp>

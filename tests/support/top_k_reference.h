@@ -15,11 +15,9 @@
 
 namespace mambacpp::test {
 
-// The definition, step by step: mask and penalise a copy, look for NaN / +inf below the limit, sort everything considered.
+// The definition, step by step: penalise a copy, look for NaN / +inf below the limit, sort everything considered.
 inline TopKCandidates reference_top_k(std::vector<float> row, const TopKRequest& q) {
   const int64_t limit = q.limit == 0 ? static_cast<int64_t>(row.size()) : q.limit;
-  for (size_t i = 0; i < row.size() && !q.allowed.empty(); ++i)
-    if (!(q.allowed[i / 32] & (1u << (i % 32)))) row[i] = -std::numeric_limits<float>::infinity();
   if (q.repeat_penalty != 1.0f)
     for (int32_t id : q.penalized)
       if (id < limit) {
@@ -87,21 +85,6 @@ inline std::vector<int32_t> random_distinct_ids(int64_t V, size_t n, std::mt1993
     if (std::find(ids.begin(), ids.end(), id) == ids.end()) ids.push_back(id);
   }
   return ids;
-}
-
-// An allowed-token mask of ceil(V / 32) words: `kind` 0 = a few scattered ids (a grammar inside a string literal's
-// structure: ~1%), 1 = most ids (~90%), 2 = none, 3 = one id, 4 = every id up to V (the unused bits of the last word
-// set too: the ops must not read past the row).
-inline std::vector<uint32_t> random_mask(int64_t V, int kind, std::mt19937_64& rng) {
-  std::vector<uint32_t> words(static_cast<size_t>((V + 31) / 32), 0u);
-  std::uniform_int_distribution<int> pct(0, 99);
-  auto set = [&](int64_t id) { words[static_cast<size_t>(id / 32)] |= 1u << (id % 32); };
-  if (kind == 3) set(std::uniform_int_distribution<int64_t>(0, V - 1)(rng));
-  if (kind == 4) std::fill(words.begin(), words.end(), 0xffffffffu);
-  if (kind == 0 || kind == 1)
-    for (int64_t i = 0; i < V; ++i)
-      if (pct(rng) < (kind == 0 ? 1 : 90)) set(i);
-  return words;
 }
 
 }  // namespace mambacpp::test

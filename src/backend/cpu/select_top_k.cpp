@@ -1,4 +1,4 @@
-// The CPU backend's select_top_k: per row, the allowed-token mask and the repetition penalty in place, the bad-logit check, then the k best
+// The CPU backend's select_top_k: per row, the repetition penalty in place, the bad-logit check, then the k best
 // (logit descending, id ascending) by a partial sort, or a vector argmax for k = 1. Rows run in parallel.
 #include <algorithm>
 #include <cmath>
@@ -18,9 +18,6 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 void select_row(float* row, int64_t limit, const TopKRequest& q, TopKCandidates& out) {
   out = TopKCandidates{};
-  if (!q.allowed.empty())
-    for (int64_t i = 0; i < limit; ++i)
-      if (!((q.allowed[static_cast<size_t>(i >> 5)] >> (i & 31)) & 1u)) row[i] = kNegInf;
   if (q.repeat_penalty != 1.0f)
     for (int32_t id : q.penalized)
       if (id < limit) row[id] = row[id] > 0.0f ? row[id] / q.repeat_penalty : row[id] * q.repeat_penalty;

@@ -9,7 +9,6 @@
 
 #include "backend/cuda/cuda_backend.h"
 #include "backend/cuda/cuda_check.h"
-#include "backend/cuda/token_mask.h"
 
 namespace mambacpp {
 
@@ -42,8 +41,7 @@ void CudaBackend::gather_rows(const TensorView& x, const int64_t* host_rows, int
                      out.stride0(), stream());
 }
 
-// One upload (row parameters, the penalised ids, then the masked rows and their allowed-token words), the mask
-// kernel where a row has one, the selection kernel, one download of the packed candidates.
+// One upload (row parameters, then the penalised ids), the kernel, one download of the packed candidates.
 void CudaBackend::select_top_k(TensorView logits, const std::vector<TopKRequest>& requests,
                                std::vector<TopKCandidates>& out) {
   const std::vector<int64_t> limits = check_top_k_requests(logits, requests);
@@ -66,43 +64,17 @@ void CudaBackend::select_top_k(TensorView logits, const std::vector<TopKRequest>
     need(ids.size() <= INT32_MAX, "select_top_k: more than 2^31-1 penalized ids in one call");
     kmax = std::max(kmax, q.k);
   }
-  std::vector<int32_t> mask_rows;
-  for (size_t r = 0; r < requests.size(); ++r)
-    if (!requests[r].allowed.empty()) mask_rows.push_back(static_cast<int32_t>(r));
-  need(mask_rows.size() <= 65535, "select_top_k: at most 65535 masked rows in one call, found ", mask_rows.size());
-  const size_t words_per_row = static_cast<size_t>((logits.dim(1) + 31) / 32);
   // Both copies go through one pinned host buffer (parameters, then the packed output), so that they are truly
   // asynchronous and the call waits once. It is free again when this call returns (the stream has drained).
   const size_t ids_offset = align(params.size() * sizeof(SelectRowParams));
-  const size_t mask_rows_offset = align(ids_offset + ids.size() * sizeof(int32_t));
-  const size_t words_offset = align(mask_rows_offset + mask_rows.size() * sizeof(int32_t));
-  const size_t in_bytes =
-      mask_rows.empty() ? ids_offset + ids.size() * sizeof(int32_t)
-                        : words_offset + mask_rows.size() * words_per_row * sizeof(uint32_t);
+  const size_t in_bytes = ids_offset + ids.size() * sizeof(int32_t);
   const int64_t out_stride = 3 + 2 * int64_t(kmax);
   const size_t out_bytes = static_cast<size_t>(n * out_stride) * sizeof(int32_t);
   auto* pinned = static_cast<unsigned char*>(scratch_.grow_pinned(align(in_bytes) + out_bytes));
   std::memcpy(pinned, params.data(), params.size() * sizeof(SelectRowParams));
   if (!ids.empty()) std::memcpy(pinned + ids_offset, ids.data(), ids.size() * sizeof(int32_t));
-  if (!mask_rows.empty()) {
-    std::memcpy(pinned + mask_rows_offset, mask_rows.data(), mask_rows.size() * sizeof(int32_t));
-    for (size_t m = 0; m < mask_rows.size(); ++m)
-      std::memcpy(pinned + words_offset + m * words_per_row * sizeof(uint32_t),
-                  requests[static_cast<size_t>(mask_rows[m])].allowed.data(), words_per_row * sizeof(uint32_t));
-  }
   auto* in = static_cast<unsigned char*>(grow(Slot::kSelectIn, in_bytes));
   MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(in, pinned, in_bytes, cudaMemcpyHostToDevice, stream()));
-  if (!mask_rows.empty()) {  // step 1 of the selection, in place, before the penalty
-    TokenMaskLaunch m;
-    m.logits = logits.ptr<float>();
-    m.stride = logits.stride0();
-    m.V = static_cast<int32_t>(logits.dim(1));
-    m.n_masked = static_cast<int32_t>(mask_rows.size());
-    m.rows = reinterpret_cast<const int32_t*>(in + mask_rows_offset);
-    m.words = reinterpret_cast<const uint32_t*>(in + words_offset);
-    m.words_per_row = static_cast<int32_t>(words_per_row);
-    launch_token_mask(m, stream());
-  }
   SelectLaunch p;
   p.logits = logits.ptr<float>();
   p.stride = logits.stride0();
