@@ -93,9 +93,51 @@ def special_tokens_for(stem):
     return {"bos_token": "<s>", "eos_token": "</s>"}
 
 
+def compile_like_transformers(source):
+    """The Jinja environment apply_chat_template renders in, for machines without transformers: sandboxed,
+    trim_blocks + lstrip_blocks, loop controls, a {% generation %} tag that renders its body, tojson without HTML
+    escaping, raise_exception and strftime_now. Checked: it reproduces every transformers-made file under
+    fixtures/chat/rendered/ case for case (python3 scripts/make_chat_fixtures.py OUT, then compare)."""
+    import jinja2
+    import jinja2.ext
+    from datetime import datetime
+    from jinja2.sandbox import ImmutableSandboxedEnvironment
+
+    class Generation(jinja2.ext.Extension):
+        tags = {"generation"}
+
+        def parse(self, parser):
+            lineno = next(parser.stream).lineno
+            body = parser.parse_statements(["name:endgeneration"], drop_needle=True)
+            return jinja2.nodes.CallBlock(self.call_method("_body"), [], [], body).set_lineno(lineno)
+
+        def _body(self, caller):
+            return caller()
+
+    def raise_exception(message):
+        raise jinja2.exceptions.TemplateError(message)
+
+    def tojson(x, ensure_ascii=False, indent=None, separators=None, sort_keys=False):
+        return json.dumps(x, ensure_ascii=ensure_ascii, indent=indent, separators=separators, sort_keys=sort_keys)
+
+    env = ImmutableSandboxedEnvironment(trim_blocks=True, lstrip_blocks=True,
+                                        extensions=[Generation, jinja2.ext.loopcontrols])
+    env.filters["tojson"] = tojson
+    env.globals["raise_exception"] = raise_exception
+    env.globals["strftime_now"] = lambda fmt: datetime.now().strftime(fmt)
+    return env.from_string(source)
+
+
 def make_renderer():
-    """Returns render(source, messages, tools, add_generation_prompt, kwargs) -> str, transformers' own."""
-    from transformers.utils import chat_template_utils as ctu
+    """Returns render(source, messages, tools, add_generation_prompt, kwargs) -> str: transformers' own, or where
+    transformers is not installed, its environment rebuilt (compile_like_transformers)."""
+    try:
+        from transformers.utils import chat_template_utils as ctu
+    except ImportError:
+        def render(source, messages, tools, add_generation_prompt, kwargs):
+            return compile_like_transformers(source).render(messages=messages, tools=tools, documents=None,
+                                                            add_generation_prompt=add_generation_prompt, **kwargs)
+        return render
     if hasattr(ctu, "render_jinja_template"):
         def render(source, messages, tools, add_generation_prompt, kwargs):
             rendered, _ = ctu.render_jinja_template(
@@ -118,7 +160,7 @@ def versions():
         import transformers
         tv = transformers.__version__
     except ImportError:
-        tv = None
+        return {"transformers": None, "jinja2": jinja2.__version__, "renderer": "compile_like_transformers"}
     return {"transformers": tv, "jinja2": jinja2.__version__}
 
 
