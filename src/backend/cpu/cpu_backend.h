@@ -74,9 +74,9 @@ class CpuBackend final : public Backend {
   void packed_linear(const TensorView& x, const Weight& w, const TensorView& bias, TensorView y);  // packed_linear.cpp
   void packed_embed(const Weight& table, const TensorView& ids, TensorView out);                // packed_linear.cpp
   int threads_;
-  std::unique_ptr<cpu::WeightArena> weights_;
+  std::unique_ptr<cpu::WeightArena> weights_;  // null: weights are read in place (no huge pages)
   std::mutex dequantized_mutex_;
-  std::vector<std::vector<float>> dequantized_;  // FP8 weights as f32 (adopt_matrix)  // null: weights are read in place (no huge pages)
+  std::vector<std::vector<float>> dequantized_;  // FP8 weights as f32 (adopt_matrix)
 
   // A = -exp(A_log) of a Mamba-1 layer whose A_log lies in weights_ (its address names it for the backend's life),
   // made once per SIMD target (simd::neg_exp_rows: the bits mamba1_step would compute); null for any other A_log.
