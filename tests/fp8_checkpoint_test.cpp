@@ -396,6 +396,29 @@ TEST(Fp8Checkpoint, QuantizeReadsGgufFiles) {
   EXPECT_EQ(logits_of(tmp.file("out")).size(), 13u * static_cast<size_t>(test::tiny_mamba2_config().vocab_size));
 }
 
+TEST(Fp8Checkpoint, GgufExportDequantizesTheFp8Weights) {
+  // llama.cpp has no FP8 type: an FP8 checkpoint goes to GGUF as its e4m3 bytes times their scales, the values the
+  // CPU runs the checkpoint with. So the f32 file's logits are the checkpoint's within the f32 GGUF round trip's
+  // 1e-5 (gguf_model_test: A_log goes through -exp and log); reading the bytes without their scales, or as integers,
+  // moves them by far more.
+  test::TempDir tmp("fp8_to_gguf");
+  test::write_random_model(tmp.file("src"), test::tiny_mamba2_config(), 9);
+  quantize_to_fp8_checkpoint(tmp.file("src"), tmp.file("fp8"));
+  quantize_to_gguf(tmp.file("fp8"), "f32", tmp.file("m.gguf"));
+  const std::vector<float> fp8 = logits_of(tmp.file("fp8")), gguf = logits_of(tmp.file("m.gguf"));
+  ASSERT_EQ(fp8.size(), gguf.size());
+  float peak = 0.0f, diff = 0.0f;
+  for (size_t i = 0; i < fp8.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(gguf[i])) << i;
+    peak = std::max(peak, std::fabs(fp8[i]));
+    diff = std::max(diff, std::fabs(fp8[i] - gguf[i]));
+  }
+  EXPECT_LE(diff, 1e-5f * peak);
+  // A block format from FP8 (requantized, as llama.cpp's --allow-requantize) loads and runs.
+  quantize_to_gguf(tmp.file("fp8"), "q8_0", tmp.file("q.gguf"));
+  EXPECT_EQ(logits_of(tmp.file("q.gguf")).size(), fp8.size());
+}
+
 TEST(Fp8Checkpoint, QuantizeCliPrintsProgressAndRefusesANonEmptyOut) {
   test::TempDir tmp("fp8_cli");
   test::write_random_model(tmp.file("src"), test::tiny_mamba2_config(), 5);

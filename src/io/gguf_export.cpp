@@ -5,6 +5,7 @@
 #include <map>
 #include <vector>
 
+#include "core/fp8.h"
 #include "core/ggml_blocks.h"
 #include "io/checkpoint.h"
 #include "mambacpp/dtype.h"
@@ -21,9 +22,16 @@ bool ends_with(const std::string& s, const std::string& tail) {
 // llama.cpp's use_more_bits: the first and last eighth of the layers and every third one between.
 bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
-// Rows of a weight as floats (any format: a packed source is dequantized, as llama.cpp's --allow-requantize does).
+// Rows of a weight as floats (any format: a packed source is dequantized, as llama.cpp's --allow-requantize does;
+// an FP8 checkpoint's e4m3 bytes are multiplied by their row's or the tensor's scale).
 void read_rows(const Weight& w, int64_t row0, int64_t rows, float* out) {
   const int64_t cols = w.dim(w.ndim - 1);
+  if (w.format == WeightFormat::FP8_E4M3) {
+    const bool per_tensor = w.scale.numel() == 1;
+    fp8_dequantize_rows(static_cast<const uint8_t*>(w.data.data) + row0 * cols, rows, cols,
+                        w.scale.ptr<const float>() + (per_tensor ? 0 : row0), per_tensor, out);
+    return;
+  }
   if (w.dense()) {
     const size_t es = dtype_size(w.data.dtype);
     convert_to_f32(static_cast<const char*>(w.data.data) + static_cast<size_t>(row0 * cols) * es, w.data.dtype, out,
@@ -108,14 +116,13 @@ WeightFormat gguf_tensor_type(GgufTarget target, const std::string& name, const 
 }
 
 WeightSource gguf_source_of(const Checkpoint& ck) {
+  // Checkpoint::weight: 16-bit and f32 tensors as they are, an FP8 module's weight with its scales (read_rows
+  // dequantizes it); any other dtype is refused there, naming the tensor.
   return [&ck](const std::string& name) -> std::optional<Weight> {
-    const TensorView* t = ck.find(name);
-    if (!t && name == "backbone.embeddings.weight") t = ck.find("backbone.embedding.weight");
-    if (!t && name.rfind("model.", 0) == 0) t = ck.find("backbone." + name.substr(6));
-    if (!t) return std::nullopt;
-    if (t->dtype != DType::F32 && t->dtype != DType::F16 && t->dtype != DType::BF16)
-      fail(ck.directory(), ": tensor '", name, "' has dtype ", dtype_name(t->dtype), "; expected f32, f16 or bf16");
-    return Weight(*t);
+    std::optional<Weight> w = ck.weight(name);
+    if (!w && name == "backbone.embeddings.weight") w = ck.weight("backbone.embedding.weight");
+    if (!w && name.rfind("model.", 0) == 0) w = ck.weight("backbone." + name.substr(6));
+    return w;
   };
 }
 
