@@ -17,10 +17,6 @@ namespace mambacpp {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
 
 }  // namespace
@@ -65,7 +61,7 @@ void Checkpoint::bind_fp8() {
 
   for (const std::string& name : fp8_names) {
     const TensorView& v = tensors_.at(name).view;
-    if (!ends_with(name, ".weight"))
+    if (!name.ends_with(".weight"))
       fail(directory_, ": tensor '", name, "' is stored as F8_E4M3; only a module's '.weight' is quantized in the ",
            quant_.method_name(), " layout");
     const std::string module = name.substr(0, name.size() - 7);
@@ -120,9 +116,9 @@ void Checkpoint::bind_fp8() {
 
   for (const auto& [name, e] : tensors_) {
     if (consumed_.count(name)) continue;
-    if (ends_with(name, ".weight_scale") || ends_with(name, ".input_scale"))
+    if (name.ends_with(".weight_scale") || name.ends_with(".input_scale"))
       fail(directory_, ": '", name, "' is a quantization scale with no F8_E4M3 weight beside it");
-    if (ends_with(name, ".k_scale") || ends_with(name, ".v_scale")) {
+    if (name.ends_with(".k_scale") || name.ends_with(".v_scale")) {
       if (!quant_.kv_cache_fp8)
         fail(directory_, ": '", name, "' is a KV-cache scale, but ", declared, " declares no FP8 KV cache");
       scalar_scale(name, "KV-cache scale");

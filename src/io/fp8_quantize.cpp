@@ -29,18 +29,14 @@ namespace {
 
 constexpr const char* kAlgo = "FP8_PER_CHANNEL_PER_TOKEN";
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 // The matrices a linear layer multiplies by: 2-D `.weight` tensors other than the embedding and output tables (kept
 // as ModelOpt keeps lm_head, and read by row rather than multiplied on the GPU) and the MoE routers (their logits
 // pick the experts, so small errors change which weights run at all).
 bool quantizable(const std::string& name, int ndim) {
-  if (ndim != 2 || !ends_with(name, ".weight")) return false;
+  if (ndim != 2 || !name.ends_with(".weight")) return false;
   for (const char* table : {"embeddings.weight", "embed_tokens.weight", "embedding.weight", "lm_head.weight"})
-    if (ends_with(name, table)) return false;
-  return name.find("router") == std::string::npos && !ends_with(name, ".gate.weight") &&
+    if (name.ends_with(table)) return false;
+  return name.find("router") == std::string::npos && !name.ends_with(".gate.weight") &&
          name.find("norm") == std::string::npos && name.find("conv1d") == std::string::npos;
 }
 
@@ -158,7 +154,7 @@ Fp8QuantizeReport quantize_to_fp8_checkpoint(const std::string& model_path, cons
         quantize_into(outs, name, raw->dim(0), raw->dim(1), to_f32(*raw).data());
         ++report.quantized;
       } else {
-        if (raw->ndim == 2 && ends_with(name, ".weight")) excluded.push_back(name.substr(0, name.size() - 7));
+        if (raw->ndim == 2 && name.ends_with(".weight")) excluded.push_back(name.substr(0, name.size() - 7));
         keep(outs, name, *raw);
         ++report.kept;
       }
@@ -179,7 +175,7 @@ Fp8QuantizeReport quantize_to_fp8_checkpoint(const std::string& model_path, cons
         quantize_into(outs, name, w->dim(0), w->dim(1), values.data());
         ++report.quantized;
       } else {
-        if (w->ndim == 2 && ends_with(name, ".weight")) excluded.push_back(name.substr(0, name.size() - 7));
+        if (w->ndim == 2 && name.ends_with(".weight")) excluded.push_back(name.substr(0, name.size() - 7));
         if (w->dense()) {
           keep(outs, name, w->data);
         } else {

@@ -15,10 +15,6 @@ namespace mambacpp {
 
 namespace {
 
-bool ends_with(const std::string& s, const std::string& tail) {
-  return s.size() >= tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-}
-
 // llama.cpp's use_more_bits: the first and last eighth of the layers and every third one between.
 bool use_more_bits(int64_t i, int64_t n) { return i < n / 8 || i >= 7 * n / 8 || (i - n / 8) % 3 == 2; }
 
@@ -83,7 +79,7 @@ WeightFormat gguf_tensor_type(GgufTarget target, const std::string& name, const 
                               bool tied, int64_t i_layer, int64_t n_layers, int64_t n_experts) {
   // What llama.cpp never quantizes: 1-D tensors, anything not named *.weight (ssm_a, ssm_d), norms, conv taps,
   // expert routers (ffn_gate_inp).
-  const bool matrix = shape.size() >= 2 && ends_with(name, ".weight") && name.find("_norm.weight") == std::string::npos &&
+  const bool matrix = shape.size() >= 2 && name.ends_with(".weight") && name.find("_norm.weight") == std::string::npos &&
                       name.find("ssm_conv1d.weight") == std::string::npos &&
                       name.find("ffn_gate_inp.weight") == std::string::npos;
   if (!matrix || target == GgufTarget::F32) return WeightFormat::F32;
@@ -96,13 +92,13 @@ WeightFormat gguf_tensor_type(GgufTarget target, const std::string& name, const 
   if (name == "output.weight" || (tied && name == "token_embd.weight")) {
     if (nx % 256 != 0) t = WeightFormat::Q8_0;
     else if (t != WeightFormat::Q8_0) t = WeightFormat::Q6_K;
-  } else if (n_experts == 8 && (ends_with(name, "attn_v.weight") || ends_with(name, "attn_k.weight"))) {
+  } else if (n_experts == 8 && (name.ends_with("attn_v.weight") || name.ends_with("attn_k.weight"))) {
     t = WeightFormat::Q8_0;  // llama.cpp's choice for 8-expert models, whatever the target
   } else if (target == GgufTarget::Q4_K_M) {
-    if ((ends_with(name, "attn_v.weight") || name.find("ffn_down") != std::string::npos) &&
+    if ((name.ends_with("attn_v.weight") || name.find("ffn_down") != std::string::npos) &&
         use_more_bits(i_layer, n_layers))
       t = WeightFormat::Q6_K;
-    if (n_experts == 8 && ends_with(name, "attn_output.weight")) t = WeightFormat::Q5_K;
+    if (n_experts == 8 && name.ends_with("attn_output.weight")) t = WeightFormat::Q5_K;
   }
   // Rows that are not whole blocks: llama.cpp's fallbacks, then f16.
   if (nx % weight_format_info(t).block_elems != 0) {
@@ -139,7 +135,7 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
   // llama.cpp's quantizer counts attn_v tensors, and takes the layers' count for ffn_down (its n_ffn_down is
   // n_layer), the index being the ffn_down tensors seen so far, or, in a model with experts, the tensor's block.
   int64_t n_attn_v = 0, seen_attn_v = 0, seen_ffn_down = 0;
-  for (const GgufTensorName& n : names) n_attn_v += ends_with(n.gguf, "attn_v.weight");
+  for (const GgufTensorName& n : names) n_attn_v += n.gguf.ends_with("attn_v.weight");
   const int64_t n_experts = c.moe.n_experts;
   for (const GgufTensorName& n : names) {
     // The fused tensor (by its name or another the checkpoint may use), else the experts one by one.
@@ -166,7 +162,7 @@ void gguf_add_model(GgufWriter& w, const ModelConfig& c, const WeightSource& sou
     if (src && src->numel() != src_numel)
       fail("GGUF export: tensor '", n.hf, "' has shape ", src->shape_string(), "; expected ", src_numel, " elements");
     int64_t i_layer = 0, n_layers = 0;
-    if (ends_with(n.gguf, "attn_v.weight")) {
+    if (n.gguf.ends_with("attn_v.weight")) {
       i_layer = seen_attn_v++;
       n_layers = n_attn_v;
     } else if (n.gguf.find("ffn_down") != std::string::npos) {
