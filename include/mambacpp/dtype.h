@@ -14,6 +14,9 @@ size_t dtype_size(DType t);
 const char* dtype_name(DType t);   // "f32", "f16", "bf16", ...
 DType parse_dtype(const std::string& name);  // accepts f32/fp32/float32, f16/fp16/float16, bf16/bfloat16; throws
 
+// The dtypes weights are stored in as plain floats (what checkpoints hold besides quantized blocks).
+constexpr bool is_weight_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
+
 inline float bf16_to_f32(uint16_t h) {
   uint32_t bits = static_cast<uint32_t>(h) << 16;
   float f;

@@ -59,8 +59,7 @@ void check_moe_route(const MoeRouteArgs& a) {
            a.top_k);
   }
   // The correction bias is an f32 parameter in transformers; checkpoints converted whole to bf16/f16 hold it narrowed.
-  if (!a.bias.empty() && (!(a.bias.dtype == DType::F32 || a.bias.dtype == DType::BF16 || a.bias.dtype == DType::F16) ||
-                           a.bias.numel() != E || !a.bias.contiguous()))
+  if (!a.bias.empty() && (!is_weight_float(a.bias.dtype) || a.bias.numel() != E || !a.bias.contiguous()))
     fail(op, ": bias must be a contiguous f32/f16/bf16 [", E, "], found ", dtype_name(a.bias.dtype), " ",
          a.bias.shape_string());
   check_2d(op, "ids", a.ids, DType::I32, T, a.top_k);

@@ -15,12 +15,6 @@ namespace fs = std::filesystem;
 
 namespace mambacpp {
 
-namespace {
-
-bool is_float(DType t) { return t == DType::F32 || t == DType::F16 || t == DType::BF16; }
-
-}  // namespace
-
 void Checkpoint::read_quant_config(const std::string& config_text, const std::string& config_path) {
   const nlohmann::json config = parse_json_relaxed(config_text, config_path);
   const fs::path hf_path = fs::path(directory_) / "hf_quant_config.json";
@@ -36,7 +30,7 @@ void Checkpoint::read_quant_config(const std::string& config_text, const std::st
 float Checkpoint::scalar_scale(const std::string& name, const char* what) const {
   const TensorView* t = find(name);
   MAMBACPP_ASSERT(t != nullptr);
-  if (!is_float(t->dtype) || t->numel() != 1)
+  if (!is_weight_float(t->dtype) || t->numel() != 1)
     fail(directory_, ": ", what, " '", name, "' must be one f32, bf16 or f16 value, found ", dtype_name(t->dtype), " ",
          t->shape_string());
   const float v = load_as_f32(t->data, t->dtype, 0);
@@ -77,7 +71,7 @@ void Checkpoint::bind_fp8() {
     const std::string scale_name = name + "_scale";
     const TensorView* s = find(scale_name);
     if (!s) fail(directory_, ": F8_E4M3 weight '", name, "' has no '", scale_name, "'");
-    if (!is_float(s->dtype))
+    if (!is_weight_float(s->dtype))
       fail(directory_, ": '", scale_name, "' has dtype ", dtype_name(s->dtype), "; expected f32, bf16 or f16");
     // Per output channel: [out], [out, 1] (compressed-tensors), [E, out, 1]; per tensor: any shape of one element.
     bool per_channel = s->numel() == rows && s->numel() > 1;
@@ -132,7 +126,7 @@ std::optional<Weight> Checkpoint::weight(const std::string& name) const {
   if (q != fp8_.end()) return q->second;
   const TensorView* t = find(name);
   if (!t) return std::nullopt;
-  if (!is_float(t->dtype))
+  if (!is_weight_float(t->dtype))
     fail(directory_, ": tensor '", name, "' has dtype ", dtype_name(t->dtype), "; expected f32, f16 or bf16");
   return Weight(*t);
 }

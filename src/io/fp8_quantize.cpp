@@ -149,8 +149,7 @@ Fp8QuantizeReport quantize_to_fp8_checkpoint(const std::string& model_path, cons
         if (w->ndim != 2) fail("quantize: FP8 tensor '", name, "' is ", w->shape_string(), "; only 2-D matrices are written");
         add_fp8(outs, name, w->dim(0), w->dim(1), w->data.data, {}, w->scale.ptr<const float>(), w->scale.numel() == 1);
         ++report.quantized;
-      } else if (quantizable(name, raw->ndim) &&
-                 (raw->dtype == DType::F32 || raw->dtype == DType::F16 || raw->dtype == DType::BF16)) {
+      } else if (quantizable(name, raw->ndim) && is_weight_float(raw->dtype)) {
         quantize_into(outs, name, raw->dim(0), raw->dim(1), to_f32(*raw).data());
         ++report.quantized;
       } else {

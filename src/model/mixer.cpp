@@ -269,8 +269,7 @@ std::unique_ptr<Mixer> Mixer::create(const MixerConfig& config, const std::map<s
     if (it == weights.end()) fail(who, " weight '", e.name, "' is missing: expected shape ", shape_str(e.shape));
     const TensorView& v = it->second;
     std::vector<int64_t> shape(v.shape.begin(), v.shape.begin() + v.ndim);
-    const bool float_type = v.dtype == DType::F32 || v.dtype == DType::F16 || v.dtype == DType::BF16;
-    if (shape != e.shape || !float_type)
+    if (shape != e.shape || !is_weight_float(v.dtype))
       fail(who, " weight '", e.name, "': expected f32, f16 or bf16 of shape ", shape_str(e.shape), ", found ",
            dtype_name(v.dtype), " ", shape_str(shape));
     if (v.device != Device::CPU || !v.contiguous() || (!v.data && v.numel() > 0))

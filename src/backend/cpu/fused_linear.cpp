@@ -19,13 +19,12 @@ namespace {
 using cpu::Rows;
 using cpu::WeightRef;
 
-bool float_storage(DType t) { return t == DType::F32 || t == DType::BF16 || t == DType::F16; }
 bool f32_rows(const TensorView& v, int64_t rows, int64_t cols) {
   return v.device == Device::CPU && v.dtype == DType::F32 && v.ndim == 2 && v.dim(0) == rows && v.dim(1) == cols &&
          v.stride0() >= cols;
 }
 bool float_vector(const TensorView& v, int64_t n) {
-  return v.device == Device::CPU && float_storage(v.dtype) && v.contiguous() && v.numel() == n;
+  return v.device == Device::CPU && is_weight_float(v.dtype) && v.contiguous() && v.numel() == n;
 }
 WeightRef wref(const TensorView& v) { return v.empty() ? WeightRef{} : WeightRef{v.data, v.dtype}; }
 // A block-format weight [out, in] as packed_linear.cpp runs it.
@@ -101,7 +100,7 @@ bool CpuBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLayo
   const int64_t in = a.x.dim(1), out = a.w.data.dim(0);
   if (!f32_rows(a.x, B, in) || !f32_rows(a.y, B, out) || !a.w.data.contiguous() || a.w.data.device != Device::CPU)
     return false;
-  if (a.w.dense() ? (a.w.data.dim(1) != in || !float_storage(a.w.data.dtype))
+  if (a.w.dense() ? (a.w.data.dim(1) != in || !is_weight_float(a.w.data.dtype))
                   : !packed_ok(a.w, in))
     return false;
   if (!a.bias.empty() && !float_vector(a.bias, out)) return false;

@@ -19,7 +19,7 @@ namespace mambacpp::cpu {
 
 void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y, int64_t T, int64_t in, int64_t out,
                 int threads, const LinearEpilogue& epilogue) {
-  MAMBACPP_ASSERT(w.dtype == DType::F32 || w.dtype == DType::F16 || w.dtype == DType::BF16);
+  MAMBACPP_ASSERT(is_weight_float(w.dtype));
   const int64_t n_blocks = (out + kRowsPerBlock - 1) / kRowsPerBlock;
   const size_t wsize = dtype_size(w.dtype);
   auto block_ptr = [&](int64_t o0) { return static_cast<const char*>(w.data) + static_cast<size_t>(o0 * in) * wsize; };
