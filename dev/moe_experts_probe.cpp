@@ -164,13 +164,16 @@ int main(int argc, char** argv) {
   }
   const double bytes = median(gb);
   const double a_ms = median(ta), b_ms = median(tb), r_ms = median(tr);
-  std::printf("threads %d, T %lld, %lld iters over %lld layers; D %lld, I %lld, E %lld, k %lld, bf16; %.1f MB per call\n",
-              threads, static_cast<long long>(T), static_cast<long long>(iters), static_cast<long long>(layers),
-              static_cast<long long>(D), static_cast<long long>(I), static_cast<long long>(E),
-              static_cast<long long>(k), bytes / 1e6);
+  std::printf(
+      "threads %d, T %lld, %lld iters over %lld layers; D %lld, I %lld, E %lld, k %lld, bf16; %.1f MB per call\n",
+      threads, static_cast<long long>(T), static_cast<long long>(iters), static_cast<long long>(layers),
+      static_cast<long long>(D), static_cast<long long>(I), static_cast<long long>(E), static_cast<long long>(k),
+      bytes / 1e6);
   std::printf("plain read  %.3f ms  %.2f GB/s\n", r_ms, bytes / r_ms / 1e6);
-  std::printf("A per-expert %.3f ms  %.2f GB/s  %.1f%% of the plain read\n", a_ms, bytes / a_ms / 1e6, 100 * r_ms / a_ms);
-  std::printf("B two-pass   %.3f ms  %.2f GB/s  %.1f%% of the plain read\n", b_ms, bytes / b_ms / 1e6, 100 * r_ms / b_ms);
+  std::printf("A per-expert %.3f ms  %.2f GB/s  %.1f%% of the plain read\n", a_ms, bytes / a_ms / 1e6,
+              100 * r_ms / a_ms);
+  std::printf("B two-pass   %.3f ms  %.2f GB/s  %.1f%% of the plain read\n", b_ms, bytes / b_ms / 1e6,
+              100 * r_ms / b_ms);
   std::printf("B / A time %.3f; outputs differing in %lld of %lld calls\n", b_ms / a_ms,
               static_cast<long long>(mismatches), static_cast<long long>(iters));
   return mismatches == 0 ? 0 : 1;

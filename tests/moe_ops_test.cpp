@@ -375,8 +375,9 @@ TEST(MoeExperts, DecodeBlocksKeepTheDefaultsBitsWhateverTheSplit) {
     DType dtype;
   };
   const int64_t E = 9, k = 3, I = 72, D = 200;
-  for (const Case& cs : {Case{MoeExpertAct::SiluGated, false, DType::BF16}, Case{MoeExpertAct::SiluGated, true, DType::F32},
-                         Case{MoeExpertAct::Relu2, false, DType::BF16}}) {
+  for (const Case& cs :
+       {Case{MoeExpertAct::SiluGated, false, DType::BF16}, Case{MoeExpertAct::SiluGated, true, DType::F32},
+        Case{MoeExpertAct::Relu2, false, DType::BF16}}) {
     ExpertSet s = make_experts(cs.act, cs.separate_gate, E, I, D, E - 1, rng);
     // The weights as bf16 (the f32 copies rounded alike, for the reference); expert E - 1 stays NaN and unchosen.
     std::vector<std::vector<uint16_t>> held;

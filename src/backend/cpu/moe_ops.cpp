@@ -49,7 +49,6 @@ float* scratch(std::vector<float>& v, int64_t n) {
   return v.data();
 }
 
-
 // The experts of a block with at most kStreamTokens rows each: expert e's rows are [r0, r0 + n) of the grouped
 // buffers (xg [np, D] in; h [np, hc] the up outputs, [gate | up] when gated; act [np, I] when gated; y [np, D] out).
 struct SmallExpert {
