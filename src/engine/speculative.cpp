@@ -108,14 +108,18 @@ double verify_cost_in_steps(bool graphed) {
   // beside a 2.7 ms graphed decode step, ~6 steps; an accepted one skips the rerun, ~3. 2 tokens at the default
   // length 4 is acceptance 50%: the rows issue 53 wants sped up (>= 60%) keep drafting, low ones pause.
   if (graphed) return 2.0;
-  // CPU (mamba2-130m shape, 2 threads; docs/perf-log/speculative-cpu-2026-12-07.md): decode is weight-bound, so a
-  // verify of k+1 <= 9 tokens costs about one step and a rerun another: a verify pays when it keeps one token.
-  return 1.0;
+  // CPU (mamba2-130m shape, 2 threads; docs/perf-log/speculative-cpu-2026-12-07.md): decode is weight-bound; a verify
+  // of 5 tokens cost ~1.3 decode steps (the model drafting for itself: 5 tokens a cycle at 6.6 tokens/s against 13.9
+  // plain, less its 4 draft steps) and the rerun after a refusal about one more: ~2 steps, as on the GPU's accepted
+  // verifies, so the same 2 tokens.
+  return 2.0;
 }
 
 void DraftLength::record(int drafted, int accepted) {
   if (!adaptive_ || drafted <= 0) return;
-  acceptance_ = 0.5 * acceptance_ + 0.5 * static_cast<double>(accepted) / drafted;
+  const double rate = static_cast<double>(accepted) / drafted;
+  acceptance_ = measured_ ? 0.5 * acceptance_ + 0.5 * rate : rate;  // the first verify replaces the optimistic prior
+  measured_ = true;
   if (2 * accepted >= drafted) backoff_ = 1;  // a verify that kept half its drafts paid for itself
   if (accepted >= drafted) {
     k_ = std::min(max_, k_ + 1);

@@ -71,7 +71,8 @@ class DraftLength {
   int next_at(int64_t generated, double min_gain);
   void record(int drafted, int accepted);
   int current() const { return k_; }
-  // Recent acceptance: each verify's accepted / drafted, averaged with weight 1/2 on the newest (1 before any).
+  // Recent acceptance: each verify's accepted / drafted, averaged with weight 1/2 on the newest (1 before any verify,
+  // so that a request drafts once; the first verify's rate then replaces it).
   double acceptance() const { return acceptance_; }
 
  private:
@@ -79,6 +80,7 @@ class DraftLength {
   bool adaptive_ = true;
   int pause_ = 0, backoff_ = 1;
   double acceptance_ = 1.0;
+  bool measured_ = false;
   int64_t resume_at_ = -1;  // next_at: the paused request probes when its generated count reaches this
 };
 
