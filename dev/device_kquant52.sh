@@ -12,7 +12,7 @@ t0=$SECONDS
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/tmp/deps/usr/lib/x86_64-linux-gnu:/tmp/deps/lib/x86_64-linux-gnu:/usr/local/cuda/lib64
 nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1
 
-timeout 45 "$B/tests/mambacpp_gpu_tests" --gtest_filter='CudaKQuant.*:CudaQuant.*' > "$LOG/tests.txt" 2>&1
+timeout 50 "$B/tests/mambacpp_gpu_tests" --gtest_filter='CudaKQuant.*:CudaQuant.*' > "$LOG/tests.txt" 2>&1
 echo "tests rc=$? ($((SECONDS - t0)) s):"
 grep -E '^\[ *(OK|FAILED|PASSED) *\]|\[kquant\]|\[quant\]|Failure|error' "$LOG/tests.txt" | grep -v '^\[       OK \]' | head -30
 

@@ -16,6 +16,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstring>
 #include <filesystem>
@@ -238,8 +239,8 @@ std::vector<int32_t> greedy_choices(const std::vector<float>& logits, int64_t pr
 //   kernels' (f32 sums of exact products for the decode steps, the f16 weight copy for the 20-token prompt): 5e-3;
 // - against the CPU's run of the Q4_K_M file, whose packed kernels round each activation to int8 (max|x| / 254 per
 //   block; backend/cpu/packed_kernels.h), which moves these logits by ~1-1.5% (gguf_model_test.cpp): 3e-2;
-// - the greedy choice after the prompt and after every step equals the F32 file's on the GPU, and the CPU's wherever
-//   the CPU's top two logits are further apart than its tolerance allows the GPU to move them.
+// - the greedy choice after the prompt and after every step equals the F32 file's and the CPU's, wherever the
+//   reference's top two logits are further apart than its tolerance allows the GPU to move them.
 TEST(CudaKQuant, Q4KMGgufMatchesTheCpuAndItsDequantizedWeights) {
   MAMBACPP_REQUIRE_GPU();
   const fs::path d = fs::temp_directory_path() / "mambacpp_kquant_gpu_test";
@@ -293,28 +294,34 @@ TEST(CudaKQuant, Q4KMGgufMatchesTheCpuAndItsDequantizedWeights) {
   const auto ch_gq = greedy_choices(gq, P, kSteps, V), ch_gd = greedy_choices(gd, P, kSteps, V),
              ch_cq = greedy_choices(cq, P, kSteps, V);
   const double err_deq = test::max_rel_diff(gq, gd), err_cpu = test::max_rel_diff(gq, cq);
-  // Where the CPU's top two logits are further apart than twice the CPU tolerance (of the logits' scale), the GPU
-  // must choose the same token as the CPU; nearer ties may go either way within the tolerance.
-  float scale = 0;
-  for (float v : cq) scale = std::max(scale, std::fabs(v));
-  int clear = 0, same_clear = 0, same_cpu = 0;
-  for (int64_t k = 0; k <= kSteps; ++k) {
-    std::vector<float> row(cq.begin() + (P - 1 + k) * V, cq.begin() + (P + k) * V);
-    std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
-    const bool is_clear = row[0] - row[1] > 2 * 3e-2 * scale;
-    clear += is_clear;
-    same_clear += is_clear && ch_gq[k] == ch_cq[k];
-    same_cpu += ch_gq[k] == ch_cq[k];
-  }
+  // Where the reference's top two logits are further apart than twice the tolerance (of the logits' scale), the GPU
+  // must choose the reference's token; nearer ties may go either way within the tolerance. Returns {same where
+  // clear, clear, same anywhere}.
+  auto compare_choices = [&](const std::vector<float>& ref, const std::vector<int32_t>& ref_ch, double tol) {
+    float scale = 0;
+    for (float v : ref) scale = std::max(scale, std::fabs(v));
+    int clear = 0, same_clear = 0, same = 0;
+    for (int64_t k = 0; k <= kSteps; ++k) {
+      std::vector<float> row(ref.begin() + (P - 1 + k) * V, ref.begin() + (P + k) * V);
+      std::partial_sort(row.begin(), row.begin() + 2, row.end(), std::greater<float>());
+      const bool is_clear = row[0] - row[1] > 2 * tol * scale;
+      clear += is_clear;
+      same_clear += is_clear && ch_gq[k] == ref_ch[k];
+      same += ch_gq[k] == ref_ch[k];
+    }
+    return std::array<int, 3>{same_clear, clear, same};
+  };
+  const auto vs_deq = compare_choices(gd, ch_gd, 5e-3), vs_cpu = compare_choices(cq, ch_cq, 3e-2);
   std::printf("[kquant] Q4_K_M GGUF, 20-token prompt + %lld steps: GPU vs GPU-F32-dequantized %.2e (tol 5e-3), GPU vs "
-              "CPU %.2e (tol 3e-2); greedy choices: %s the F32 file's, %d/%lld the CPU's (%d/%d where the CPU's "
-              "margin is clear)\n",
-              static_cast<long long>(kSteps), err_deq, err_cpu, ch_gq == ch_gd ? "equal" : "DIFFER from", same_cpu,
-              static_cast<long long>(kSteps + 1), same_clear, clear);
+              "CPU %.2e (tol 3e-2); greedy choices equal to the F32 file's %d/%lld (%d/%d where its margin is clear), "
+              "to the CPU's %d/%lld (%d/%d)\n",
+              static_cast<long long>(kSteps), err_deq, err_cpu, vs_deq[2], static_cast<long long>(kSteps + 1),
+              vs_deq[0], vs_deq[1], vs_cpu[2], static_cast<long long>(kSteps + 1), vs_cpu[0], vs_cpu[1]);
   EXPECT_LT(err_deq, 5e-3);
   EXPECT_LT(err_cpu, 3e-2);
-  EXPECT_EQ(ch_gq, ch_gd);
-  EXPECT_EQ(same_clear, clear);
+  EXPECT_EQ(vs_deq[0], vs_deq[1]);
+  EXPECT_EQ(vs_cpu[0], vs_cpu[1]);
+  EXPECT_GE(vs_deq[1], 3) << "too few clear choices to test anything";
   fs::remove_all(d);
 }
 
