@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
-# Issue 52, q4_k / q6_k weights on CUDA (kquant52): the GPU tests of the k-quant kernels (tests/gpu/
+# Issue 52, q4_k / q5_k / q6_k weights on CUDA (kquant52): the GPU tests of the k-quant kernels (tests/gpu/
 # kquant_linear_test.cpp) and of the q8_0 / fp8 path they share launchers with (quant_linear_test.cpp), then
-# mamba2-2.7b batch-1 decode rows with bf16, q8_0, q4_k (Q4_K_M: Q6_K embedding) and q6_k random weights in the same
-# run, each beside its own bytes floor (the bench's: every weight's stored bytes read once per step / the measured
-# copy bandwidth). Run from the repo root after the build (build-gpu/); ends within 120 s; a summary on stdout, the
+# mamba2-2.7b batch-1 decode rows with bf16, q8_0, q4_k (Q4_K_M: Q6_K embedding), q6_k and q5_k random weights in
+# the same run, each beside its own bytes floor (the bench's: every weight's stored bytes read once per step / the
+# measured copy bandwidth), then Nemotron-H 8B bf16 / q4_k rows while the budget lasts. Run from the repo root after the build (build-gpu/); ends within 120 s; a summary on stdout, the
 # test log, the JSON rows and the bench's stderr under $OUT/kquant52/.
 set -u -o pipefail
 B=${B:-build-gpu}
@@ -32,7 +32,7 @@ bench() {
   if [ $rc -ne 0 ]; then echo "$name: rc=$rc $(tail -c 300 "$LOG/last.err")"; return; fi
   echo "$name $(echo "$j" | tail -1)" >> "$LOG/rows.txt"
 }
-for w in q4_k q6_k bf16 q8_0; do
+for w in q4_k q6_k q5_k bf16 q8_0; do
   bench "m2_2p7_b1_$w" 16 --shape mamba2-2.7b -b 1 -p 16 -g 64 -r 3 --weights $w
 done
 # Nemotron-H 8B (attention + MLP + Mamba-2) only where the budget still allows a q4_k row.
@@ -48,7 +48,7 @@ for line in open(os.path.join(sys.argv[1], 'rows.txt')):
     except Exception: print('unparsed row', name)
 print(f"{'row':18s} {'decode ms/step':>14s} {'floor ms':>9s} {'floor %':>8s} {'vs bf16':>8s} {'prefill tok/s':>14s} {'load ms':>8s}")
 for k, j in rows.items():
-    prefix = next((k[:-len(s)] for s in ('_bf16', '_q8_0', '_q4_k', '_q6_k') if k.endswith(s)), k)
+    prefix = next((k[:-len(s)] for s in ('_bf16', '_q8_0', '_q4_k', '_q5_k', '_q6_k') if k.endswith(s)), k)
     base = rows.get(prefix + '_bf16')
     d = j['decode_ms_per_step']
     r = f"{d / base['decode_ms_per_step']:.3f}" if base else '-'

@@ -1,4 +1,4 @@
-// q4_k and q6_k weights on the CUDA backend (backend/cuda/quant_ops.h): linear and embed against fp64 loops over the
+// q4_k, q5_k and q6_k weights on the CUDA backend (backend/cuda/quant_ops.h): linear and embed against fp64 loops over the
 // weights as ggml_dequantize_row gives them, on odd shapes (output counts no multiple of the GEMV's 8-feature blocks,
 // widths of 1 and 3 super-blocks and a real 2560), GEMV row counts 1, 3, 16 and GEMM row counts 17, 64, with bias,
 // strided rows and NaN-poisoned outputs; the GEMV's batch invariance bit for bit; and a random Q4_K_M GGUF (the
@@ -59,7 +59,7 @@ struct HostKQuant {
 HostKQuant make_kquant(WeightFormat f, int64_t out, int64_t in, Rng& rng) {
   HostKQuant h{f, out, in, {}, {}};
   // Rows of different magnitudes (one of them tiny, below f16's normal range once scaled) exercise the scales; a
-  // positive offset on some rows makes q4_k's mins matter.
+  // positive offset on some rows makes q4_k's and q5_k's mins matter.
   std::vector<float> w(static_cast<size_t>(out * in));
   for (int64_t o = 0; o < out; ++o) {
     const float mag = o % 7 == 3 ? 1e-4f : (o % 5 == 0 ? 2.0f : 0.1f);
@@ -95,7 +95,7 @@ struct Case {
 
 std::vector<Case> cases() {
   std::vector<Case> cs;
-  for (WeightFormat f : {WeightFormat::Q4_K, WeightFormat::Q6_K}) {
+  for (WeightFormat f : {WeightFormat::Q4_K, WeightFormat::Q5_K, WeightFormat::Q6_K}) {
     cs.push_back({f, 37, 256});   // one super-block: fewer units (4) than lanes
     cs.push_back({f, 13, 768});   // 2 * 256 + 256: 12 units
     cs.push_back({f, 300, 2560}); // a real width (Mamba-2 2.7B's d_model): 40 units, lanes take 1 or 2

@@ -1,4 +1,4 @@
-// The GEMV of q4_k / q6_k weights (quant_ops.h): y = x . W^T (+ bias) for a few rows (decode).
+// The GEMV of q4_k / q5_k / q6_k weights (quant_ops.h): y = x . W^T (+ bias) for a few rows (decode).
 // One warp per output feature; lane l takes the 64-element units l, l + 32, ... of its row (quant_loads.cuh: 16-byte
 // loads of the quant bytes), dequantizes each unit in registers exactly as ggml does, and multiplies it by up to 8 f32
 // activation rows held in L1/L2. Each row's sum has a fixed order that does not involve the other rows: per lane, per
@@ -21,21 +21,21 @@ constexpr int kMaxRowsPerLaunch = 8;
 
 // XVEC: x 16-byte aligned with a stride that keeps it so (float4 loads); otherwise scalar loads, the same sums. The
 // choice depends on x's layout, never on the row count.
-template <bool Q6, int NT, bool XVEC>
+template <WeightFormat F, int NT, bool XVEC>
 __global__ void __launch_bounds__(kThreads) kquant_gemv_kernel(ConstF32Rows x, QuantMatrix w, DevWeight bias,
                                                               F32Rows y) {
   const int lane = threadIdx.x & 31;
   const int64_t o = blockIdx.x * int64_t(kFeaturesPerBlock) + (threadIdx.x >> 5);
   if (o >= w.rows) return;  // the whole warp leaves together
   const int64_t n_units = w.cols / kKqUnitElems;
-  constexpr int GS = kq_group_stride<Q6>;
+  constexpr int GS = kq_group_stride<F>;
   float acc[NT];
 #pragma unroll
   for (int r = 0; r < NT; ++r) acc[r] = 0.0f;
   for (int64_t u = lane; u < n_units; u += 32) {
     float wf[kKqUnitElems];
-    kq_unit<Q6>(w, o, u, wf);
-    const int64_t p0 = kq_unit_pos<Q6>(u);
+    kq_unit<F>(w, o, u, wf);
+    const int64_t p0 = kq_unit_pos<F>(u);
 #pragma unroll
     for (int r = 0; r < NT; ++r) {
       const float* xr = x.data + r * x.stride + p0;
@@ -69,28 +69,28 @@ __global__ void __launch_bounds__(kThreads) kquant_gemv_kernel(ConstF32Rows x, Q
   }
 }
 
-template <bool Q6, int NT>
+template <WeightFormat F, int NT>
 void launch_rows(ConstF32Rows x, const QuantMatrix& w, DevWeight bias, F32Rows y, bool xvec, cudaStream_t stream) {
   const unsigned blocks = static_cast<unsigned>((w.rows + kFeaturesPerBlock - 1) / kFeaturesPerBlock);
   if (xvec)
-    kquant_gemv_kernel<Q6, NT, true><<<blocks, kThreads, 0, stream>>>(x, w, bias, y);
+    kquant_gemv_kernel<F, NT, true><<<blocks, kThreads, 0, stream>>>(x, w, bias, y);
   else
-    kquant_gemv_kernel<Q6, NT, false><<<blocks, kThreads, 0, stream>>>(x, w, bias, y);
+    kquant_gemv_kernel<F, NT, false><<<blocks, kThreads, 0, stream>>>(x, w, bias, y);
   MAMBACPP_CUDA_LAUNCHED();
 }
 
-template <bool Q6>
+template <WeightFormat F>
 void launch_chunk(ConstF32Rows x, const QuantMatrix& w, DevWeight bias, F32Rows y, int64_t nt, bool xvec,
                   cudaStream_t stream) {
   switch (nt) {
-    case 1: launch_rows<Q6, 1>(x, w, bias, y, xvec, stream); break;
-    case 2: launch_rows<Q6, 2>(x, w, bias, y, xvec, stream); break;
-    case 3: launch_rows<Q6, 3>(x, w, bias, y, xvec, stream); break;
-    case 4: launch_rows<Q6, 4>(x, w, bias, y, xvec, stream); break;
-    case 5: launch_rows<Q6, 5>(x, w, bias, y, xvec, stream); break;
-    case 6: launch_rows<Q6, 6>(x, w, bias, y, xvec, stream); break;
-    case 7: launch_rows<Q6, 7>(x, w, bias, y, xvec, stream); break;
-    default: launch_rows<Q6, 8>(x, w, bias, y, xvec, stream); break;
+    case 1: launch_rows<F, 1>(x, w, bias, y, xvec, stream); break;
+    case 2: launch_rows<F, 2>(x, w, bias, y, xvec, stream); break;
+    case 3: launch_rows<F, 3>(x, w, bias, y, xvec, stream); break;
+    case 4: launch_rows<F, 4>(x, w, bias, y, xvec, stream); break;
+    case 5: launch_rows<F, 5>(x, w, bias, y, xvec, stream); break;
+    case 6: launch_rows<F, 6>(x, w, bias, y, xvec, stream); break;
+    case 7: launch_rows<F, 7>(x, w, bias, y, xvec, stream); break;
+    default: launch_rows<F, 8>(x, w, bias, y, xvec, stream); break;
   }
 }
 
@@ -101,15 +101,15 @@ void launch_kquant_gemv(ConstF32Rows x, const QuantMatrix& w, DevWeight bias, F3
   if (T <= 0 || w.rows <= 0) return;
   MAMBACPP_ASSERT(is_kquant(w.format) && w.cols % 256 == 0 && reinterpret_cast<uintptr_t>(w.q) % 16 == 0);
   const bool xvec = reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.stride % 4 == 0;
-  const bool q6 = w.format == WeightFormat::Q6_K;
   for (int64_t t0 = 0; t0 < T; t0 += kMaxRowsPerLaunch) {
     const int64_t nt = T - t0 < kMaxRowsPerLaunch ? T - t0 : kMaxRowsPerLaunch;
     const ConstF32Rows xs{x.data + t0 * x.stride, x.stride};
     const F32Rows ys{y.data + t0 * y.stride, y.stride};
-    if (q6)
-      launch_chunk<true>(xs, w, bias, ys, nt, xvec, stream);
-    else
-      launch_chunk<false>(xs, w, bias, ys, nt, xvec, stream);
+    switch (w.format) {
+      case WeightFormat::Q6_K: launch_chunk<WeightFormat::Q6_K>(xs, w, bias, ys, nt, xvec, stream); break;
+      case WeightFormat::Q5_K: launch_chunk<WeightFormat::Q5_K>(xs, w, bias, ys, nt, xvec, stream); break;
+      default: launch_chunk<WeightFormat::Q4_K>(xs, w, bias, ys, nt, xvec, stream); break;
+    }
   }
 }
 

@@ -2,17 +2,19 @@
 //
 // adopt_packed: q8_0 rows are split at upload into the int8 quants and the f16 block scales (the same bytes in two
 // arrays, so the GEMV reads 16 quants per 16-byte load); fp8 bytes and their f32 scales go up as they are; q4_k
-// blocks go up as they are (144 bytes: 16-byte aligned); q6_k blocks (210 bytes) are split into their four arrays.
+// and q5_k blocks go up as they are (144 and 176 bytes: 16-byte aligned); q6_k blocks (210 bytes) are split into
+// their four arrays.
 // linear: up to kQuantGemvMaxRows rows, the GEMV that dequantizes in registers (exact products of the stored
 // weights, f32 sums, a row's bits independent of the row count). More rows (prefill, large decode batches): the
 // whole matrix is dequantized into a 16-bit scratch copy and the dense path runs on it (CudaBackend::linear: the
 // hi/lo split of x and two tensor-core GEMMs, or fast precision's one). q8_0 goes to f16, where d * q rounds once
 // (2^-12 relative; bf16 would cost 2^-9); fp8 goes to bf16 unscaled, which holds every e4m3 value exactly, and the
-// channel scales are applied to the GEMM's output. q4_k and q6_k go to f16 for the same reason as q8_0: their f32
-// values (up to 21 and 23 significant bits) fit neither 16-bit type, and f16 rounds them 8x closer than bf16 would;
-// the range is ggml's own (f16 super-block scales: every value of a weight matrix quantized from sane floats is far
-// inside f16's 65504). The copy costs a read of the quantized bytes and a write and read of 2 bytes per weight per
-// call: negligible against the GEMMs of a prompt, a loss against the bf16 weights at batches of a few tens of rows.
+// channel scales are applied to the GEMM's output. q4_k, q5_k and q6_k go to f16 for the same reason as q8_0:
+// their f32 values (up to 21, 22 and 23 significant bits) fit neither 16-bit type, and f16 rounds them 8x closer
+// than bf16 would; the range is ggml's own (f16 super-block scales: every value of a weight matrix quantized from
+// sane floats is far inside f16's 65504). The copy costs a read of the quantized bytes and a write and read of 2
+// bytes per weight per call: negligible against the GEMMs of a prompt, a loss against the bf16 weights at batches of
+// a few tens of rows.
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -33,7 +35,7 @@ namespace {
 QuantMatrix quant_matrix(const Weight& w, const char* op) {
   if ((w.format != WeightFormat::Q8_0 && w.format != WeightFormat::FP8_E4M3 && !is_kquant(w.format)) ||
       w.ndim != 2 || w.device() != Device::CUDA)
-    fail(op, ": the CUDA backend runs 2-D q8_0, q4_k, q6_k and fp8_e4m3 weights on the device, found ",
+    fail(op, ": the CUDA backend runs 2-D q8_0, q4_k, q5_k, q6_k and fp8_e4m3 weights on the device, found ",
          w.describe(), " on ", device_name(w.device()));
   QuantMatrix q;
   q.format = w.format;
@@ -95,7 +97,7 @@ Weight CudaBackend::adopt_packed(const Weight& host) {
   if (host.device() != Device::CPU) fail("adopt_matrix: expected a host weight, found one on ", device_name(host.device()));
   if ((host.format != WeightFormat::Q8_0 && host.format != WeightFormat::FP8_E4M3 && !is_kquant(host.format)) ||
       host.ndim != 2)
-    fail(description(), ": quantized weights run as 2-D q8_0, q4_k, q6_k or fp8_e4m3 matrices, found ",
+    fail(description(), ": quantized weights run as 2-D q8_0, q4_k, q5_k, q6_k or fp8_e4m3 matrices, found ",
          host.describe());
   if (!host.data.contiguous()) fail("adopt_matrix: ", host.describe(), " bytes are not contiguous");
   const int64_t rows = host.dim(0), cols = host.dim(1);
@@ -113,9 +115,11 @@ Weight CudaBackend::adopt_packed(const Weight& host) {
     copy_from_host(s, host.scale.data, static_cast<size_t>(ns) * 4);
     return Weight::packed(host.format, dev, {rows, cols}, Device::CUDA, TensorView(s, DType::F32, {ns}, Device::CUDA));
   }
-  if (host.format == WeightFormat::Q4_K) {
-    need(cols % 256 == 0 && static_cast<int64_t>(bytes) == rows * (cols / 256) * 144, "adopt_matrix: q4_k weight ",
-         host.describe(), " must be whole 144-byte blocks of 256 elements per row, found ", bytes, " bytes");
+  if (host.format == WeightFormat::Q4_K || host.format == WeightFormat::Q5_K) {
+    const int64_t bb = weight_format_info(host.format).block_bytes;  // 144 or 176: 16-byte multiples
+    need(cols % 256 == 0 && static_cast<int64_t>(bytes) == rows * (cols / 256) * bb, "adopt_matrix: ",
+         weight_format_name(host.format), " weight ", host.describe(), " must be whole ", bb,
+         "-byte blocks of 256 elements per row, found ", bytes, " bytes");
     copy_from_host(dev, host.data.data, bytes);
     return Weight::packed(host.format, dev, {rows, cols}, Device::CUDA);
   }
@@ -163,7 +167,7 @@ void CudaBackend::linear_quant(const TensorView& x, const Weight& w, const Tenso
     return;
   }
   const bool fp8 = q.format == WeightFormat::FP8_E4M3;
-  const DType dt = fp8 ? DType::BF16 : DType::F16;  // q8_0, q4_k, q6_k: f16 (top of the file)
+  const DType dt = fp8 ? DType::BF16 : DType::F16;  // q8_0 and the k-quants: f16 (top of the file)
   void* dense = grow(Slot::kQuantDense, static_cast<size_t>(out * in) * 2);
   launch_quant_dequantize(q, dt, dense, stream());
   const TensorView dv(dense, dt, {out, in}, Device::CUDA);
