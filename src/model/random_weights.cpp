@@ -161,7 +161,8 @@ std::unique_ptr<Model> Model::random_quantized(const ModelConfig& config, const 
               uint8_t* row = reinterpret_cast<uint8_t*>(blob.data()) + r * rb;
               for (int64_t b = 0; b < cols / bel; ++b) {
                 const uint64_t h = splitmix64(seed ^ splitmix64((stream << 40) + 0x9e3779b9ull + r * (cols / bel) + b));
-                std::memcpy(row + b * bb, &pool[static_cast<size_t>((h % kKQuantPoolBlocks) * bb)], static_cast<size_t>(bb));
+                std::memcpy(row + b * bb, &pool[static_cast<size_t>((h % kKQuantPoolBlocks) * bb)],
+                            static_cast<size_t>(bb));
               }
               continue;
             }
