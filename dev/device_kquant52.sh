@@ -46,13 +46,14 @@ for line in open(os.path.join(sys.argv[1], 'rows.txt')):
     name, _, j = line.partition(' ')
     try: rows[name] = json.loads(j)
     except Exception: print('unparsed row', name)
-print(f"{'row':18s} {'decode ms/step':>14s} {'floor ms':>9s} {'floor %':>8s} {'vs bf16':>8s} {'prefill tok/s':>14s} {'load ms':>8s}")
+print(f"{'row':18s} {'decode ms/step':>14s} {'MB/step':>8s} {'floor ms':>9s} {'floor %':>8s} {'vs bf16':>8s}"
+      f" {'prefill tok/s':>14s} {'load ms':>8s}")
 for k, j in rows.items():
     prefix = next((k[:-len(s)] for s in ('_bf16', '_q8_0', '_q4_k', '_q5_k', '_q6_k') if k.endswith(s)), k)
     base = rows.get(prefix + '_bf16')
     d = j['decode_ms_per_step']
     r = f"{d / base['decode_ms_per_step']:.3f}" if base else '-'
-    print(f"{k:18s} {d:14.4f} {j['decode_floor_ms_per_step']:9.4f} {j['decode_floor_percent']:8.1f} {r:>8s}"
+    print(f"{k:18s} {d:14.4f} {j.get('decode_step_bytes', 0) / 1e6:8.1f} {j['decode_floor_ms_per_step']:9.4f} {j['decode_floor_percent']:8.1f} {r:>8s}"
           f" {j.get('prefill_tokens_per_s', 0):14.0f} {j.get('load_ms', 0):8.0f}")
 PY
 echo "all $((SECONDS - t0)) s"
