@@ -362,6 +362,78 @@ TEST(MoeExperts, MatchTheReferenceAndAreInvariantToTheirBatch) {
   }
 }
 
+// Decode-sized blocks (at most kStreamTokens = 4 rows per expert: the CPU's two passes over all such experts at once)
+// beside an expert with more rows (its own linear_f32 calls), at widths that span several 16-row blocks and end in a
+// partial one, so that the passes' shares cut the experts' rows and the output columns at many places: bit for bit
+// the default path, every thread count, and each token alone; bf16 weights as the released checkpoints store them.
+TEST(MoeExperts, DecodeBlocksKeepTheDefaultsBitsWhateverTheSplit) {
+  std::mt19937 rng(29);
+  std::normal_distribution<float> nd(0.0f, 1.0f);
+  struct Case {
+    MoeExpertAct act;
+    bool separate_gate;
+    DType dtype;
+  };
+  const int64_t E = 9, k = 3, I = 72, D = 200;
+  for (const Case& cs :
+       {Case{MoeExpertAct::SiluGated, false, DType::BF16}, Case{MoeExpertAct::SiluGated, true, DType::F32},
+        Case{MoeExpertAct::Relu2, false, DType::BF16}}) {
+    ExpertSet s = make_experts(cs.act, cs.separate_gate, E, I, D, E - 1, rng);
+    // The weights as bf16 (the f32 copies rounded alike, for the reference); expert E - 1 stays NaN and unchosen.
+    std::vector<std::vector<uint16_t>> held;
+    auto narrow = [&](std::vector<std::vector<float>>& vs, std::vector<Weight>& ws) {
+      for (size_t e = 0; e < vs.size(); ++e) {
+        std::vector<uint16_t> b(vs[e].size());
+        convert_from_f32(vs[e].data(), b.data(), DType::BF16, static_cast<int64_t>(b.size()));
+        convert_to_f32(b.data(), DType::BF16, vs[e].data(), static_cast<int64_t>(b.size()));
+        held.push_back(std::move(b));
+        ws[e] = Weight(TensorView(held.back().data(), DType::BF16, {ws[e].dim(0), ws[e].dim(1)}));
+      }
+    };
+    if (cs.dtype == DType::BF16) {
+      held.reserve(3 * E);
+      narrow(s.up, s.wu);
+      narrow(s.down, s.wd);
+      narrow(s.gate, s.wg);
+    }
+    for (int64_t T : {1, 2, 5, 8}) {
+      SCOPED_TRACE(std::string(dtype_name(cs.dtype)) + (cs.act == MoeExpertAct::Relu2 ? " relu2" : " silu-gated") +
+                   (cs.separate_gate ? " (separate gate)" : "") + ", T " + std::to_string(T));
+      std::vector<float> x(static_cast<size_t>(T * D)), w(static_cast<size_t>(T * k));
+      std::vector<int32_t> ids(static_cast<size_t>(T * k));
+      for (float& v : x) v = nd(rng);
+      for (float& v : w) v = std::abs(nd(rng));
+      for (int64_t t = 0; t < T; ++t) {  // expert 0 in every token's last slot: more than 4 rows once T > 4
+        std::vector<int32_t> perm(static_cast<size_t>(E - 2));
+        std::iota(perm.begin(), perm.end(), 1);
+        std::shuffle(perm.begin(), perm.end(), rng);
+        for (int64_t j = 0; j + 1 < k; ++j) ids[static_cast<size_t>(t * k + j)] = perm[static_cast<size_t>(j)];
+        ids[static_cast<size_t>(t * k + k - 1)] = 0;
+      }
+      const std::vector<double> ref = ref_experts(s, x, ids, w, T, k);
+      double scale = 0;
+      for (double v : ref) scale = std::max(scale, std::abs(v));
+      auto be2 = make_cpu_backend(2);
+      const std::vector<float> got = run_experts(*be2, s, x, ids, w, T, k, false);
+      double err = 0;
+      for (size_t i = 0; i < got.size(); ++i) err = std::max(err, std::abs(got[i] - ref[i]));
+      EXPECT_LE(err / scale, 1e-5) << "vs the double reference";
+      EXPECT_EQ(got, run_experts(*be2, s, x, ids, w, T, k, true)) << "default path";
+      for (int threads : {1, 3, 4}) {
+        auto be = make_cpu_backend(threads);
+        EXPECT_EQ(got, run_experts(*be, s, x, ids, w, T, k, false)) << threads << " threads";
+      }
+      for (int64_t t = 0; t < T; ++t) {
+        std::vector<float> xt(x.begin() + t * D, x.begin() + (t + 1) * D);
+        std::vector<int32_t> it(ids.begin() + t * k, ids.begin() + (t + 1) * k);
+        std::vector<float> wt(w.begin() + t * k, w.begin() + (t + 1) * k);
+        const std::vector<float> alone = run_experts(*be2, s, xt, it, wt, 1, k, false);
+        EXPECT_TRUE(std::equal(alone.begin(), alone.end(), got.begin() + t * D)) << "token " << t << " alone";
+      }
+    }
+  }
+}
+
 TEST(MoeExperts, RefuseBadIdsAndShapes) {
   std::mt19937 rng(3);
   const ExpertSet s = make_experts(MoeExpertAct::Relu2, false, 4, 8, 16, -1, rng);

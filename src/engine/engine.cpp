@@ -131,6 +131,7 @@ struct Engine::Impl {
   std::unique_ptr<StateCache> state;
   std::unique_ptr<StateCache> draft_state;  // the draft model's slots, one per state slot
   std::unique_ptr<MtpHead> mtp;             // the model's MTP block (EngineOptions::draft_mtp)
+  double verify_cost = 0.0;                 // speculation: a verify's extra cost in decode steps (the draft gate)
   std::unique_ptr<StateCache> mtp_state;    // its slots, one per state slot
   std::shared_ptr<const TokenTrie> vocab_trie;  // the tokens' bytes, built for the first request with a grammar
   PrefixCache cache;
@@ -160,6 +161,7 @@ struct Engine::Impl {
     if (options.state_checkpoint_interval < 0)
       fail("engine: state_checkpoint_interval must be >= 0, found ", options.state_checkpoint_interval);
     vocab = m.config().vocab_size;
+    verify_cost = verify_cost_in_steps(m.decode_graphs());
     sample_limit = t ? std::min<int64_t>(vocab, t->vocab_size()) : vocab;
     state = m.create_state(options.max_seqs, options.state_dtype);
     if (!options.state_cache_dir.empty())
@@ -604,7 +606,10 @@ struct Engine::Impl {
   int draft_budget(Run& r) const {
     if (!r.req.speculative.enabled() || r.req.max_new_tokens == 0 || r.first_token == Clock::time_point{} || r.grammar)
       return 0;
-    int64_t k = r.draft_length.next();
+    // The request's own schedule (engine/speculative.h DraftLength::next_at): pauses aligned on its generated count,
+    // so that paused rows decoding side by side probe in the same steps, and a gate on the verify's cost.
+    int64_t k = r.draft_length.next_at(static_cast<int64_t>(r.result.tokens.size()),
+                                              uses_mtp(r) ? 0.0 : verify_cost);  // MTP rows verify anyway
     k = std::min<int64_t>(k, r.req.max_new_tokens - static_cast<int64_t>(r.result.tokens.size()) - 1);
     const int64_t limit = model.context_limit();
     if (limit > 0) k = std::min<int64_t>(k, limit - static_cast<int64_t>(r.fed.size()) - 1);

@@ -80,15 +80,53 @@ int DraftLength::next() {
   return k_;
 }
 
+int DraftLength::next_at(int64_t generated, double min_gain) {
+  if (!adaptive_) return k_;
+  if (resume_at_ >= 0) {
+    if (generated < resume_at_) return 0;
+    resume_at_ = -1;  // the probe: the current length, whatever the gate says
+    return k_;
+  }
+  int steps = pause_;
+  // A request that keeps every draft at the length it asked for drafts, whatever the cost model says of that length.
+  if (steps == 0 && acceptance_ * k_ < std::min(min_gain, static_cast<double>(max_))) {
+    // The gate: a verify would not pay. Pause as a refused one-token verify does, with the same back-off.
+    steps = backoff_;
+    backoff_ = std::min(kMaxPauseSteps, backoff_ * 2);
+  }
+  if (steps == 0) return k_;
+  pause_ = 0;
+  int aligned = 1;  // a power of two, so that longer pauses end on a subset of the shorter ones' ends
+  while (aligned < steps) aligned *= 2;
+  resume_at_ = (generated / aligned + 1) * aligned;
+  return 0;
+}
+
+double verify_cost_in_steps(bool graphed) {
+  // GPU (H200, random-weight mamba2-2.7b, batch 1, fast precision; docs/benchmarks.md "Speculative decoding"): a
+  // refused verify (draft steps, the ungraphed verify forward of k+1 tokens, the rerun of the kept tokens) cost ~16 ms
+  // beside a 2.7 ms graphed decode step, ~6 steps; an accepted one skips the rerun, ~3. 2 tokens at the default
+  // length 4 is acceptance 50%: the rows issue 53 wants sped up (>= 60%) keep drafting, low ones pause.
+  if (graphed) return 2.0;
+  // CPU (mamba2-130m shape, 2 threads; docs/perf-log/speculative-cpu-2026-12-07.md): decode is weight-bound; a verify
+  // of 5 tokens cost ~1.3 decode steps (the model drafting for itself: 5 tokens a cycle at 6.6 tokens/s against 13.9
+  // plain, less its 4 draft steps) and the rerun after a refusal about one more: ~2 steps, as on the GPU's accepted
+  // verifies, so the same 2 tokens.
+  return 2.0;
+}
+
 void DraftLength::record(int drafted, int accepted) {
   if (!adaptive_ || drafted <= 0) return;
+  const double rate = static_cast<double>(accepted) / drafted;
+  acceptance_ = measured_ ? 0.5 * acceptance_ + 0.5 * rate : rate;  // the first verify replaces the optimistic prior
+  measured_ = true;
   if (2 * accepted >= drafted) backoff_ = 1;  // a verify that kept half its drafts paid for itself
   if (accepted >= drafted) {
     k_ = std::min(max_, k_ + 1);
   } else if (2 * accepted < drafted) {
     if (k_ == 1) {
       pause_ = backoff_;
-      backoff_ = std::min(64, backoff_ * 2);
+      backoff_ = std::min(kMaxPauseSteps, backoff_ * 2);
     }
     k_ = std::max(1, k_ / 2);
   }

@@ -45,19 +45,50 @@ SpeculativeChoice speculative_choice(std::span<const TokenProb> p, std::span<con
 // to the maximum); after fewer than half were, it halves; at one token with nothing accepted, speculation pauses for a
 // number of steps that doubles while verifies keep fewer than half their drafts (up to 64), so that low acceptance
 // costs a verify now and then rather than every step.
+//
+// The engine asks through next_at(), the schedule that keeps a batch's verifies few (next() is the request-alone
+// schedule above, by steps). A step in which any row verifies pays for a whole extra target forward (ungraphed on the
+// GPU, plus a rerun of the kept tokens when a draft was refused), so what a paused row costs is the number of steps
+// in which some row verifies, not its own verifies. next_at() therefore
+//  - aligns pauses: a pause of P steps (a power of two) ends at the next multiple of P of the request's generated
+//    tokens, so rows that decode in lockstep (admitted together, paused: one token a step) probe in the same steps,
+//    and rows paused longer probe on a subset of the shorter pauses' steps;
+//  - gates on cost: a request drafts only while its expected accepted tokens, recent acceptance x draft length, reach
+//    `min_gain`, the verify's extra cost in decode steps (verify_cost_in_steps()); below it, it pauses as above and
+//    probes at the pause's end with its current length, so that a row whose acceptance comes back resumes.
+// Whether a request drafts depends on its own history only, never on the other rows: a seed gives the same tokens
+// in any batch (sampling draws from the verify's generator), and a request reports the same draft counts alone and in
+// a batch. Reading the other rows (verify only when the batch's summed expected gain pays for the step) would trade
+// that away; the alignment gives most of its effect where it matters, rows decoding side by side.
 class DraftLength {
  public:
   DraftLength() = default;
   DraftLength(int max_tokens, bool adaptive) : max_(max_tokens), k_(max_tokens), adaptive_(adaptive) {}
   // The draft length for this step (0: do not speculate now); consumes one step of a pause.
   int next();
+  // The draft length for the step that generates the request's token `generated` (0-based count of tokens so far),
+  // with the aligned pauses and the cost gate described above. Not to be mixed with next() on one object.
+  int next_at(int64_t generated, double min_gain);
   void record(int drafted, int accepted);
   int current() const { return k_; }
+  // Recent acceptance: each verify's accepted / drafted, averaged with weight 1/2 on the newest (1 before any verify,
+  // so that a request drafts once; the first verify's rate then replaces it).
+  double acceptance() const { return acceptance_; }
 
  private:
   int max_ = 0, k_ = 0;
   bool adaptive_ = true;
   int pause_ = 0, backoff_ = 1;
+  double acceptance_ = 1.0;
+  bool measured_ = false;
+  int64_t resume_at_ = -1;  // next_at: the paused request probes when its generated count reaches this
 };
+
+constexpr int kMaxPauseSteps = 64;
+
+// The extra cost of a verify over a decode step, in decode steps of the target, for a draft length k: the least
+// expected number of accepted tokens for which a verify pays. `graphed`: the backend replays decode steps as graphs
+// (the GPU), where the verify forward and the rerun run ungraphed. Constants from measurements, see the .cpp.
+double verify_cost_in_steps(bool graphed);
 
 }  // namespace mambacpp

@@ -2,8 +2,13 @@
 // benchmarks. Norm weights are 1, decays span slow and fast, projections are scaled by 1/sqrt(fan_in).
 // Model::random_quantized: the same values, the matrices quantized to a ggml block format (core/ggml_blocks.h), or
 // to fp8 e4m3 with per-output-channel scales (core/fp8.h; embeddings and lm_head stay bf16, as ModelOpt leaves them).
+// K-quant matrices (256-element super-blocks) are the exception: ggml's reference rounding for them searches scales
+// (100-400 ns a weight: minutes for a few billion), so each matrix quantizes a pool of kKQuantPoolBlocks super-blocks
+// drawn from the same distribution and every block of the matrix is one of them, picked by a hash of its position.
+// Values of the right scale and bytes of the real layout are all a benchmark needs.
 #include <algorithm>
 #include <cmath>
+#include <cstring>
 #include <map>
 #include <optional>
 #include <thread>
@@ -20,6 +25,8 @@
 namespace mambacpp {
 
 namespace {
+
+constexpr int64_t kKQuantPoolBlocks = 512;
 
 double uniform01(uint64_t seed, uint64_t stream, uint64_t i) {
   return static_cast<double>(splitmix64(seed ^ splitmix64(stream * 0x100000001b3ull + i)) >> 11) * 0x1.0p-53;
@@ -134,11 +141,31 @@ std::unique_ptr<Model> Model::random_quantized(const ModelConfig& config, const 
                                   impl->random_blobs.emplace_back(static_cast<size_t>(rows) * sizeof(float)).data())
                             : nullptr;
         std::vector<char>& blob = impl->random_blobs.emplace_back(static_cast<size_t>(rows * rb));
+        const int64_t bel = weight_format_info(f).block_elems, bb = weight_format_info(f).block_bytes;
+        const bool pooled = bel == 256;
+        std::vector<uint8_t> pool(pooled ? static_cast<size_t>(kKQuantPoolBlocks * bb) : 0);
+        if (pooled)
+          cpu::parallel_tasks(threads, kKQuantPoolBlocks, [&](int64_t p) {
+            std::vector<float> vals(static_cast<size_t>(bel));
+            for (int64_t i = 0; i < bel; ++i)
+              vals[i] = static_cast<float>((2.0 * uniform01(seed, stream, static_cast<uint64_t>(p * bel + i)) - 1.0) *
+                                           scale);
+            ggml_quantize_row(f, vals.data(), bel, &pool[static_cast<size_t>(p * bb)]);
+          });
         const int64_t rows_per_task = std::max<int64_t>(1, kBlock / cols);
         cpu::parallel_tasks(threads, (rows + rows_per_task - 1) / rows_per_task, [&](int64_t task) {
           const int64_t r0 = task * rows_per_task, r1 = std::min(rows, r0 + rows_per_task);
           std::vector<float> vals(static_cast<size_t>(cols));
           for (int64_t r = r0; r < r1; ++r) {
+            if (pooled) {
+              uint8_t* row = reinterpret_cast<uint8_t*>(blob.data()) + r * rb;
+              for (int64_t b = 0; b < cols / bel; ++b) {
+                const uint64_t h = splitmix64(seed ^ splitmix64((stream << 40) + 0x9e3779b9ull + r * (cols / bel) + b));
+                std::memcpy(row + b * bb, &pool[static_cast<size_t>((h % kKQuantPoolBlocks) * bb)],
+                            static_cast<size_t>(bb));
+              }
+              continue;
+            }
             for (int64_t i = 0; i < cols; ++i)
               vals[i] = static_cast<float>((2.0 * uniform01(seed, stream, static_cast<uint64_t>(r * cols + i)) - 1.0) *
                                            scale);

@@ -1,5 +1,5 @@
 // Conversions of quantized weights (quant_ops.h): the 16-bit dense copy the prefill GEMMs read, fp8's scales applied
-// to a GEMM's output, and the embedding lookup.
+// to a GEMM's output, and the embedding lookup (q4_k / q6_k through the GEMV's unit decoder, quant_loads.cuh).
 #include <cuda_bf16.h>
 #include <cuda_fp16.h>
 
@@ -66,6 +66,53 @@ __global__ void __launch_bounds__(kThreads) embed_kernel(QuantMatrix w, const in
   for (int64_t t = blockIdx.y; t < T; t += gridDim.y) out.data[t * out.stride + i] = quant_element(w, ids[t], i);
 }
 
+// q4_k / q5_k / q6_k: one thread per 64-element unit (quant_loads.cuh), 16 f16 per group; 16-byte stores where dst
+// allows.
+template <WeightFormat F>
+__global__ void __launch_bounds__(kThreads) kq_dequantize_kernel(QuantMatrix w, uint16_t* dst, bool vec) {
+  const int64_t g = blockIdx.x * int64_t(kThreads) + threadIdx.x;
+  const int64_t per_row = w.cols / kKqUnitElems;
+  if (g >= w.rows * per_row) return;
+  const int64_t o = g / per_row, u = g - o * per_row;
+  float v[kKqUnitElems];
+  kq_unit<F>(w, o, u, v);
+  uint16_t* row = dst + o * w.cols + kq_unit_pos<F>(u);
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    uint16_t h[16];
+#pragma unroll
+    for (int l = 0; l < 16; ++l) h[l] = __half_as_ushort(__float2half_rn(v[16 * k + l]));
+    uint16_t* p = row + k * kq_group_stride<F>;
+    if (vec) {
+      uint4 a, b;
+      memcpy(&a, h, 16);
+      memcpy(&b, h + 8, 16);
+      reinterpret_cast<uint4*>(p)[0] = a;
+      reinterpret_cast<uint4*>(p)[1] = b;
+    } else {
+#pragma unroll
+      for (int l = 0; l < 16; ++l) p[l] = h[l];
+    }
+  }
+}
+
+// out[t, unit u of row ids[t]] in f32: grid (units per row / kThreads, T).
+template <WeightFormat F>
+__global__ void __launch_bounds__(kThreads) kq_embed_kernel(QuantMatrix w, const int32_t* ids, int64_t T, F32Rows out) {
+  const int64_t u = blockIdx.x * int64_t(kThreads) + threadIdx.x;
+  if (u >= w.cols / kKqUnitElems) return;
+  const int64_t p0 = kq_unit_pos<F>(u);
+  for (int64_t t = blockIdx.y; t < T; t += gridDim.y) {
+    float v[kKqUnitElems];
+    kq_unit<F>(w, ids[t], u, v);
+    float* row = out.data + t * out.stride + p0;
+#pragma unroll
+    for (int k = 0; k < 4; ++k)
+#pragma unroll
+      for (int l = 0; l < 16; ++l) row[k * kq_group_stride<F> + l] = v[16 * k + l];
+  }
+}
+
 unsigned rows_grid(int64_t rows) { return static_cast<unsigned>(rows < 1 ? 1 : (rows > 65535 ? 65535 : rows)); }
 
 }  // namespace
@@ -76,6 +123,21 @@ void launch_quant_dequantize(const QuantMatrix& w, DType to, void* dst, cudaStre
   const bool fp8 = w.format == WeightFormat::FP8_E4M3;
   MAMBACPP_ASSERT(to == (fp8 ? DType::BF16 : DType::F16));
   uint16_t* out = static_cast<uint16_t*>(dst);
+  if (is_kquant(w.format)) {
+    const bool vec = reinterpret_cast<uintptr_t>(dst) % 16 == 0;
+    const unsigned blocks = blocks_for(n / kKqUnitElems);
+    switch (w.format) {
+      case WeightFormat::Q6_K:
+        kq_dequantize_kernel<WeightFormat::Q6_K><<<blocks, kThreads, 0, stream>>>(w, out, vec);
+        break;
+      case WeightFormat::Q5_K:
+        kq_dequantize_kernel<WeightFormat::Q5_K><<<blocks, kThreads, 0, stream>>>(w, out, vec);
+        break;
+      default: kq_dequantize_kernel<WeightFormat::Q4_K><<<blocks, kThreads, 0, stream>>>(w, out, vec); break;
+    }
+    MAMBACPP_CUDA_LAUNCHED();
+    return;
+  }
   if (w.cols % 8 == 0 && reinterpret_cast<uintptr_t>(dst) % 16 == 0) {
     if (fp8)
       dequantize8_kernel<true><<<blocks_for(n / 8), kThreads, 0, stream>>>(w, out);
@@ -95,6 +157,20 @@ void launch_scale_columns(F32Rows y, const QuantMatrix& w, DevWeight bias, int64
 
 void launch_quant_embed(const QuantMatrix& w, const int32_t* ids, int64_t T, F32Rows out, cudaStream_t stream) {
   if (T <= 0 || w.cols <= 0) return;
+  if (is_kquant(w.format)) {
+    const dim3 grid(blocks_for(w.cols / kKqUnitElems), rows_grid(T));
+    switch (w.format) {
+      case WeightFormat::Q6_K:
+        kq_embed_kernel<WeightFormat::Q6_K><<<grid, kThreads, 0, stream>>>(w, ids, T, out);
+        break;
+      case WeightFormat::Q5_K:
+        kq_embed_kernel<WeightFormat::Q5_K><<<grid, kThreads, 0, stream>>>(w, ids, T, out);
+        break;
+      default: kq_embed_kernel<WeightFormat::Q4_K><<<grid, kThreads, 0, stream>>>(w, ids, T, out); break;
+    }
+    MAMBACPP_CUDA_LAUNCHED();
+    return;
+  }
   embed_kernel<<<dim3(blocks_for(w.cols), rows_grid(T)), kThreads, 0, stream>>>(w, ids, T, out);
   MAMBACPP_CUDA_LAUNCHED();
 }

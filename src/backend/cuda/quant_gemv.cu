@@ -110,6 +110,7 @@ void launch_chunk(ConstF32Rows x, const QuantMatrix& w, DevWeight bias, F32Rows 
 void launch_quant_gemv(ConstF32Rows x, const QuantMatrix& w, DevWeight bias, F32Rows y, int64_t T,
                        cudaStream_t stream) {
   if (T <= 0 || w.rows <= 0) return;
+  if (is_kquant(w.format)) return launch_kquant_gemv(x, w, bias, y, T, stream);
   const bool vec = w.cols % 16 == 0 && reinterpret_cast<uintptr_t>(w.q) % 16 == 0 &&
                    reinterpret_cast<uintptr_t>(x.data) % 16 == 0 && x.stride % 4 == 0;
   const bool fp8 = w.format == WeightFormat::FP8_E4M3;

@@ -5,7 +5,13 @@
 //              starts 16-byte aligned), then the f16 block scales [rows, cols / 32]. Same byte count as ggml's
 //              34-byte blocks; splitting them lets a lane read 16 quants with one 16-byte load.
 //   fp8_e4m3 : the e4m3 bytes [rows, cols] as stored, beside f32 scales: [rows] (per output channel) or [1].
-// Element (o, i) is  d[o, i / 32] * q[o, i]  (q8_0) or  s[o] * e4m3(b[o, i])  (fp8; s[0] for a per-tensor scale).
+//   q4_k     : ggml's 144-byte blocks as stored, [rows, cols / 256] (a multiple of 16 bytes, so every block and its
+//              16-byte header d, dmin, scales[12] are 16-byte aligned).
+//   q5_k     : ggml's 176-byte blocks as stored (d, dmin, scales[12], qh[32], qs[128]: 16-byte aligned likewise).
+//   q6_k     : ggml's 210-byte blocks split into four arrays (210 is no multiple of 16): ql [rows, cols / 2],
+//              qh [rows, cols / 4], scales i8 [rows, cols / 16], d f16 [rows, cols / 256]. Same byte count.
+// Element (o, i) is  d[o, i / 32] * q[o, i]  (q8_0) or  s[o] * e4m3(b[o, i])  (fp8; s[0] for a per-tensor scale);
+// q4_k, q5_k and q6_k as ggml_dequantize_row computes them (core/ggml_blocks.h), bit for bit.
 #pragma once
 
 #include <cuda_runtime.h>
@@ -18,8 +24,8 @@
 namespace mambacpp::cuda {
 
 struct QuantMatrix {
-  WeightFormat format = WeightFormat::Q8_0;  // Q8_0 or FP8_E4M3
-  const uint8_t* q = nullptr;                // [rows, cols] bytes (int8 quants or e4m3)
+  WeightFormat format = WeightFormat::Q8_0;  // Q8_0, FP8_E4M3, Q4_K, Q5_K or Q6_K
+  const uint8_t* q = nullptr;                // [rows, cols] bytes (int8 quants or e4m3); q4_k / q6_k: the layout above
   const void* scale = nullptr;               // q8_0: f16 [rows, cols / 32]; fp8: f32 [rows] or [1]
   bool per_tensor = false;                   // fp8: one scale for the whole matrix
   int64_t rows = 0, cols = 0;
@@ -30,10 +36,19 @@ struct QuantMatrix {
 // row's sum in the same fixed order).
 inline constexpr int64_t kQuantGemvMaxRows = 16;
 
+inline bool is_kquant(WeightFormat f) {
+  return f == WeightFormat::Q4_K || f == WeightFormat::Q5_K || f == WeightFormat::Q6_K;
+}
+
 // y[t, o] = sum_i x[t, i] * W[o, i] (+ bias[o]) for any T (chunks of 8 rows); f32 sums of exact products.
 void launch_quant_gemv(ConstF32Rows x, const QuantMatrix& w, DevWeight bias, F32Rows y, int64_t T,
                        cudaStream_t stream);
-// dst [rows, cols] contiguous in `to`: q8_0 -> f16 (d * q in f32, then one rounding: 2^-12 relative, or 2^-25
+// The same for q4_k / q5_k / q6_k (kquant_gemv.cu): each weight dequantized in f32 exactly as ggml does, times x
+// (fmaf).
+void launch_kquant_gemv(ConstF32Rows x, const QuantMatrix& w, DevWeight bias, F32Rows y, int64_t T,
+                        cudaStream_t stream);
+// dst [rows, cols] contiguous in `to`: q4_k / q5_k / q6_k -> f16 (ggml's f32 value, then one rounding, as q8_0);
+// q8_0 -> f16 (d * q in f32, then one rounding: 2^-12 relative, or 2^-25
 // absolute below f16's normal range); fp8 -> bf16 WITHOUT the scale (e4m3 values are exact in bf16).
 void launch_quant_dequantize(const QuantMatrix& w, DType to, void* dst, cudaStream_t stream);
 // y[t, o] = y[t, o] * s[o] (+ bias[o]): fp8's scales applied after the GEMM of the unscaled bytes.
