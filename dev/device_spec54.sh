@@ -1,0 +1,79 @@
+#!/usr/bin/env bash
+# Short pieces as decode steps (branch spec54, issues 53/54), after the lead's build, from the repo root, <= 120 s:
+#   1. the GPU tests: GpuStepPieces.* (a piece of k <= 16 tokens == k decode steps: logits memcmp, state bytes; beside
+#      a long prompt and decode rows), GpuSpeculative.* (both precisions, exact tokens, self-draft accepts all),
+#      GpuBatchInvariance.*, GpuEngine.*;
+#   2. speculative rows: generate with random-weight mamba2-2.7b drafting for itself, fast precision, batch 1, before
+#      (MAMBACPP_STEP_PIECES=0: short pieces on the prefill kernels) and after; acceptance must be 100% after;
+#   3. bench rows mamba2-2.7b b1 -p 16 -g 64 (the 16-token prompt is a short piece now: its prefill_ms shows the
+#      cost of running it as 16 steps) and -p 4096 -g 1, before and after.
+# Each stage stops at the BUDGET (115 s). Details under $OUT/spec54/; a summary on stdout.
+set -u -o pipefail
+B=${B:-build-gpu}
+LOG=${OUT:-/tmp}/spec54; mkdir -p "$LOG"
+export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/tmp/deps/usr/lib/x86_64-linux-gnu:/tmp/deps/lib/x86_64-linux-gnu:/usr/local/cuda/lib64
+t0=$SECONDS
+left() { echo $(( ${BUDGET:-115} - (SECONDS - t0) )); }
+cap() { local l; l=$(left); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }  # cap N: seconds for a stage, at most N
+timeout 5 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
+
+# 1. tests
+timeout "$(cap 60)" "$B/tests/mambacpp_gpu_tests" \
+  --gtest_filter='*GpuStepPieces.*:*GpuSpeculative.*:*GpuBatchInvariance.*:*GpuEngine.*' \
+  --gtest_output=xml:"$LOG/tests.xml" > "$LOG/tests.txt" 2>&1
+echo "tests rc=$? ($((SECONDS - t0)) s)"
+grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests ran' "$LOG/tests.txt" | tail -30
+grep -B3 -A6 'Failure' "$LOG/tests.txt" | head -40
+
+# 2. speculative rows (mamba2-2.7b target drafting for itself)
+W=/tmp/spec54_w; mkdir -p "$W"
+if [ "$(left)" -gt 30 ] && [ ! -f "$W/t27/config.json" ]; then
+  timeout "$(cap 30)" python3 dev/random_hf_mamba2.py mamba2-2.7b "$W/t27" > "$LOG/ckpt.txt" 2>&1 || echo "checkpoint failed: $(tail -1 "$LOG/ckpt.txt")"
+fi
+python3 -c '
+import random
+rnd = random.Random(0); ids = [rnd.randrange(1000, 50000) for _ in range(192)]
+open("/tmp/spec54_w/p0.txt", "w").write(" ".join(map(str, ids + ids[:32])))'
+spec() {  # spec NAME ENV-VALUE ARGS...
+  local name=$1 env=$2; shift 2
+  if [ "$(left)" -lt 10 ] || [ ! -f "$W/t27/config.json" ]; then echo "| $name | skipped |"; return; fi
+  MAMBACPP_STEP_PIECES=$env timeout "$(cap 20)" "$B/mambacpp" generate --device cuda --model "$W/t27" \
+    --tokens-file "$W/p0.txt" -n 128 --temp 0 --ignore-eos --json "$@" > "$LOG/spec_$name.json" 2> "$LOG/spec_$name.err"
+  python3 - "$name" "$LOG/spec_$name.json" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
+if not rows: print(f"| {sys.argv[1]} | failed |"); sys.exit()
+r = rows[0]; d, a = r.get("draft_tokens", 0), r.get("accepted_draft_tokens", 0)
+print(f"| {sys.argv[1]} | {r['timings']['generate_tokens_per_s']:.1f} tok/s | drafted {d} | accepted {a} | "
+      f"{100 * a / d if d else 0:.0f}% | tokens hash {hash(tuple(r['tokens'])) & 0xffff:04x} |")
+PY
+}
+echo "| speculation (mamba2-2.7b, b1, fast) | decode | drafted | accepted | acceptance | hash |"
+spec none_after 1
+spec self_after 1 --draft-model "$W/t27" --draft-max 8
+spec self_before 0 --draft-model "$W/t27" --draft-max 8
+spec none_before 0
+
+# 3. bench rows
+row() {  # row NAME ENV-VALUE ARGS...
+  local name=$1 env=$2; shift 2
+  if [ "$(left)" -lt 8 ]; then echo "skipped $name (time)"; return; fi
+  local out
+  out=$(MAMBACPP_STEP_PIECES=$env timeout "$(cap 15)" "$B/mambacpp" bench --device cuda --json --shape mamba2-2.7b -b 1 "$@" \
+        2> "$LOG/bench_$name.err" | tail -1)
+  echo "$out" > "$LOG/bench_$name.json"
+  python3 - "$name" "$out" <<'PY'
+import json, sys
+try:
+    r = json.loads(sys.argv[2])
+except Exception:
+    print(f"{sys.argv[1]:14} failed"); sys.exit()
+nan = float("nan")
+print(f"{sys.argv[1]:14} prefill {r.get('prefill_ms', nan):9.2f} ms  decode {r.get('decode_ms_per_step', nan):7.3f} ms/step")
+PY
+}
+row p16_after 1 -p 16 -g 64 -r 3
+row p16_before 0 -p 16 -g 64 -r 3
+row p4096_after 1 -p 4096 -g 1 -r 2
+row p4096_before 0 -p 4096 -g 1 -r 2
+echo "total $((SECONDS - t0)) s"
