@@ -3,8 +3,9 @@
 #   1. the GPU tests: GpuStepPieces.* (a piece of k <= 16 tokens == k decode steps: logits memcmp, state bytes; beside
 #      a long prompt and decode rows), GpuSpeculative.* (both precisions, exact tokens, self-draft accepts all),
 #      GpuBatchInvariance.*, GpuEngine.*;
-#   2. speculative rows: generate with random-weight mamba2-2.7b drafting for itself, fast precision, batch 1, before
-#      (MAMBACPP_STEP_PIECES=0: short pieces on the prefill kernels) and after; acceptance must be 100% after;
+#   2. speculative rows: generate with random-weight mamba2-2.7b, fast precision, batch 1: plain, and drafting for
+#      itself before (MAMBACPP_STEP_PIECES=0: short pieces on the prefill kernels) and after (acceptance must be 100%,
+#      tokens hash = plain's);
 #   3. bench rows mamba2-2.7b b1 -p 16 -g 64 (the 16-token prompt is a short piece now: its prefill_ms shows the
 #      cost of running it as 16 steps) and -p 4096 -g 1, before and after.
 # Each stage stops at the BUDGET (115 s). Details under $OUT/spec54/; a summary on stdout.
@@ -18,12 +19,13 @@ cap() { local l; l=$(left); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }  # cap N: se
 timeout 5 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
 # 1. tests
-timeout "$(cap 60)" "$B/tests/mambacpp_gpu_tests" \
+timeout "$(cap 70)" "$B/tests/mambacpp_gpu_tests" \
   --gtest_filter='*GpuStepPieces.*:*GpuSpeculative.*:*GpuBatchInvariance.*:*GpuEngine.*' \
   --gtest_output=xml:"$LOG/tests.xml" > "$LOG/tests.txt" 2>&1
 echo "tests rc=$? ($((SECONDS - t0)) s)"
-grep -E '^\[  (PASSED|FAILED) |^\[  FAILED  \]|tests ran' "$LOG/tests.txt" | tail -30
-grep -B3 -A6 'Failure' "$LOG/tests.txt" | head -40
+grep -E '^\[==========\] [0-9]+ tests? from [0-9]+ test suites? ran' -A100 "$LOG/tests.txt" | grep -v '^ *$' | head -40 \
+  || tail -5 "$LOG/tests.txt"  # a timeout: the last lines say where
+grep -A4 ': Failure' "$LOG/tests.txt" | head -30
 
 # 2. speculative rows (mamba2-2.7b target drafting for itself)
 W=/tmp/spec54_w; mkdir -p "$W"
@@ -52,7 +54,6 @@ echo "| speculation (mamba2-2.7b, b1, fast) | decode | drafted | accepted | acce
 spec none_after 1
 spec self_after 1 --draft-model "$W/t27" --draft-max 8
 spec self_before 0 --draft-model "$W/t27" --draft-max 8
-spec none_before 0
 
 # 3. bench rows
 row() {  # row NAME ENV-VALUE ARGS...
