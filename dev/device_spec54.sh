@@ -3,9 +3,9 @@
 #   1. the GPU tests: GpuStepPieces.* (a piece of k <= 16 tokens == k decode steps: logits memcmp, state bytes; beside
 #      a long prompt and decode rows), GpuSpeculative.* (both precisions, exact tokens, self-draft accepts all),
 #      GpuBatchInvariance.*, GpuEngine.*;
-#   2. speculative rows: generate with random-weight mamba2-2.7b, fast precision, batch 1: plain, and drafting for
-#      itself before (MAMBACPP_STEP_PIECES=0: short pieces on the prefill kernels) and after (acceptance must be 100%,
-#      tokens hash = plain's);
+#   2. speculative rows: generate with random-weight mamba2-2.7b, fast precision, batch 1, a 14-token prompt: plain,
+#      and drafting for itself before (MAMBACPP_STEP_PIECES=0: short pieces on the prefill kernels) and after
+#      (acceptance must be 100%, tokens hash = plain's); last, if time is left, a 224-token prompt (plain, self);
 #   3. bench rows mamba2-2.7b b1 -p 16 -g 64 (the 16-token prompt is a short piece now: its prefill_ms shows the
 #      cost of running it as 16 steps) and -p 4096 -g 1, before and after.
 # Each stage stops at the BUDGET (115 s). Details under $OUT/spec54/; a summary on stdout.
@@ -35,12 +35,13 @@ fi
 python3 -c '
 import random
 rnd = random.Random(0); ids = [rnd.randrange(1000, 50000) for _ in range(192)]
-open("/tmp/spec54_w/p0.txt", "w").write(" ".join(map(str, ids + ids[:32])))'
-spec() {  # spec NAME ENV-VALUE ARGS...
-  local name=$1 env=$2; shift 2
+open("/tmp/spec54_w/long.txt", "w").write(" ".join(map(str, ids + ids[:32])))
+open("/tmp/spec54_w/short.txt", "w").write(" ".join(map(str, ids[:14])))'
+spec() {  # spec NAME ENV-VALUE PROMPT ARGS...
+  local name=$1 env=$2 prompt=$3; shift 3
   if [ "$(left)" -lt 10 ] || [ ! -f "$W/t27/config.json" ]; then echo "| $name | skipped |"; return; fi
   MAMBACPP_STEP_PIECES=$env timeout "$(cap 20)" "$B/mambacpp" generate --device cuda --model "$W/t27" \
-    --tokens-file "$W/p0.txt" -n 128 --temp 0 --ignore-eos --json "$@" > "$LOG/spec_$name.json" 2> "$LOG/spec_$name.err"
+    --tokens-file "$W/$prompt.txt" -n 128 --temp 0 --ignore-eos --json "$@" > "$LOG/spec_$name.json" 2> "$LOG/spec_$name.err"
   python3 - "$name" "$LOG/spec_$name.json" <<'PY'
 import json, sys
 rows = [json.loads(l) for l in open(sys.argv[2]) if l.startswith("{")]
@@ -51,9 +52,9 @@ print(f"| {sys.argv[1]} | {r['timings']['generate_tokens_per_s']:.1f} tok/s | dr
 PY
 }
 echo "| speculation (mamba2-2.7b, b1, fast) | decode | drafted | accepted | acceptance | hash |"
-spec none_after 1
-spec self_after 1 --draft-model "$W/t27" --draft-max 8
-spec self_before 0 --draft-model "$W/t27" --draft-max 8
+spec none_short 1 short
+spec self_short_after 1 short --draft-model "$W/t27" --draft-max 8
+spec self_short_before 0 short --draft-model "$W/t27" --draft-max 8
 
 # 3. bench rows
 row() {  # row NAME ENV-VALUE ARGS...
@@ -77,4 +78,7 @@ row p16_after 1 -p 16 -g 64 -r 3
 row p16_before 0 -p 16 -g 64 -r 3
 row p4096_after 1 -p 4096 -g 1 -r 2
 row p4096_before 0 -p 4096 -g 1 -r 2
+# If time is left: the 224-token prompt, whose target prefill (224) and draft catch-up (225) are two splits.
+spec none_long 1 long
+spec self_long_after 1 long --draft-model "$W/t27" --draft-max 8
 echo "total $((SECONDS - t0)) s"
