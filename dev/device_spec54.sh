@@ -1,25 +1,28 @@
 #!/usr/bin/env bash
-# Short pieces as decode steps (branch spec54, issues 53/54), after the lead's build, from the repo root, <= 120 s:
+# Short pieces as decode steps (branches spec54/spec54b, issues 53/54), after the lead's build, from the repo root,
+# <= 90 s. MAMBACPP_STEP_PIECES picks the route of short pieces for the A/B (the loser goes): unset, phase 2 (fast
+# precision, pure Mamba-2: ONE decode forward of all short pieces, the step kernels looping over each one's tokens);
+# 1, phase 1 (k successive decode forwards); 0, the prefill kernels (before spec54).
 #   1. the GPU tests: GpuStepPieces.* (a piece of k <= 16 tokens == k decode steps: logits memcmp, state bytes; beside
 #      a long prompt and decode rows), GpuSpeculative.* (both precisions, exact tokens, self-draft accepts all),
 #      GpuBatchInvariance.*, GpuEngine.*;
 #   2. speculative rows: generate with random-weight mamba2-2.7b, fast precision, batch 1, a 14-token prompt: plain,
-#      and drafting for itself before (MAMBACPP_STEP_PIECES=0: short pieces on the prefill kernels) and after
-#      (acceptance must be 100%, tokens hash = plain's); last, if time is left, a 224-token prompt (plain, self);
-#   3. bench rows mamba2-2.7b b1 -p 16 -g 64 (the 16-token prompt is a short piece now: its prefill_ms shows the
-#      cost of running it as 16 steps) and -p 4096 -g 1, before and after.
-# Each stage stops at the BUDGET (115 s). Details under $OUT/spec54/; a summary on stdout.
+#      and drafting for itself in phase 2 and phase 1 (acceptance must be 100% and the tokens hash plain's in both;
+#      phase 2 should decode faster than plain); last, if time is left, a 224-token prompt (plain, self);
+#   3. bench rows mamba2-2.7b b1 -p 16 -g 64 (the 16-token prompt is a short piece: its prefill_ms is one forward in
+#      phase 2, 16 in phase 1) and -p 4096 -g 1 (phase 2 only: long prompts take the prefill kernels either way).
+# Each stage stops at the BUDGET (88 s). Details under $OUT/spec54/; a summary on stdout.
 set -u -o pipefail
 B=${B:-build-gpu}
 LOG=${OUT:-/tmp}/spec54; mkdir -p "$LOG"
 export LD_LIBRARY_PATH=${LD_LIBRARY_PATH:-}:/tmp/deps/usr/lib/x86_64-linux-gnu:/tmp/deps/lib/x86_64-linux-gnu:/usr/local/cuda/lib64
 t0=$SECONDS
-left() { echo $(( ${BUDGET:-115} - (SECONDS - t0) )); }
+left() { echo $(( ${BUDGET:-88} - (SECONDS - t0) )); }
 cap() { local l; l=$(left); [ "$l" -gt "$1" ] && l=$1; echo "$l"; }  # cap N: seconds for a stage, at most N
 timeout 5 nvidia-smi --query-gpu=name,driver_version --format=csv,noheader
 
 # 1. tests
-timeout "$(cap 70)" "$B/tests/mambacpp_gpu_tests" \
+timeout "$(cap 45)" "$B/tests/mambacpp_gpu_tests" \
   --gtest_filter='*GpuStepPieces.*:*GpuSpeculative.*:*GpuBatchInvariance.*:*GpuEngine.*' \
   --gtest_output=xml:"$LOG/tests.xml" > "$LOG/tests.txt" 2>&1
 echo "tests rc=$? ($((SECONDS - t0)) s)"
@@ -40,7 +43,7 @@ open("/tmp/spec54_w/short.txt", "w").write(" ".join(map(str, ids[:14])))'
 spec() {  # spec NAME ENV-VALUE PROMPT ARGS...
   local name=$1 env=$2 prompt=$3; shift 3
   if [ "$(left)" -lt 10 ] || [ ! -f "$W/t27/config.json" ]; then echo "| $name | skipped |"; return; fi
-  MAMBACPP_STEP_PIECES=$env timeout "$(cap 20)" "$B/mambacpp" generate --device cuda --model "$W/t27" \
+  MAMBACPP_STEP_PIECES=$env timeout "$(cap 15)" "$B/mambacpp" generate --device cuda --model "$W/t27" \
     --tokens-file "$W/$prompt.txt" -n 128 --temp 0 --ignore-eos --json "$@" > "$LOG/spec_$name.json" 2> "$LOG/spec_$name.err"
   python3 - "$name" "$LOG/spec_$name.json" <<'PY'
 import json, sys
@@ -52,16 +55,16 @@ print(f"| {sys.argv[1]} | {r['timings']['generate_tokens_per_s']:.1f} tok/s | dr
 PY
 }
 echo "| speculation (mamba2-2.7b, b1, fast) | decode | drafted | accepted | acceptance | hash |"
-spec none_short 1 short
-spec self_short_after 1 short --draft-model "$W/t27" --draft-max 8
-spec self_short_before 0 short --draft-model "$W/t27" --draft-max 8
+spec none_short 2 short
+spec self_short_phase2 2 short --draft-model "$W/t27" --draft-max 8
+spec self_short_phase1 1 short --draft-model "$W/t27" --draft-max 8
 
 # 3. bench rows
 row() {  # row NAME ENV-VALUE ARGS...
   local name=$1 env=$2; shift 2
   if [ "$(left)" -lt 8 ]; then echo "skipped $name (time)"; return; fi
   local out
-  out=$(MAMBACPP_STEP_PIECES=$env timeout "$(cap 15)" "$B/mambacpp" bench --device cuda --json --shape mamba2-2.7b -b 1 "$@" \
+  out=$(MAMBACPP_STEP_PIECES=$env timeout "$(cap 12)" "$B/mambacpp" bench --device cuda --json --shape mamba2-2.7b -b 1 "$@" \
         2> "$LOG/bench_$name.err" | tail -1)
   echo "$out" > "$LOG/bench_$name.json"
   python3 - "$name" "$out" <<'PY'
@@ -74,11 +77,10 @@ nan = float("nan")
 print(f"{sys.argv[1]:14} prefill {r.get('prefill_ms', nan):9.2f} ms  decode {r.get('decode_ms_per_step', nan):7.3f} ms/step")
 PY
 }
-row p16_after 1 -p 16 -g 64 -r 3
-row p16_before 0 -p 16 -g 64 -r 3
-row p4096_after 1 -p 4096 -g 1 -r 2
-row p4096_before 0 -p 4096 -g 1 -r 2
+row p16_phase2 2 -p 16 -g 64 -r 3
+row p16_phase1 1 -p 16 -g 64 -r 3
+row p4096_phase2 2 -p 4096 -g 1 -r 2
 # If time is left: the 224-token prompt, whose target prefill (224) and draft catch-up (225) are two splits.
-spec none_long 1 long
-spec self_long_after 1 long --draft-model "$W/t27" --draft-max 8
+spec none_long 2 long
+spec self_long_phase2 2 long --draft-model "$W/t27" --draft-max 8
 echo "total $((SECONDS - t0)) s"

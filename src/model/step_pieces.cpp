@@ -14,20 +14,47 @@ bool is_short(const Sequence& s) {
   return !s.token_ids.empty() && s.embeddings.ndim == 0 && static_cast<int64_t>(s.token_ids.size()) <= kStepPieceMaxLen;
 }
 
-// MAMBACPP_STEP_PIECES=0 restores the prefill kernels for short pieces: the before side of the device A/B
-// (dev/device_spec54.sh), to be removed once it is measured.
-bool disabled() {
-  static const bool off = [] {
+// The device A/B of dev/device_spec54.sh, to be removed once it is measured: MAMBACPP_STEP_PIECES=0 restores the
+// prefill kernels for short pieces, =1 runs them as successive decode forwards only (never as one forward).
+int mode() {
+  static const int m = [] {
     const char* v = std::getenv("MAMBACPP_STEP_PIECES");
-    return v != nullptr && std::strcmp(v, "0") == 0;
+    return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : v != nullptr && std::strcmp(v, "1") == 0 ? 1 : 2;
   }();
-  return off;
+  return m;
 }
+bool disabled() { return mode() == 0; }
+
+// Dense 16-bit weights: the fast fused decode kernels take them, row by row (a quantized or f32 projection would
+// take kernels whose bits depend on the row count).
+bool fast_dense(const Weight& w) { return w.empty() || (w.dense() && w.data.dtype != DType::F32); }
 
 }  // namespace
 
+bool step_pieces_one_forward(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
+  const ModelConfig& c = m.config;
+  if (mode() != 2 || m.backend->device() != Device::CUDA) return false;
+  if (output != Output::None && output != Output::LastLogits && output != Output::AllLogits) return false;
+  if (c.hybrid() || c.arch != Arch::Mamba2 || c.moe.n_experts != 0) return false;
+  if (m.options.precision != Precision::Fast || !m.options.batch_invariant || !m.options.fused_decode) return false;
+  int64_t rows = 0;
+  bool multi = false;
+  for (const Sequence& s : seqs) {
+    if (!is_short(s)) return false;
+    rows += static_cast<int64_t>(s.token_ids.size());
+    multi = multi || s.token_ids.size() > 1;
+  }
+  if (!multi || rows > std::min<int64_t>(kStepPieceMaxRows, std::max<int64_t>(1, m.options.max_batch_tokens)))
+    return false;
+  if (!fast_dense(m.weights.lm_head)) return false;
+  for (const LayerWeights& w : m.weights.layers)
+    if (!fast_dense(w.in_proj) || !fast_dense(w.out_proj)) return false;
+  return true;
+}
+
 bool step_pieces_apply(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
   if (disabled() || m.backend->device() != Device::CUDA) return false;
+  if (step_pieces_one_forward(m, seqs, output)) return false;  // the decode step takes the call as it is
   if (output != Output::None && output != Output::LastLogits && output != Output::AllLogits) return false;
   std::vector<Sequence> round;  // the first round: one token of every short sequence (the largest round)
   bool multi = false, long_ones = false;
@@ -90,7 +117,28 @@ ForwardResult step_pieces(const Model::Impl& m, std::span<const Sequence> seqs, 
     }
   }
 
-  // The short ones: round r is one decode step over token r of every sequence that long.
+  // The short ones: one decode forward of them all where it can (step_pieces_one_forward), else round r is one
+  // decode step over token r of every sequence that long.
+  std::vector<Sequence> shorts;
+  std::vector<TopKRequest> shorts_k;
+  for (size_t i : short_idx) {
+    shorts.push_back(seqs[i]);
+    if (top_k) shorts_k.push_back((*top_k)[i]);
+  }
+  if (!shorts.empty() && step_pieces_one_forward(m, shorts, output)) {
+    ForwardResult part = forward(shorts, output, top_k ? &shorts_k : nullptr);
+    int64_t row = 0;
+    for (size_t j = 0; j < short_idx.size(); ++j) {
+      const size_t i = short_idx[j];
+      const int64_t len = seqs[i].length();
+      if (output == Output::LastLogits)
+        put(part, static_cast<int64_t>(j), i, static_cast<int64_t>(i));
+      else if (output == Output::AllLogits)
+        std::copy_n(part.values.begin() + row * V, len * V, result.values.begin() + first_row[i] * V);
+      row += len;
+    }
+    return result;
+  }
   int64_t rounds = 0;
   for (size_t i : short_idx) rounds = std::max<int64_t>(rounds, seqs[i].length());
   for (int64_t r = 0; r < rounds; ++r) {

@@ -15,11 +15,20 @@
 
 namespace mambacpp {
 
-inline constexpr int64_t kStepPieceMaxLen = 16;
+inline constexpr int64_t kStepPieceMaxLen = 16;  // the CUDA backend's cuda::kStepMaxLen
+inline constexpr int64_t kStepPieceMaxRows = 256;  // rows of one forward of step pieces (the fast decode kernels')
 
 // Runs a forward of some sequences (a subset of the call's, or one round of single tokens): Model::forward_impl.
 using ForwardFn =
     std::function<ForwardResult(std::span<const Sequence>, Output, const std::vector<TopKRequest>*)>;
+
+// Whether `seqs` run as ONE decode forward (decode_step), each sequence's tokens in order through the step kernels
+// and every other op row by row, so each token gets the bits of a decode step while the weights are read once: a
+// CUDA backend, fast precision with batch invariance and the fused decode recipes, dense 16-bit projections, pure
+// Mamba-2 (Mamba-1's scan, hybrids' attention and exact precision's row-count-dependent fused GEMVs keep the
+// successive decode forwards of step_pieces), an output of None / LastLogits / AllLogits, token ids only, every
+// sequence 1..kStepPieceMaxLen tokens, at least one of several, at most kStepPieceMaxRows rows in all.
+bool step_pieces_one_forward(const Model::Impl& m, std::span<const Sequence> seqs, Output output);
 
 // Whether `seqs` take the step-piece route: a CUDA backend, an output of None / LastLogits / AllLogits, token ids
 // only, at least one sequence of 1..kStepPieceMaxLen tokens that is not already a plain decode step (a call of
