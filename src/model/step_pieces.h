@@ -2,8 +2,10 @@
 // (chunked SSD, window conv, the prompt plans) and a decode token the step kernels; the two round differently, so a
 // verify row of speculative decoding, a short remainder after a cache hit or a decode row beside another request's
 // prompt would not give the bits that plain decode steps give. Here every sequence of a forward with at most
-// kStepPieceMaxLen tokens runs as successive decode steps (round r holds token r of each short sequence), and the
-// longer ones as the prefill forward they would have been alone; the outputs are put back in the caller's order.
+// kStepPieceMaxLen tokens runs as decode steps: where step_pieces_one_forward holds, all of them as ONE decode
+// forward whose step kernels loop over each sequence's tokens; elsewhere as successive decode forwards (round r holds
+// token r of each short sequence). The longer ones run as the prefill forward they would have been alone; the
+// outputs are put back in the caller's order.
 #pragma once
 
 #include <functional>
