@@ -160,6 +160,50 @@ TEST_P(GpuStepPieces, LastLogitsOfShortPiecesOfDifferentLengths) {
         want[who[j]].assign(out.row(static_cast<int64_t>(j)).begin(), out.row(static_cast<int64_t>(j)).end());
   }
   for (size_t i = 0; i < toks.size(); ++i) EXPECT_TRUE(same_bits(got.row(static_cast<int64_t>(i)), want[i])) << i;
+
+  // forward_top_k of the same pieces (fresh slots): the candidates and log-probabilities of each last row as its
+  // decode steps give them. Different requests per sequence, one with a repeat penalty.
+  auto c = model->create_state(3, state_dtype);
+  auto d = model->create_state(3, state_dtype);
+  std::vector<TopKRequest> reqs(toks.size());
+  reqs[0].k = 5;
+  reqs[0].logprobs = 3;
+  reqs[1].k = 8;
+  reqs[1].repeat_penalty = 1.3f;
+  reqs[1].penalized = {toks[1][0], toks[1][1]};
+  reqs[2].k = 2;
+  reqs[2].logprobs = 0;
+  if (reqs[1].penalized[0] == reqs[1].penalized[1]) reqs[1].penalized.pop_back();
+  const ForwardResult got_k = model->forward_top_k(*c, seqs, reqs);
+  ASSERT_EQ(got_k.candidates.size(), toks.size());
+  std::vector<TopKCandidates> want_k(toks.size());
+  std::vector<RowLogprobs> want_lp(toks.size());
+  for (int64_t r = 0; r < 16; ++r) {
+    std::vector<Sequence> step;
+    std::vector<TopKRequest> step_reqs;
+    std::vector<size_t> who;
+    for (size_t i = 0; i < toks.size(); ++i)
+      if (r < static_cast<int64_t>(toks[i].size())) {
+        step.push_back(Sequence::tokens(std::span<const int32_t>(toks[i]).subspan(static_cast<size_t>(r), 1),
+                                        static_cast<int64_t>(i)));
+        step_reqs.push_back(reqs[i]);
+        who.push_back(i);
+      }
+    const ForwardResult out = model->forward_top_k(*d, step, step_reqs);
+    for (size_t j = 0; j < who.size(); ++j)
+      if (r + 1 == static_cast<int64_t>(toks[who[j]].size())) {
+        want_k[who[j]] = out.candidates[j];
+        want_lp[who[j]] = out.logprobs[j];
+      }
+  }
+  for (size_t i = 0; i < toks.size(); ++i) {
+    SCOPED_TRACE("top-k of sequence " + std::to_string(i));
+    EXPECT_EQ(got_k.candidates[i].ids, want_k[i].ids);
+    EXPECT_TRUE(same_bits(got_k.candidates[i].logits, want_k[i].logits));
+    EXPECT_EQ(got_k.logprobs[i].ids, want_lp[i].ids);
+    EXPECT_TRUE(same_bits(got_k.logprobs[i].logprobs, want_lp[i].logprobs));
+    EXPECT_EQ(std::memcmp(&got_k.logprobs[i].log_normalizer, &want_lp[i].log_normalizer, sizeof(float)), 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(ShapePrecisionState, GpuStepPieces,
