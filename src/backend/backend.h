@@ -42,6 +42,9 @@ struct BatchLayout {
   std::vector<SeqSpan> seqs;
   int64_t total_tokens = 0;
   void* device_seqs = nullptr;  // owned by the backend; valid after prepare_batch until the next one
+  // A decode forward of short pieces (model/step_pieces.h, CUDA only): every sequence has 1..16 tokens, in row
+  // order, and the step kernels run each one's tokens in order, as that many decode steps would.
+  bool step_pieces = false;
 };
 
 // Mamba-1 selective scan over each sequence, fused with the D skip and the silu(z) gate:

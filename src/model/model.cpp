@@ -17,6 +17,7 @@
 #include "model/model_impl.h"
 #include "model/moe_layer.h"
 #include "model/pieces.h"
+#include "model/step_pieces.h"
 #include "core/system_memory.h"
 
 namespace mambacpp {
@@ -352,6 +353,18 @@ ForwardResult Model::forward_impl(StateCache& state, std::span<const Sequence> s
     fail("forward: the state cache has ", state.layers().size(), " layers, expected ", c.cache_entries(),
          " (a MambaBlock's state cannot run the whole model)");
   validate_sequences(c, context_limit(), state, seqs);
+  if (step_pieces_apply(*impl_, seqs, output)) {  // each part takes the lock itself
+    ForwardResult r = step_pieces(*impl_, seqs, output, top_k,
+                                  [&](std::span<const Sequence> part, Output out, const std::vector<TopKRequest>* k) {
+                                    return forward_impl(state, part, out, k, {});
+                                  });
+    if (on_progress) {
+      int64_t total = 0;
+      for (const Sequence& s : seqs) total += s.length();
+      on_progress(total, total);
+    }
+    return r;
+  }
   std::lock_guard<std::mutex> lock(impl_->forward_mutex);
 
   Backend& be = *impl_->backend;

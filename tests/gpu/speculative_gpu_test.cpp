@@ -1,12 +1,13 @@
-// Speculative decoding on the GPU (exact precision, CUDA graphs on): greedy output with prompt lookup or a draft model
-// is the plain output, and a model drafting for itself has (nearly) every draft accepted. A verify row is a prefill
-// piece while plain tokens come from graph-replayed decode steps: the two paths differ at f32 rounding, as a
-// prefix-cache hit does (engine_gpu_test.cpp), hence exact precision and "nearly" for the self-draft.
+// Speculative decoding on the GPU (both precisions, CUDA graphs on): greedy output with prompt lookup or a draft model
+// is the plain output, and a model drafting for itself has every draft accepted. A verify row is a short piece, which
+// runs as the decode steps plain tokens come from (model/step_pieces.h), so the target's logits for a draft are those
+// plain decoding computes, bit for bit.
 #include <gtest/gtest.h>
 
 #include "gpu/gpu_test_util.h"
 #include "mambacpp/engine.h"
 #include "mambacpp/model.h"
+#include "mambacpp/precision.h"
 #include "mambacpp/shapes.h"
 #include "support/engine_support.h"
 #include "support/test_support.h"
@@ -14,10 +15,10 @@
 namespace mambacpp {
 namespace {
 
-std::unique_ptr<Model> gpu_model(const char* shape, int64_t n_layer = 0, uint64_t seed = 3) {
+std::unique_ptr<Model> gpu_model(const char* shape, Precision precision, int64_t n_layer = 0, uint64_t seed = 3) {
   LoadOptions lo;
   lo.device = DeviceChoice::CUDA;
-  lo.precision = Precision::Exact;
+  lo.precision = precision;
   ModelConfig c = named_shape(shape);
   if (n_layer > 0) c.n_layer = n_layer;
   return Model::random(c, lo, seed);
@@ -40,12 +41,14 @@ std::vector<int32_t> repetitive(uint64_t seed) {
   return p;
 }
 
-TEST(GpuSpeculative, GreedyTokensEqualPlainDecoding) {
+class GpuSpeculative : public ::testing::TestWithParam<Precision> {};
+
+TEST_P(GpuSpeculative, GreedyTokensEqualPlainDecoding) {
   MAMBACPP_REQUIRE_GPU();
   for (const char* shape : {"mamba2-130m", "mamba-130m"}) {
     SCOPED_TRACE(shape);
-    auto model = gpu_model(shape);
-    auto draft = gpu_model(shape, 4, 4);  // a shallower model of the same vocabulary
+    auto model = gpu_model(shape, GetParam());
+    auto draft = gpu_model(shape, GetParam(), 4, 4);  // a shallower model of the same vocabulary
     EngineOptions opt;
     opt.draft_model = draft.get();
     opt.state_cache_mb = 0;
@@ -68,21 +71,30 @@ TEST(GpuSpeculative, GreedyTokensEqualPlainDecoding) {
   }
 }
 
-TEST(GpuSpeculative, ModelDraftingForItselfAcceptsItsDrafts) {
+TEST_P(GpuSpeculative, ModelDraftingForItselfAcceptsItsDrafts) {
   MAMBACPP_REQUIRE_GPU();
-  auto model = gpu_model("mamba2-130m");
-  EngineOptions opt;
-  opt.draft_model = model.get();
-  GenerateRequest r = greedy(test::random_tokens(40, 50000, 9), 64);
-  const std::vector<int32_t> want = test::run_alone(*model, r).tokens;
-  r.speculative.draft_model = true;
-  r.speculative.draft_max = 6;
-  const GenerateResult got = test::run_alone(*model, r, nullptr, opt);
-  EXPECT_EQ(got.tokens, want);
-  EXPECT_GT(got.draft_tokens, 40);
-  EXPECT_GE(got.accepted_draft_tokens * 100, got.draft_tokens * 95) << got.accepted_draft_tokens << " of "
-                                                                     << got.draft_tokens;
+  for (const char* shape : {"mamba2-130m", "mamba-130m"}) {
+    SCOPED_TRACE(shape);
+    auto model = gpu_model(shape, GetParam());
+    EngineOptions opt;
+    opt.draft_model = model.get();
+    // A prompt of 15 tokens: the target takes it as a short piece (decode steps) and the draft's first catch-up
+    // (prompt + the target's first token, 16) too, so both states see the same arithmetic at every position. A longer
+    // prompt would be one prefill piece for the target and prompt + 1 tokens for the draft: two splits of the same
+    // tokens, which fast precision does not yet round alike (issue 54's chunk grid).
+    GenerateRequest r = greedy(test::random_tokens(15, 50000, 9), 64);
+    const std::vector<int32_t> want = test::run_alone(*model, r).tokens;
+    r.speculative.draft_model = true;
+    r.speculative.draft_max = 6;
+    const GenerateResult got = test::run_alone(*model, r, nullptr, opt);
+    EXPECT_EQ(got.tokens, want);
+    EXPECT_GT(got.draft_tokens, 40);
+    EXPECT_EQ(got.accepted_draft_tokens, got.draft_tokens);  // every one: the verify computes what the draft did
+  }
 }
+
+INSTANTIATE_TEST_SUITE_P(Precision, GpuSpeculative, ::testing::Values(Precision::Fast, Precision::Exact),
+                         [](const ::testing::TestParamInfo<Precision>& i) { return std::string(precision_name(i.param)); });
 
 }  // namespace
 }  // namespace mambacpp

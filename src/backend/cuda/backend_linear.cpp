@@ -190,7 +190,7 @@ bool CudaBackend::supports_fused_linear(const FusedLinearArgs& a, const BatchLay
 }
 
 bool CudaBackend::fast_rows(const FusedLinearArgs& a, const BatchLayout& batch) const {
-  return a.conv_w.empty() ? batch.total_tokens >= 1 : decode_rows(batch, kFastMaxRows);
+  return a.conv_w.empty() ? batch.total_tokens >= 1 : step_rows(batch, kFastMaxRows);
 }
 
 // Whether fused_linear takes the fast kernels: fast precision, 16-bit weights, and (unless batch invariance is
@@ -291,7 +291,7 @@ void CudaBackend::fused_linear_fast(const FusedLinearArgs& a, const BatchLayout&
   p.seqs = device_seqs(batch, a.conv_state.dim(0), B, "fused_linear");
   p.token_seq = token_seq_;
   p.n_seqs = n_prepared_seqs_;
-  p.all_single = true;
+  p.all_single = true;  // decode rows or step pieces (fast_rows): the conv step kernel
   launch_conv1d_silu(p, stream());
 }
 

@@ -57,7 +57,7 @@ Conv1dLaunch CudaBackend::conv_launch(const TensorView& x, const TensorView& w, 
   p.seqs = seqs;
   p.token_seq = token_seq_;
   p.n_seqs = n_prepared_seqs_;
-  p.all_single = !batch.seqs.empty() && one_token_each(batch);
+  p.all_single = !batch.seqs.empty() && step_batch(batch);
   return p;
 }
 
@@ -79,6 +79,7 @@ void CudaBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch)
     need(v->dim(0) == T && v->dim(1) == N, "mamba1_scan: B/C expected [", T, ", ", N, "], found ", v->shape_string());
   need(a.D.numel() == DI && a.dt_bias.numel() == DI, "mamba1_scan: D/dt_bias must have ", DI, " elements");
   check_state(a.state, "mamba1_scan: state", {DI, N});
+  need(!batch.step_pieces, "mamba1_scan: a batch of step pieces (BatchLayout::step_pieces) is for Mamba-2 only");
   Mamba1Launch p;
   p.x = crows(a.x);
   if (low_rank && fast_ && a.dt_proj.dtype != DType::F32 && (batch_invariant_ || T > kFusedMaxRows)) {
@@ -183,7 +184,10 @@ std::optional<Mamba2Launch> CudaBackend::mamba2_launch(const Mamba2ScanArgs& a, 
   p.n_seqs = n_prepared_seqs_;
   if (p.n_seqs == 0) return std::nullopt;
   p.fast = fast_ && weight_dtype_ != DType::F32;  // fast precision covers 16-bit weights only
-  p.has_single_seqs = std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
+  // Step pieces count as single tokens: every one of their rows takes the step kernel.
+  p.has_single_seqs = batch.step_pieces ||
+                      std::any_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
+  if (batch.step_pieces) p.step_max_len = kStepMaxLen;
   if (y_bf16)
     need(a.y.ndim == 2 && a.y.device == Device::CUDA && a.z.empty() && p.fast && !p.has_single_seqs && ssd_fast_path(p),
          "mamba2_ssd: y in bf16 is for fast precision's prompts (Mamba2Plan::y_dtype), found ", a.y.shape_string(),
@@ -206,8 +210,9 @@ Mamba2Plan CudaBackend::plan_mamba2(const Mamba2Shape& shape, const BatchLayout&
   p.head_dim = shape.head_dim;
   p.d_state = shape.d_state;
   p.chunk_size = shape.chunk_size;
-  const bool prompts_only = !batch.seqs.empty() && std::none_of(batch.seqs.begin(), batch.seqs.end(),
-                                                                [](const SeqSpan& s) { return s.len == 1; });
+  // Step pieces are decode rows: the f32 plan of a decode step.
+  const bool prompts_only = !batch.seqs.empty() && !batch.step_pieces &&
+                            std::none_of(batch.seqs.begin(), batch.seqs.end(), [](const SeqSpan& s) { return s.len == 1; });
   if (prompts_only && ssd_fast_path(p)) plan.y_dtype = DType::BF16;
   if (shape.in_proj_bias) return plan;  // the bf16 output plans add no bias
   plan.round_proj_prompt_rows = true;
@@ -255,8 +260,7 @@ void CudaBackend::mamba2_conv_ssd(const TensorView& xbc, const TensorView& conv_
 // into exists.
 void CudaBackend::run_mamba2(Mamba2Launch& p, const BatchLayout& batch, Conv1dLaunch* conv) {
   const int64_t T = p.T, H = p.n_heads, P = p.head_dim, G = p.n_groups, N = p.d_state;
-  const bool all_single = one_token_each(batch);
-  if (all_single) {
+  if (step_batch(batch)) {
     need(p.n_seqs <= INT_MAX && H <= 65535, "mamba2_ssd: too many sequences/heads for one launch");
     launch_mamba2_step(p, stream());
     return;

@@ -219,10 +219,17 @@ __global__ void __launch_bounds__(kWinThreads) conv_out_window_kernel(Conv1dLaun
   for (int j = 0; j < VEC; ++j) conv_window_edge<B16, X16>(p, c + j, t0, n);
 }
 
-// Decode (every sequence one token, K <= kWinMaxK): a thread per (sequence, channel) reads the K-1 state entries
-// and the new input once, writes the output and the shifted state. grid (ceil(C / kThreads), n_seqs). One kernel,
-// not two: a decode step's conv moves little memory, so a second launch and the round trip through memory between
-// the two would cost more than the work.
+// A value as the conv state holds it: rounded to bf16 where the state is bf16 (store_state's rounding).
+__device__ __forceinline__ float as_state(float v, bool bf16) {
+  return bf16 ? __bfloat162float(__float2bfloat16_rn(v)) : v;
+}
+
+// Decode (every sequence one token, K <= kWinMaxK), or short pieces (Conv1dLaunch::all_single: 1..kStepMaxLen
+// tokens each, every one as a decode step): a thread per (sequence, channel) reads the K-1 state entries and each new
+// input once, writes the outputs and the shifted state. Between tokens the window keeps the inputs as the state
+// would hold them (as_state), since a decode step reads its window back from the state. grid (ceil(C / kThreads),
+// n_seqs). One kernel, not two: a decode step's conv moves little memory, so a second launch and the round trip
+// through memory between the two would cost more than the work.
 __global__ void __launch_bounds__(kThreads) conv_step_kernel(Conv1dLaunch p) {
   enter_dependent();
   const int64_t c = blockIdx.x * int64_t(kThreads) + threadIdx.x;
@@ -234,16 +241,23 @@ __global__ void __launch_bounds__(kThreads) conv_step_kernel(Conv1dLaunch p) {
   float win[kWinMaxK];
 #pragma unroll
   for (int k = 0; k < kWinMaxK - 1; ++k) win[k] = k < S ? load_state(p.state, p.state_bf16, base + k) : 0.0f;
-  const float xv = p.x.data[seq.start * p.x.stride + c];
-  float acc = p.bias.data ? load_f(p.bias.data, p.bias.dtype, c) : 0.0f;
+  for (int64_t i = 0; i < seq.len; ++i) {
+    const int64_t t = seq.start + i;
+    const float xv = p.x.data[t * p.x.stride + c];
+    float acc = p.bias.data ? load_f(p.bias.data, p.bias.dtype, c) : 0.0f;
 #pragma unroll
-  for (int k = 0; k < kWinMaxK; ++k) {
-    if (k < K) acc += load_f(p.w.data, p.w.dtype, c * K + k) * (k == S ? xv : win[k]);
+    for (int k = 0; k < kWinMaxK; ++k) {
+      if (k < K) acc += load_f(p.w.data, p.w.dtype, c * K + k) * (k == S ? xv : win[k]);
+    }
+    p.out.data[t * p.out.stride + c] = silu_f(acc);
+#pragma unroll
+    for (int j = 0; j < kWinMaxK - 1; ++j) {
+      if (j < S) win[j] = j + 1 < S ? win[j + 1] : as_state(xv, p.state_bf16);
+    }
   }
-  p.out.data[seq.start * p.out.stride + c] = silu_f(acc);
 #pragma unroll
   for (int j = 0; j < kWinMaxK - 1; ++j) {
-    if (j < S) store_state(p.state, p.state_bf16, base + j, j + 1 < S ? win[j + 1] : xv);
+    if (j < S) store_state(p.state, p.state_bf16, base + j, win[j]);
   }
 }
 

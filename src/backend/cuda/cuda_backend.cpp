@@ -268,6 +268,23 @@ bool CudaBackend::decode_rows(const BatchLayout& b, int64_t max_rows) {
   return true;
 }
 
+bool CudaBackend::step_batch(const BatchLayout& b) {
+  if (!b.step_pieces) return one_token_each(b);
+  int64_t row = 0;
+  for (const SeqSpan& s : b.seqs) {
+    need(s.start == row && s.len >= 1 && s.len <= cuda::kStepMaxLen, "a batch of step pieces needs sequences of 1..",
+         cuda::kStepMaxLen, " tokens in row order, found (start ", s.start, ", len ", s.len, ") at row ", row);
+    row += s.len;
+  }
+  need(row == b.total_tokens, "a batch of step pieces covers ", row, " of its ", b.total_tokens, " rows");
+  return true;
+}
+
+bool CudaBackend::step_rows(const BatchLayout& b, int64_t max_rows) {
+  if (!b.step_pieces) return decode_rows(b, max_rows);
+  return b.total_tokens >= 1 && b.total_tokens <= max_rows && step_batch(b);
+}
+
 const SeqSpan* CudaBackend::device_seqs(const BatchLayout& b, int64_t n_slots, int64_t T, const char* op) const {
   need(b.device_seqs != nullptr && b.device_seqs == scratch_.get(Slot::kBatch) &&
            static_cast<int64_t>(b.seqs.size()) == n_prepared_seqs_,

@@ -158,6 +158,11 @@ class CudaBackend final : public Backend {
   static bool one_token_each(const BatchLayout& b);
   // A decode batch the fused kernels take: 1..max_rows sequences, sequence i in row i with one token.
   static bool decode_rows(const BatchLayout& b, int64_t max_rows);
+  // The step kernels take the batch: one token each, or step pieces (BatchLayout::step_pieces, checked here:
+  // 1..kStepMaxLen tokens each, in row order).
+  static bool step_batch(const BatchLayout& b);
+  // Rows the fast fused_linear's conv step takes: decode_rows, or a step_batch of 1..max_rows rows.
+  static bool step_rows(const BatchLayout& b, int64_t max_rows);
   // The device copy of the batch's spans, after checking that it is the one prepare_batch made for this batch and
   // that every span fits the activations (T rows) and the state (n_slots).
   const SeqSpan* device_seqs(const BatchLayout& b, int64_t n_slots, int64_t T, const char* op) const;

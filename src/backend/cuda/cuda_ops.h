@@ -90,7 +90,9 @@ struct Conv1dLaunch {
   const SeqSpan* seqs = nullptr;      // device, n_seqs
   const int32_t* token_seq = nullptr; // device, [T]: sequence index of each token (-1: none)
   int64_t n_seqs = 0;
-  bool all_single = false;  // every sequence has one token (decode): one kernel reads and shifts the state
+  // Every sequence has one token (decode), or 1..kStepMaxLen (BatchLayout::step_pieces): one kernel reads the state,
+  // runs the sequence's tokens in order as that many steps would, and writes the shifted state.
+  bool all_single = false;
   // Optional (conv1d_bf16_outputs_supported): the outputs rounded to bf16 (raw bits) into three row-major tensors
   // instead of `out`: channels [0, split[0]) -> out16[0], [split[0], split[1]) -> out16[1], the rest -> out16[2]
   // (Mamba-2's x, B, C as the fast SSD kernels read them).
@@ -192,11 +194,17 @@ struct Mamba2Launch {
   // with f32 accumulation (mamba2_ssd_fast.cu); false: the near-f32 hi/lo products. The step kernel ignores it.
   bool fast = false;
   bool has_single_seqs = false;  // fast chunked path: some sequences have one token (they take the step kernel)
+  // The step kernel takes sequences of 1..step_max_len tokens, each token as one decode step (the state rounded to
+  // its dtype between tokens); longer ones are the chunked kernels'. > 1 only for BatchLayout::step_pieces.
+  int64_t step_max_len = 1;
   // Fast chunked path: conv1d already wrote SsdScratch's bf16 x, B, C (Conv1dLaunch::out16); x, B, C unset.
   bool inputs_bf16 = false;
 };
 
-// Every sequence has length 1: the recurrent step, one block per (sequence, head).
+// The longest sequence of a step-pieces batch (BatchLayout::step_pieces; model/step_pieces.h's kStepPieceMaxLen).
+inline constexpr int64_t kStepMaxLen = 16;
+
+// Every sequence has 1..p.step_max_len tokens: the recurrent step per token, one block per (sequence, head, rows).
 void launch_mamba2_step(const Mamba2Launch& p, cudaStream_t stream);
 
 // Scratch for the chunked path (device): dt after softplus/clamp [T, n_heads] f32, the in-chunk inclusive cumsum of

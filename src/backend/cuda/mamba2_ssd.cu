@@ -58,8 +58,8 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
   const int64_t row = int64_t(blockIdx.z) * kStepRowsPerBlock + (threadIdx.x >> 5);
   const SeqSpan seq = p.seqs[s];
   const int64_t P = p.head_dim, N = p.d_state;
-  if (seq.len != 1 || row >= P) return;  // warp-uniform (length 0: an idle row; > 1: the chunked kernels')
-  const int64_t t = seq.start;
+  // Warp-uniform. Length 0: an idle row; longer than step_max_len: the chunked kernels'.
+  if (seq.len < 1 || seq.len > p.step_max_len || row >= P) return;
   const int64_t g = h / (p.n_heads / p.n_groups);
   const int lane = threadIdx.x & 31;
   const int64_t base = ((seq.slot * p.n_heads + h) * P + row) * N;
@@ -75,36 +75,41 @@ __global__ void __launch_bounds__(kThreads) ssd_step_kernel(Mamba2Launch p) {
   const float Dh = load_f(p.D.data, p.D.dtype, h);
   wait_for_previous_kernel();
 
-  const float dtv = ssd_dt(p, t, h, bias);
-  const float dA = expf(dtv * A);
-  const float* Bt = p.B.data + t * p.B.stride + g * N;
-  const float* Ct = p.C.data + t * p.C.stride + g * N;
-  const float xv = p.x.data[t * p.x.stride + h * P + row];
-  const float dtx = dtv * xv;
-  float acc = 0.0f;
-  for (int64_t n0 = 0; n0 < N; n0 += 32 * kStepPer) {
-    float hv[kStepPer], bv[kStepPer], cv[kStepPer];
+  // Token i is decode step i: it reads the state as step i - 1 stored it (this lane's own elements, rounded to the
+  // state's dtype by the store).
+  for (int64_t i = 0; i < seq.len; ++i) {
+    const int64_t t = seq.start + i;
+    const float dtv = ssd_dt(p, t, h, bias);
+    const float dA = expf(dtv * A);
+    const float* Bt = p.B.data + t * p.B.stride + g * N;
+    const float* Ct = p.C.data + t * p.C.stride + g * N;
+    const float xv = p.x.data[t * p.x.stride + h * P + row];
+    const float dtx = dtv * xv;
+    float acc = 0.0f;
+    for (int64_t n0 = 0; n0 < N; n0 += 32 * kStepPer) {
+      float hv[kStepPer], bv[kStepPer], cv[kStepPer];
 #pragma unroll
-    for (int j = 0; j < kStepPer; ++j) {
-      const int64_t n = n0 + lane + 32 * j;
-      const bool ok = n < N;
-      hv[j] = n0 == 0 ? h_first[j] : ok ? load_state(p.state, p.state_bf16, base + n) : 0.0f;
-      bv[j] = ok ? Bt[n] : 0.0f;
-      cv[j] = ok ? Ct[n] : 0.0f;
-    }
+      for (int j = 0; j < kStepPer; ++j) {
+        const int64_t n = n0 + lane + 32 * j;
+        const bool ok = n < N;
+        hv[j] = i == 0 && n0 == 0 ? h_first[j] : ok ? load_state(p.state, p.state_bf16, base + n) : 0.0f;
+        bv[j] = ok ? Bt[n] : 0.0f;
+        cv[j] = ok ? Ct[n] : 0.0f;
+      }
 #pragma unroll
-    for (int j = 0; j < kStepPer; ++j) {
-      const int64_t n = n0 + lane + 32 * j;
-      const float v = dA * hv[j] + dtx * bv[j];
-      if (n < N) store_state(p.state, p.state_bf16, base + n, v);
-      acc += v * cv[j];
+      for (int j = 0; j < kStepPer; ++j) {
+        const int64_t n = n0 + lane + 32 * j;
+        const float v = dA * hv[j] + dtx * bv[j];
+        if (n < N) store_state(p.state, p.state_bf16, base + n, v);
+        acc += v * cv[j];
+      }
     }
-  }
-  acc = warp_sum(acc);
-  if (lane == 0) {
-    float out = acc + Dh * xv;
-    if (p.z.data) out *= silu_f(p.z.data[t * p.z.stride + h * P + row]);  // the decode recipe's gate (Mamba2ScanArgs::z)
-    p.y.data[t * p.y.stride + h * P + row] = out;
+    acc = warp_sum(acc);
+    if (lane == 0) {
+      float out = acc + Dh * xv;
+      if (p.z.data) out *= silu_f(p.z.data[t * p.z.stride + h * P + row]);  // the decode recipe's gate (Mamba2ScanArgs::z)
+      p.y.data[t * p.y.stride + h * P + row] = out;
+    }
   }
 }
 
@@ -123,7 +128,8 @@ __global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch 
   allow_next_kernel();
   const int64_t s = blockIdx.x, h = blockIdx.y;
   const SeqSpan seq = p.seqs[s];
-  if (seq.len != 1) return;  // block-uniform (length 0: an idle row; > 1: the chunked kernels')
+  // Block-uniform. Length 0: an idle row; longer than step_max_len: the chunked kernels'.
+  if (seq.len < 1 || seq.len > p.step_max_len) return;
   const int lane = threadIdx.x % L, grp = threadIdx.x / L;
   const int64_t P = p.head_dim, N = int64_t(L) * V;
   const int64_t row0 = int64_t(blockIdx.z) * (kGroups * kVecRows) + grp;
@@ -139,51 +145,57 @@ __global__ void __launch_bounds__(kVecThreads) ssd_step_vec_kernel(Mamba2Launch 
   const float Dh = load_f(p.D.data, p.D.dtype, h);
   wait_for_previous_kernel();
 
-  const int64_t t = seq.start;
   const int64_t g = h / (p.n_heads / p.n_groups);
-  const float dtv = ssd_dt(p, t, h, bias);
-  const float dA = expf(dtv * A);
-  float bv[V], cv[V];
-  const float4* Bt = reinterpret_cast<const float4*>(p.B.data + t * p.B.stride + g * N + lane * V);
-  const float4* Ct = reinterpret_cast<const float4*>(p.C.data + t * p.C.stride + g * N + lane * V);
+  // Token i is decode step i: raw holds the state as step i - 1 would have stored it (packed: rounded to the state's
+  // dtype), and only the last token's is written back.
+  for (int64_t i = 0; i < seq.len; ++i) {
+    const int64_t t = seq.start + i;
+    const bool last = i + 1 == seq.len;
+    const float dtv = ssd_dt(p, t, h, bias);
+    const float dA = expf(dtv * A);
+    float bv[V], cv[V];
+    const float4* Bt = reinterpret_cast<const float4*>(p.B.data + t * p.B.stride + g * N + lane * V);
+    const float4* Ct = reinterpret_cast<const float4*>(p.C.data + t * p.C.stride + g * N + lane * V);
 #pragma unroll
-  for (int q = 0; q < V / 4; ++q) {
-    const float4 b4 = Bt[q], c4 = Ct[q];
-    bv[4 * q] = b4.x, bv[4 * q + 1] = b4.y, bv[4 * q + 2] = b4.z, bv[4 * q + 3] = b4.w;
-    cv[4 * q] = c4.x, cv[4 * q + 1] = c4.y, cv[4 * q + 2] = c4.z, cv[4 * q + 3] = c4.w;
-  }
-  // Every row's x (and gate) is loaded before the first state store: the compiler cannot move a load past a store
-  // that may alias it, and one L2 round trip per row in series was the step's critical path.
-  float xs[kVecRows], zs[kVecRows];
-#pragma unroll
-  for (int k = 0; k < kVecRows; ++k) {
-    const int64_t row = row0 + int64_t(k) * kGroups;
-    const int64_t col = h * P + (row < P ? row : 0);
-    xs[k] = p.x.data[t * p.x.stride + col];
-    zs[k] = p.z.data ? p.z.data[t * p.z.stride + col] : 0.0f;
-  }
-#pragma unroll
-  for (int k = 0; k < kVecRows; ++k) {
-    const int64_t row = row0 + int64_t(k) * kGroups;
-    const bool ok = row < P;  // groups past the head still shuffle below
-    const int64_t col = h * P + (ok ? row : 0);
-    const float xv = xs[k];
-    const float dtx = dtv * xv;
-    float hv[V];
-    SV::unpack(raw[k], hv);
-    float acc = 0.0f;
-#pragma unroll
-    for (int j = 0; j < V; ++j) {
-      hv[j] = dA * hv[j] + dtx * bv[j];
-      acc += hv[j] * cv[j];
+    for (int q = 0; q < V / 4; ++q) {
+      const float4 b4 = Bt[q], c4 = Ct[q];
+      bv[4 * q] = b4.x, bv[4 * q + 1] = b4.y, bv[4 * q + 2] = b4.z, bv[4 * q + 3] = b4.w;
+      cv[4 * q] = c4.x, cv[4 * q + 1] = c4.y, cv[4 * q + 2] = c4.z, cv[4 * q + 3] = c4.w;
     }
-    if (ok) st[row * L + lane] = SV::pack(hv);  // y below uses the f32 values; only the stored copy is rounded
+    // Every row's x (and gate) is loaded before the first state store: the compiler cannot move a load past a store
+    // that may alias it, and one L2 round trip per row in series was the step's critical path.
+    float xs[kVecRows], zs[kVecRows];
 #pragma unroll
-    for (int off = L / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
-    if (lane == 0 && ok) {
-      float out = acc + Dh * xv;
-      if (p.z.data) out *= silu_f(zs[k]);  // the fused decode block's gate
-      p.y.data[t * p.y.stride + col] = out;
+    for (int k = 0; k < kVecRows; ++k) {
+      const int64_t row = row0 + int64_t(k) * kGroups;
+      const int64_t col = h * P + (row < P ? row : 0);
+      xs[k] = p.x.data[t * p.x.stride + col];
+      zs[k] = p.z.data ? p.z.data[t * p.z.stride + col] : 0.0f;
+    }
+#pragma unroll
+    for (int k = 0; k < kVecRows; ++k) {
+      const int64_t row = row0 + int64_t(k) * kGroups;
+      const bool ok = row < P;  // groups past the head still shuffle below
+      const int64_t col = h * P + (ok ? row : 0);
+      const float xv = xs[k];
+      const float dtx = dtv * xv;
+      float hv[V];
+      SV::unpack(raw[k], hv);
+      float acc = 0.0f;
+#pragma unroll
+      for (int j = 0; j < V; ++j) {
+        hv[j] = dA * hv[j] + dtx * bv[j];
+        acc += hv[j] * cv[j];
+      }
+      raw[k] = SV::pack(hv);  // y below uses the f32 values; only the stored copy is rounded
+      if (ok && last) st[row * L + lane] = raw[k];
+#pragma unroll
+      for (int off = L / 2; off > 0; off >>= 1) acc += __shfl_xor_sync(0xffffffffu, acc, off);
+      if (lane == 0 && ok) {
+        float out = acc + Dh * xv;
+        if (p.z.data) out *= silu_f(zs[k]);  // the fused decode block's gate
+        p.y.data[t * p.y.stride + col] = out;
+      }
     }
   }
 }
