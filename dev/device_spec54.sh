@@ -1,16 +1,15 @@
 #!/usr/bin/env bash
 # Short pieces as decode steps (branches spec54/spec54b, issues 53/54), after the lead's build, from the repo root,
-# <= 90 s. MAMBACPP_STEP_PIECES picks the route of short pieces for the A/B (the loser goes): unset, phase 2 (fast
-# precision, pure Mamba-2: ONE decode forward of all short pieces, the step kernels looping over each one's tokens);
-# 1, phase 1 (k successive decode forwards); 0, the prefill kernels (before spec54).
+# <= 90 s. Its A/B is decided (docs/perf-log/decided-experiments.md): fast precision's pure Mamba-2 runs all short
+# pieces as ONE decode forward (the step kernels looping over each one's tokens); other cases as successive decode
+# forwards. The rows below check exactness and speed of the route kept.
 #   1. the GPU tests: GpuStepPieces.* (a piece of k <= 16 tokens == k decode steps: logits memcmp, state bytes; beside
 #      a long prompt and decode rows; LastLogits and forward_top_k), GpuSpeculative.* (both precisions, exact tokens,
 #      self-draft accepts all);
 #   2. speculative rows: generate with random-weight mamba2-2.7b, fast precision, batch 1, a 14-token prompt: plain,
-#      and drafting for itself in phase 2 and phase 1 (acceptance must be 100% and the tokens hash plain's in both;
-#      phase 2 should decode faster than plain); last, if time is left, a 224-token prompt (plain, self);
-#   3. bench rows mamba2-2.7b b1 -p 16 -g 64 (the 16-token prompt is a short piece: its prefill_ms is one forward in
-#      phase 2, 16 in phase 1) and -p 4096 -g 1 (phase 2 only: long prompts take the prefill kernels either way).
+#      and drafting for itself (acceptance must be 100% and the tokens hash plain's); last, if time is left, a 224-token prompt (plain, self);
+#   3. bench rows mamba2-2.7b b1 -p 16 -g 64 (the 16-token prompt is a short piece: one decode forward) and
+#      -p 4096 -g 1 (long prompts take the prefill kernels).
 # Each stage stops at the BUDGET (88 s). Details under $OUT/spec54/; a summary on stdout.
 set -u -o pipefail
 B=${B:-build-gpu}
@@ -41,10 +40,10 @@ import random
 rnd = random.Random(0); ids = [rnd.randrange(1000, 50000) for _ in range(192)]
 open("/tmp/spec54_w/long.txt", "w").write(" ".join(map(str, ids + ids[:32])))
 open("/tmp/spec54_w/short.txt", "w").write(" ".join(map(str, ids[:14])))'
-spec() {  # spec NAME ENV-VALUE PROMPT ARGS...
-  local name=$1 env=$2 prompt=$3; shift 3
+spec() {  # spec NAME PROMPT ARGS...
+  local name=$1 prompt=$2; shift 2
   if [ "$(left)" -lt 10 ] || [ ! -f "$W/t27/config.json" ]; then echo "| $name | skipped |"; return; fi
-  MAMBACPP_STEP_PIECES=$env timeout "$(cap 15)" "$B/mambacpp" generate --device cuda --model "$W/t27" \
+  timeout "$(cap 15)" "$B/mambacpp" generate --device cuda --model "$W/t27" \
     --tokens-file "$W/$prompt.txt" -n 128 --temp 0 --ignore-eos --json "$@" > "$LOG/spec_$name.json" 2> "$LOG/spec_$name.err"
   python3 - "$name" "$LOG/spec_$name.json" <<'PY'
 import json, sys
@@ -56,17 +55,15 @@ print(f"| {sys.argv[1]} | {r['timings']['generate_tokens_per_s']:.1f} tok/s | dr
 PY
 }
 echo "| speculation (mamba2-2.7b, b1, fast) | decode | drafted | accepted | acceptance | hash |"
-# The A/B first (the budget may cut the rest).
-spec self_short_phase2 2 short --draft-model "$W/t27" --draft-max 8
-spec self_short_phase1 1 short --draft-model "$W/t27" --draft-max 8
-spec none_short 2 short
+spec self_short short --draft-model "$W/t27" --draft-max 8
+spec none_short short
 
 # 3. bench rows
-row() {  # row NAME ENV-VALUE ARGS...
-  local name=$1 env=$2; shift 2
+row() {  # row NAME ARGS...
+  local name=$1; shift
   if [ "$(left)" -lt 8 ]; then echo "skipped $name (time)"; return; fi
   local out
-  out=$(MAMBACPP_STEP_PIECES=$env timeout "$(cap 12)" "$B/mambacpp" bench --device cuda --json --shape mamba2-2.7b -b 1 "$@" \
+  out=$(timeout "$(cap 12)" "$B/mambacpp" bench --device cuda --json --shape mamba2-2.7b -b 1 "$@" \
         2> "$LOG/bench_$name.err" | tail -1)
   echo "$out" > "$LOG/bench_$name.json"
   python3 - "$name" "$out" <<'PY'
@@ -79,10 +76,9 @@ nan = float("nan")
 print(f"{sys.argv[1]:14} prefill {r.get('prefill_ms', nan):9.2f} ms  decode {r.get('decode_ms_per_step', nan):7.3f} ms/step")
 PY
 }
-row p16_phase2 2 -p 16 -g 64 -r 3
-row p16_phase1 1 -p 16 -g 64 -r 3
-row p4096_phase2 2 -p 4096 -g 1 -r 2
+row p16 -p 16 -g 64 -r 3
+row p4096 -p 4096 -g 1 -r 2
 # If time is left: the 224-token prompt, whose target prefill (224) and draft catch-up (225) are two splits.
-spec none_long 2 long
-spec self_long_phase2 2 long --draft-model "$W/t27" --draft-max 8
+spec none_long long
+spec self_long long --draft-model "$W/t27" --draft-max 8
 echo "total $((SECONDS - t0)) s"

@@ -1,8 +1,6 @@
 #include "model/step_pieces.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "model/decode_step.h"
 
@@ -14,17 +12,6 @@ bool is_short(const Sequence& s) {
   return !s.token_ids.empty() && s.embeddings.ndim == 0 && static_cast<int64_t>(s.token_ids.size()) <= kStepPieceMaxLen;
 }
 
-// The device A/B of dev/device_spec54.sh, to be removed once it is measured: MAMBACPP_STEP_PIECES=0 restores the
-// prefill kernels for short pieces, =1 runs them as successive decode forwards only (never as one forward).
-int mode() {
-  static const int m = [] {
-    const char* v = std::getenv("MAMBACPP_STEP_PIECES");
-    return v != nullptr && std::strcmp(v, "0") == 0 ? 0 : v != nullptr && std::strcmp(v, "1") == 0 ? 1 : 2;
-  }();
-  return m;
-}
-bool disabled() { return mode() == 0; }
-
 // Dense 16-bit weights: the fast fused decode kernels take them, row by row (a quantized or f32 projection would
 // take kernels whose bits depend on the row count).
 bool fast_dense(const Weight& w) { return w.empty() || (w.dense() && w.data.dtype != DType::F32); }
@@ -33,7 +20,7 @@ bool fast_dense(const Weight& w) { return w.empty() || (w.dense() && w.data.dtyp
 
 bool step_pieces_one_forward(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
   const ModelConfig& c = m.config;
-  if (mode() != 2 || m.backend->device() != Device::CUDA) return false;
+  if (m.backend->device() != Device::CUDA) return false;
   if (output != Output::None && output != Output::LastLogits && output != Output::AllLogits) return false;
   if (c.hybrid() || c.arch != Arch::Mamba2 || c.moe.n_experts != 0) return false;
   if (m.options.precision != Precision::Fast || !m.options.batch_invariant || !m.options.fused_decode) return false;
@@ -53,7 +40,7 @@ bool step_pieces_one_forward(const Model::Impl& m, std::span<const Sequence> seq
 }
 
 bool step_pieces_apply(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
-  if (disabled() || m.backend->device() != Device::CUDA) return false;
+  if (m.backend->device() != Device::CUDA) return false;
   if (step_pieces_one_forward(m, seqs, output)) return false;  // the decode step takes the call as it is
   if (output != Output::None && output != Output::LastLogits && output != Output::AllLogits) return false;
   std::vector<Sequence> round;  // the first round: one token of every short sequence (the largest round)

@@ -23,6 +23,7 @@
 #include "gpu/gpu_test_util.h"
 #include "mambacpp/model.h"
 #include "model/mixers.h"
+#include "model/step_pieces.h"
 #include "model/weights.h"
 #include "model/workspace.h"
 #include "support/test_support.h"
@@ -72,7 +73,9 @@ std::unique_ptr<Model> gpu_model(const ModelConfig& c, DType weights, bool fused
 std::vector<double> widen(std::span<const float> v) { return {v.begin(), v.end()}; }
 
 // Prefills B prompts of different lengths into slots in reverse order, then decodes `steps` tokens (the plain
-// model's greedy choices, fed to both). Returns the largest relative difference of logits and of final states.
+// model's greedy choices, fed to both). Returns the largest relative difference of logits and of final states. The
+// prompts are longer than the short pieces that run as decode steps (model/step_pieces.h), so both models prefill
+// alike and the decode steps are what is compared.
 struct Diff {
   double logits = 0.0, state = 0.0;
   bool bitwise_equal = true;
@@ -84,7 +87,8 @@ Diff compare(const ModelConfig& c, DType weights, DType state_dtype, int64_t B, 
   auto sf = fused->create_state(B + 1, state_dtype);
   std::vector<std::vector<int32_t>> prompts;
   for (int64_t b = 0; b < B; ++b)
-    prompts.push_back(test::random_tokens(1 + 5 * b % 23, c.vocab_size, static_cast<uint64_t>(100 + b)));
+    prompts.push_back(
+        test::random_tokens(kStepPieceMaxLen + 1 + 5 * b % 23, c.vocab_size, static_cast<uint64_t>(100 + b)));
   std::vector<Sequence> seqs;
   for (int64_t b = 0; b < B; ++b) seqs.push_back(Sequence::tokens(prompts[static_cast<size_t>(b)], B - b));
   ForwardResult rp = plain->forward(*sp, seqs, Output::LastLogits);
