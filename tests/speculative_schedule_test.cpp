@@ -109,11 +109,6 @@ TEST(SpeculativeSchedule, CostGatePausesLowAcceptanceOnly) {
     gh += (3 * k) / 4 + 1;
   }
   EXPECT_LE(low_verifies, 12 + 256 / kMaxPauseSteps);
-  // The request-alone schedule (next()) is unchanged by next_at's existence: a refused one-token verify pauses 1.
-  DraftLength plain(1, true);
-  plain.record(1, 0);
-  EXPECT_EQ(plain.next(), 0);
-  EXPECT_EQ(plain.next(), 1);
 }
 
 // Through the engine: `requests` greedy requests of equal prompt length stepped one step at a time; the steps in which

@@ -79,43 +79,44 @@ TEST(SpeculativeParts, NgramDraftContinuesTheLatestOccurrence) {
 }
 
 TEST(SpeculativeParts, DraftLengthAdaptsAndPauses) {
+  // min_gain 0: the cost gate never pauses, so this is the adaptation alone (the gate: speculative_schedule_test.cpp).
   DraftLength d(4, true);
-  EXPECT_EQ(d.next(), 4);
+  EXPECT_EQ(d.next_at(0, 0.0), 4);
   d.record(4, 0);
-  EXPECT_EQ(d.next(), 2);
+  EXPECT_EQ(d.next_at(1, 0.0), 2);
   d.record(2, 0);
-  EXPECT_EQ(d.next(), 1);
-  d.record(1, 0);  // nothing accepted at one token: pause one step
-  EXPECT_EQ(d.next(), 0);
-  EXPECT_EQ(d.next(), 1);
-  d.record(1, 0);  // again: two steps
-  EXPECT_EQ(d.next(), 0);
-  EXPECT_EQ(d.next(), 0);
-  EXPECT_EQ(d.next(), 1);
+  EXPECT_EQ(d.next_at(2, 0.0), 1);
+  d.record(1, 0);  // nothing accepted at one token: pause one step (until the next multiple of 1)
+  EXPECT_EQ(d.next_at(3, 0.0), 0);
+  EXPECT_EQ(d.next_at(4, 0.0), 1);
+  d.record(1, 0);  // again: a pause of two steps, ending at the next multiple of 2
+  EXPECT_EQ(d.next_at(4, 0.0), 0);
+  EXPECT_EQ(d.next_at(5, 0.0), 0);
+  EXPECT_EQ(d.next_at(6, 0.0), 1);
   d.record(1, 1);
-  EXPECT_EQ(d.next(), 2);
+  EXPECT_EQ(d.next_at(7, 0.0), 2);
   DraftLength partial(8, true);
   partial.record(8, 3);  // fewer than half kept: halve
-  EXPECT_EQ(partial.next(), 4);
+  EXPECT_EQ(partial.next_at(0, 0.0), 4);
   partial.record(4, 2);  // half: keep
-  EXPECT_EQ(partial.next(), 4);
+  EXPECT_EQ(partial.next_at(1, 0.0), 4);
   partial.record(4, 1);
   partial.record(2, 0);
   partial.record(1, 0);  // pause 1
-  EXPECT_EQ(partial.next(), 0);
-  EXPECT_EQ(partial.next(), 1);
-  partial.record(1, 0);  // pause 2
-  EXPECT_EQ(partial.next(), 0);
-  EXPECT_EQ(partial.next(), 0);
-  EXPECT_EQ(partial.next(), 1);
+  EXPECT_EQ(partial.next_at(2, 0.0), 0);
+  EXPECT_EQ(partial.next_at(3, 0.0), 1);
+  partial.record(1, 0);  // pause 2: from 4 to 6
+  EXPECT_EQ(partial.next_at(4, 0.0), 0);
+  EXPECT_EQ(partial.next_at(5, 0.0), 0);
+  EXPECT_EQ(partial.next_at(6, 0.0), 1);
   partial.record(1, 1);  // kept: the pauses start at 1 again
   partial.record(2, 0);
   partial.record(1, 0);
-  EXPECT_EQ(partial.next(), 0);
-  EXPECT_EQ(partial.next(), 1);
+  EXPECT_EQ(partial.next_at(7, 0.0), 0);
+  EXPECT_EQ(partial.next_at(8, 0.0), 1);
   DraftLength fixed(3, false);
   fixed.record(3, 0);
-  EXPECT_EQ(fixed.next(), 3);
+  EXPECT_EQ(fixed.next_at(0, 0.0), 3);
 }
 
 // Pearson's chi-square of `counts` against probabilities `p` (cells with expected count < 5 pooled).

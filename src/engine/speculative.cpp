@@ -72,14 +72,6 @@ SpeculativeChoice speculative_choice(std::span<const TokenProb> p, std::span<con
   return {token, false};
 }
 
-int DraftLength::next() {
-  if (pause_ > 0) {
-    --pause_;
-    return 0;
-  }
-  return k_;
-}
-
 int DraftLength::next_at(int64_t generated, double min_gain) {
   if (!adaptive_) return k_;
   if (resume_at_ >= 0) {

@@ -46,8 +46,7 @@ SpeculativeChoice speculative_choice(std::span<const TokenProb> p, std::span<con
 // number of steps that doubles while verifies keep fewer than half their drafts (up to 64), so that low acceptance
 // costs a verify now and then rather than every step.
 //
-// The engine asks through next_at(), the schedule that keeps a batch's verifies few (next() is the request-alone
-// schedule above, by steps). A step in which any row verifies pays for a whole extra target forward (ungraphed on the
+// next_at() keeps a batch's verifies few. A step in which any row verifies pays for a whole extra target forward (ungraphed on the
 // GPU, plus a rerun of the kept tokens when a draft was refused), so what a paused row costs is the number of steps
 // in which some row verifies, not its own verifies. next_at() therefore
 //  - aligns pauses: a pause of P steps (a power of two) ends at the next multiple of P of the request's generated
@@ -64,10 +63,8 @@ class DraftLength {
  public:
   DraftLength() = default;
   DraftLength(int max_tokens, bool adaptive) : max_(max_tokens), k_(max_tokens), adaptive_(adaptive) {}
-  // The draft length for this step (0: do not speculate now); consumes one step of a pause.
-  int next();
-  // The draft length for the step that generates the request's token `generated` (0-based count of tokens so far),
-  // with the aligned pauses and the cost gate described above. Not to be mixed with next() on one object.
+  // The draft length for the step that generates the request's token `generated` (0-based count of tokens so far;
+  // 0: do not speculate now), with the aligned pauses and the cost gate described above.
   int next_at(int64_t generated, double min_gain);
   void record(int drafted, int accepted);
   int current() const { return k_; }
