@@ -8,6 +8,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <memory>
 #include <random>
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "backend/backend.h"
+#include "core/weight.h"
 #include "mambacpp/dtype.h"
 #include "mambacpp/tensor.h"
 
@@ -167,6 +169,31 @@ inline BatchLayout make_batch(const std::vector<int64_t>& lens, const std::vecto
   }
   b.total_tokens = start;
   return b;
+}
+
+// Row r of a T-row linear is the bits of the 1-row product of that row alone, for T = 1..max_rows (the GEMVs' batch
+// invariance); `what` names the case in failures.
+inline void expect_rows_independent_of_row_count(Backend& be, const Weight& w, int64_t out, int64_t in,
+                                                 int64_t max_rows, Rng& rng, const std::string& what) {
+  DeviceArena arena(be);
+  const auto x = rng.vec(static_cast<size_t>(max_rows * in));
+  std::vector<std::vector<float>> alone(static_cast<size_t>(max_rows));
+  for (int64_t r = 0; r < max_rows; ++r) {
+    const std::vector<float> xr(x.begin() + r * in, x.begin() + (r + 1) * in);
+    const TensorView yv = arena.poisoned({1, out});
+    be.linear(arena.upload(xr, DType::F32, {1, in}), w, TensorView(), yv);
+    alone[static_cast<size_t>(r)] = arena.download(yv);
+  }
+  for (int64_t T = 1; T <= max_rows; ++T) {
+    const std::vector<float> xs(x.begin(), x.begin() + T * in);
+    const TensorView yv = arena.poisoned({T, out});
+    be.linear(arena.upload(xs, DType::F32, {T, in}), w, TensorView(), yv);
+    const auto y = arena.download(yv);
+    const size_t row_bytes = static_cast<size_t>(out) * sizeof(float);
+    for (int64_t r = 0; r < T; ++r)
+      EXPECT_EQ(std::memcmp(&y[r * out], alone[static_cast<size_t>(r)].data(), row_bytes), 0)
+          << what << ": row " << r << " of " << T << " differs from the row alone";
+  }
 }
 
 }  // namespace mambacpp::gputest

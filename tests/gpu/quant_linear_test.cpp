@@ -12,7 +12,6 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
-#include <cstring>
 #include <vector>
 
 #include "backend/backend.h"
@@ -165,24 +164,7 @@ TEST(CudaQuant, GemvRowsDoNotDependOnTheRowCount) {
   for (const Case& c : cases()) {
     HostQuant hq = make_quant(c.format, c.out, c.in, rng, c.per_tensor);
     const Weight dw = be->adopt_matrix(hq.weight());
-    DeviceArena arena(*be);
-    const auto x = rng.vec(static_cast<size_t>(kGemvRows * c.in));
-    std::vector<std::vector<float>> alone(kGemvRows);
-    for (int64_t r = 0; r < kGemvRows; ++r) {
-      const std::vector<float> xr(x.begin() + r * c.in, x.begin() + (r + 1) * c.in);
-      const TensorView yv = arena.poisoned({1, c.out});
-      be->linear(arena.upload(xr, DType::F32, {1, c.in}), dw, TensorView(), yv);
-      alone[r] = arena.download(yv);
-    }
-    for (int64_t T = 1; T <= kGemvRows; ++T) {
-      const std::vector<float> xs(x.begin(), x.begin() + T * c.in);
-      const TensorView yv = arena.poisoned({T, c.out});
-      be->linear(arena.upload(xs, DType::F32, {T, c.in}), dw, TensorView(), yv);
-      const auto y = arena.download(yv);
-      for (int64_t r = 0; r < T; ++r)
-        EXPECT_EQ(std::memcmp(&y[r * c.out], alone[r].data(), static_cast<size_t>(c.out) * sizeof(float)), 0)
-            << describe(c) << ": row " << r << " of " << T << " differs from the row alone";
-    }
+    gputest::expect_rows_independent_of_row_count(*be, dw, c.out, c.in, kGemvRows, rng, describe(c));
   }
 }
 
