@@ -20,6 +20,7 @@ class Model;
 // restoring one is a device-to-device copy.
 class SlotSnapshot {
  public:
+  SlotSnapshot();  // holds nothing: for StateCache::snapshot_into
   ~SlotSnapshot();
   SlotSnapshot(SlotSnapshot&&) noexcept;
   SlotSnapshot& operator=(SlotSnapshot&&) noexcept;
@@ -77,6 +78,9 @@ class StateCache {
   size_t slot_bytes() const;
   size_t kv_bytes_per_token() const;
   SlotSnapshot snapshot(int64_t slot) const;
+  // The same into `into`, whose storage is reused when it is large enough (a snapshot taken every step costs no
+  // allocation).
+  void snapshot_into(int64_t slot, SlotSnapshot& into) const;
   void restore(int64_t slot, const SlotSnapshot& snapshot);
   // State files from and to snapshots (the same format as save/load).
   void save_snapshot(const SlotSnapshot& snapshot, const std::string& path, const std::vector<int32_t>& tokens) const;

@@ -226,6 +226,16 @@ class Backend {
   virtual void copy_from_host(void* dst, const void* host_src, size_t bytes) = 0;
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
+  // Several device-to-device copies of disjoint regions, in any order: a state slot's snapshot is one region per
+  // layer tensor, so a device backend does them in one launch instead of one copy call each.
+  struct CopyRegion {
+    void* dst;
+    const void* src;
+    size_t bytes;
+  };
+  virtual void copy_many(const std::vector<CopyRegion>& regions) {
+    for (const CopyRegion& r : regions) copy(r.dst, r.src, r.bytes);
+  }
   virtual void fill_zero(void* dst, size_t bytes) = 0;
   virtual void synchronize() = 0;
 

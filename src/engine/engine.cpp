@@ -99,6 +99,8 @@ struct Run {
   int64_t draft_fed = 0;                        // draft model: the tokens of `fed` its slot stands for
   std::optional<Sampler> draft_sampler;         // draft model, sampling: the request's chain without its penalties
   std::mt19937_64 spec_rng;                     // sampling: the drafts' and the rejection rule's draws
+  SlotSnapshot verify_snapshot;                 // the slot before a verify (storage reused from step to step)
+  SlotSnapshot draft_snapshot;                  // the draft model's or MTP block's slot after its first draft
   int64_t mtp_fed = 0;            // MTP block: the positions p whose (h_p, token p+1) its slot has run
   std::vector<float> mtp_hidden;  // MTP block: the model's hidden states of positions [mtp_fed, fed.size()), not run
   bool landing = false;                         // verifying: finish() leaves the state's uses to finalize()
@@ -695,12 +697,11 @@ struct Engine::Impl {
       seqs.push_back(Sequence::tokens(inputs[i], r.slot));
     }
     ForwardResult out = dm.forward(*draft_state, seqs, Output::LastLogits);
-    std::vector<std::optional<SlotSnapshot>> snaps(runs.size());
     int longest = 0;
     for (size_t i = 0; i < runs.size(); ++i) {
       Run& r = *runs[i];
       r.draft_fed = static_cast<int64_t>(r.fed.size()) + 1;
-      if (r.draft_want > 1) snaps[i].emplace(draft_state->snapshot(r.slot));
+      if (r.draft_want > 1) draft_state->snapshot_into(r.slot, r.draft_snapshot);
       propose(r, out.row(static_cast<int64_t>(i)));
       longest = std::max(longest, r.draft_want);
     }
@@ -712,8 +713,8 @@ struct Engine::Impl {
       out = dm.forward(*draft_state, seqs, Output::LastLogits);
       for (size_t a = 0; a < active.size(); ++a) propose(*active[a], out.row(static_cast<int64_t>(a)));
     }
-    for (size_t i = 0; i < runs.size(); ++i)
-      if (snaps[i]) draft_state->restore(runs[i]->slot, *snaps[i]);
+    for (Run* r : runs)
+      if (r->draft_want > 1) draft_state->restore(r->slot, r->draft_snapshot);
   }
 
   // ---- The MTP block (model/mtp.h) ----------------------------------------------------------------------------
@@ -782,7 +783,6 @@ struct Engine::Impl {
     if (active.empty()) return;
     for (size_t i = 0; i < active.size(); ++i) seqs.push_back({active[i]->slot, tokens[i], active[i]->mtp_hidden});
     ForwardResult out = mtp->forward(*mtp_state, seqs, Output::AllLogitsAndHidden);
-    std::vector<std::optional<SlotSnapshot>> snaps(active.size());
     std::vector<std::vector<float>> g(active.size());  // each request's latest block output
     int longest = 0;
     int64_t row = 0;
@@ -792,7 +792,7 @@ struct Engine::Impl {
       r.mtp_fed = static_cast<int64_t>(r.fed.size());
       r.mtp_hidden.clear();
       if (r.draft_want <= 0) continue;
-      if (r.draft_want > 1) snaps[i].emplace(mtp_state->snapshot(r.slot));
+      if (r.draft_want > 1) mtp_state->snapshot_into(r.slot, r.draft_snapshot);
       propose(r, out.row(row - 1));
       g[i].assign(out.hidden.begin() + (row - 1) * d, out.hidden.begin() + row * d);
       longest = std::max(longest, r.draft_want);
@@ -809,8 +809,8 @@ struct Engine::Impl {
         g[i].assign(out.hidden.begin() + static_cast<int64_t>(a) * d, out.hidden.begin() + static_cast<int64_t>(a + 1) * d);
       }
     }
-    for (size_t i = 0; i < active.size(); ++i)
-      if (snaps[i]) mtp_state->restore(active[i]->slot, *snaps[i]);
+    for (Run* r : active)
+      if (r->draft_want > 1) mtp_state->restore(r->slot, r->draft_snapshot);
   }
 
   // One forward over every speculating row [next, drafts], the target's choice row by row, and each state landed
@@ -818,13 +818,12 @@ struct Engine::Impl {
   void verify(const std::vector<Run*>& rows, Clock::time_point& now) {
     std::vector<std::vector<int32_t>> inputs(rows.size());
     std::vector<Sequence> seqs;
-    std::vector<SlotSnapshot> snaps;
     for (size_t i = 0; i < rows.size(); ++i) {
       Run& r = *rows[i];
       inputs[i].push_back(r.next);
       inputs[i].insert(inputs[i].end(), r.draft.begin(), r.draft.end());
       seqs.push_back(Sequence::tokens(inputs[i], r.slot));
-      snaps.push_back(state->snapshot(r.slot));
+      state->snapshot_into(r.slot, r.verify_snapshot);
     }
     ForwardResult out;
     const bool mtp_hidden = std::any_of(rows.begin(), rows.end(), [&](Run* r) { return uses_mtp(*r); });
@@ -832,7 +831,7 @@ struct Engine::Impl {
       out = model.forward(*state, seqs, mtp_hidden ? Output::AllLogitsAndHidden : Output::AllLogits);
     } catch (const std::exception& e) {
       now = Clock::now();
-      for (size_t i = 0; i < rows.size(); ++i) state->restore(rows[i]->slot, snaps[i]), fail_run(*rows[i], e.what(), now);
+      for (Run* r : rows) state->restore(r->slot, r->verify_snapshot), fail_run(*r, e.what(), now);
       return;
     }
     now = Clock::now();
@@ -876,7 +875,7 @@ struct Engine::Impl {
           if (stop || !kept) break;
         }
       } catch (const std::exception& e) {  // e.g. a NaN logit in this row: only this request ends
-        state->restore(r.slot, snaps[i]);
+        state->restore(r.slot, r.verify_snapshot);
         fail_run(r, e.what(), now);
         continue;
       }
@@ -898,7 +897,7 @@ struct Engine::Impl {
       counters.accepted_draft_tokens += accepted;
       r.draft_length.record(drafted, accepted);
       if (committed < row.size()) {
-        state->restore(r.slot, snaps[i]);
+        state->restore(r.slot, r.verify_snapshot);
         rerun.push_back(i);
         rerun_len.push_back(committed);
       } else if (r.done) {
@@ -919,7 +918,7 @@ struct Engine::Impl {
     for (size_t n = 0; n < rerun.size(); ++n) {
       Run& r = *rows[rerun[n]];
       if (!error.empty()) {  // the state is back at the snapshot: so are the committed tokens
-        state->restore(r.slot, snaps[rerun[n]]);
+        state->restore(r.slot, r.verify_snapshot);
         r.fed.resize(r.fed.size() - rerun_len[n]);
         if (!r.done) {
           fail_run(r, error, now);

@@ -226,6 +226,7 @@ SlotSnapshot StateCache::load_snapshot(const std::string& path, std::vector<int3
   auto impl = std::make_unique<SlotSnapshot::Impl>();
   impl->kv_tokens = n_kv;
   impl->buffer = DeviceBuffer(*impl_->backend, data.size());
+  impl->bytes = data.size();
   impl_->backend->copy_from_host(impl->buffer.data(), data.data(), data.size());
   if (tokens) *tokens = std::move(toks);
   return SlotSnapshot(std::move(impl));

@@ -118,11 +118,12 @@ std::vector<float> StateCache::read_slot(int64_t slot) const {
   return out;
 }
 
+SlotSnapshot::SlotSnapshot() = default;
 SlotSnapshot::SlotSnapshot(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
 SlotSnapshot::~SlotSnapshot() = default;
 SlotSnapshot::SlotSnapshot(SlotSnapshot&&) noexcept = default;
 SlotSnapshot& SlotSnapshot::operator=(SlotSnapshot&&) noexcept = default;
-size_t SlotSnapshot::bytes() const { return impl_ ? impl_->buffer.size() : 0; }
+size_t SlotSnapshot::bytes() const { return impl_ ? impl_->bytes : 0; }
 
 size_t StateCache::slot_bytes() const {
   size_t n = 0;
@@ -132,44 +133,57 @@ size_t StateCache::slot_bytes() const {
 }
 
 SlotSnapshot StateCache::snapshot(int64_t slot) const {
+  SlotSnapshot snap;
+  snapshot_into(slot, snap);
+  return snap;
+}
+
+void StateCache::snapshot_into(int64_t slot, SlotSnapshot& into) const {
   check_slot(slot);
-  auto impl = std::make_unique<SlotSnapshot::Impl>();
-  impl->kv_tokens = tokens_held(slot);
-  impl->buffer = DeviceBuffer(*impl_->backend, slot_bytes() + static_cast<size_t>(impl->kv_tokens) * kv_bytes_per_token());
-  char* at = static_cast<char*>(impl->buffer.data());
+  if (!into.impl_) into.impl_ = std::make_unique<SlotSnapshot::Impl>();
+  SlotSnapshot::Impl& impl = *into.impl_;
+  impl.kv_tokens = tokens_held(slot);
+  impl.bytes = slot_bytes() + static_cast<size_t>(impl.kv_tokens) * kv_bytes_per_token();
+  if (impl.buffer.size() < impl.bytes) {
+    impl.buffer = DeviceBuffer();  // the old one goes first: two at once may not fit
+    impl.buffer = DeviceBuffer(*impl_->backend, impl.bytes);
+  }
+  std::vector<Backend::CopyRegion> regions;
+  char* at = static_cast<char*>(impl.buffer.data());
   for (size_t li = 0; li < impl_->layers.size(); ++li) {
     const LayerCache& l = impl_->layers[li];
     for (const TensorView* t : entry_tensors(l)) {
       const TensorView s = slot_view(*t, slot);
-      impl_->backend->copy(at, s.data, s.nbytes());
+      regions.push_back({at, s.data, s.nbytes()});
       at += s.nbytes();
     }
     if (l.kind != LayerCacheKind::Kv) continue;
     for (bool values : {false, true}) {
       copy_kv_rows(*impl_->backend, impl_->kv_pages[li][static_cast<size_t>(slot)], impl_->page_tokens, l.kv_dim,
-                   impl_->kv_elem_bytes(), values, impl->kv_tokens, at, false);
-      at += static_cast<size_t>(impl->kv_tokens * l.kv_dim) * impl_->kv_elem_bytes();
+                   impl_->kv_elem_bytes(), values, impl.kv_tokens, at, false);
+      at += static_cast<size_t>(impl.kv_tokens * l.kv_dim) * impl_->kv_elem_bytes();
     }
   }
-  return SlotSnapshot(std::move(impl));
+  impl_->backend->copy_many(regions);
 }
 
 void StateCache::restore(int64_t slot, const SlotSnapshot& snap) {
   check_slot(slot);
   const int64_t n = snap.impl_ ? snap.impl_->kv_tokens : 0;
   const size_t expected = slot_bytes() + static_cast<size_t>(n) * kv_bytes_per_token();
-  if (snap.bytes() != expected || (n > 0 && !impl_->has_kv()))
+  if (!snap.impl_ || snap.bytes() != expected || (n > 0 && !impl_->has_kv()))
     fail("restore: the snapshot holds ", snap.bytes(), " bytes, a slot of this state cache ", expected);
   const char* at = static_cast<const char*>(snap.impl_->buffer.data());
   if (impl_->has_kv()) {
     impl_->fit_kv(slot, n);
     impl_->positions[static_cast<size_t>(slot)] = n;
   }
+  std::vector<Backend::CopyRegion> regions;
   for (size_t li = 0; li < impl_->layers.size(); ++li) {
     const LayerCache& l = impl_->layers[li];
     for (const TensorView* t : entry_tensors(l)) {
       const TensorView d = slot_view(*t, slot);
-      impl_->backend->copy(d.data, at, d.nbytes());
+      regions.push_back({d.data, at, d.nbytes()});
       at += d.nbytes();
     }
     if (l.kind != LayerCacheKind::Kv) continue;
@@ -179,6 +193,7 @@ void StateCache::restore(int64_t slot, const SlotSnapshot& snap) {
       at += static_cast<size_t>(n * l.kv_dim) * impl_->kv_elem_bytes();
     }
   }
+  impl_->backend->copy_many(regions);
 }
 
 }  // namespace mambacpp

@@ -9,7 +9,8 @@
 namespace mambacpp {
 
 struct SlotSnapshot::Impl {
-  DeviceBuffer buffer;  // every layer's tensors of one slot, back to back, in file order
+  DeviceBuffer buffer;  // every layer's tensors of one slot, back to back, in file order (may be longer: reused)
+  size_t bytes = 0;     // the bytes held
   int64_t kv_tokens = 0;  // rows of each KV entry (keys [kv_tokens, kv_dim], then values, per attention layer)
 };
 
