@@ -127,6 +127,8 @@ for mine, theirs in pairs:
         print(f"{mine:16} {unit:8} {state:5} {f(o1):>9} {f(o2):>9} {f(theirs_v):>9} {ratio:>6} "
               f"{f(floor) if per_step else '-':>7} {pf(o):>8} {pf(theirs_v):>7}")
 for k, a in anchor.items():
+    if a.get("conv_check", "ok") != "ok":
+        print(f"WARNING: mamba_ssm {k}: causal_conv1d's kernels against the package's references: {a['conv_check']}")
     if "same_tokens" in a and not a["same_tokens"]:
         print(f"note: mamba_ssm {k}: the N1 call's tokens were not a prefix of the N2 call's")
 dev = next((j["device"] for r in ours.values() for j in r.values()), None)

@@ -16,7 +16,7 @@ the package's nvcc flags, from its own binding (csrc/causal_conv1d.cpp: causal_c
 causal_conv1d_update, the names cpp_functions.py calls) and the forward and update kernels; the backward launchers
 the binding refers to are errors (dev/causal_conv1d_no_bwd.cpp), which spares causal_conv1d_bwd.cu, most of the full
 build's ~7 minutes. Then the kernels are checked against the package's references (causal_conv1d_ref,
-causal_conv1d_update_ref) in both layouts the mixers use, before any model runs.
+causal_conv1d_update_ref) in both layouts the mixers use, before any model runs; the anchors print the verdict.
 """
 import os
 import sys
@@ -111,11 +111,17 @@ def _check_against_references(rnd, weight, bias, batch, dim, seqlen, width):
 
 
 def setup(src, build_dir):
-    """sys.path, the extension built and checked; returns the build's seconds. Call before importing mamba_ssm."""
+    """sys.path, the extension built and checked; call before importing mamba_ssm. Returns the build's seconds and
+    the check's verdict, "ok" or "FAILED: why": a failed check is reported with every row rather than stopping the
+    job, which may be the only GPU run of the day (the speed of a wrongly bound conv is still its kernels')."""
     add_sources_to_path(src)
     _, seconds = build_causal_conv1d(src, build_dir)
-    check_causal_conv1d()
-    return seconds
+    try:
+        check_causal_conv1d()
+        verdict = "ok"
+    except Exception as e:  # noqa: BLE001 (any failure of the check, reported below and with every row)
+        verdict = f"FAILED: {type(e).__name__}: {e}"
+    return seconds, verdict
 
 
 def make_model(shape, dtype=None):

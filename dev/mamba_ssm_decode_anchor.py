@@ -27,7 +27,7 @@ was captured once and replayed by every later call (never recaptured), sequences
 rows, and the N1 call's tokens a prefix of the N2 call's (`same_tokens`; printed, not fatal).
 
 Prints a line per row and appends a JSON object per row to --json (`error` instead of the figures where a row
-failed; the other rows go on). --build-only: build and check causal-conv1d's kernels, print the seconds, exit.
+failed; the other rows go on; `conv_check`: causal-conv1d's kernels against the package's references). --build-only: build and check causal-conv1d's kernels, print the seconds, exit.
 mamba_ssm's sources travel with the tree (ignored folder SRC): the header of dev/mamba_ssm_anchor_common.py says how
 SRC is made and what is built.
 Usage: mamba_ssm_decode_anchor.py SRC [--rows NAME,...] [--runs N] [--json FILE] [--build DIR] [--build-only]
@@ -129,9 +129,9 @@ def main():
     if unknown:
         sys.exit(f"--rows: unknown {unknown}; rows: {[r[0] for r in ROWS]}")
 
-    build_s = common.setup(args.src, args.build)
-    print(f"causal_conv1d fwd + update: built (or reused) in {build_s:.1f} s, checked against the references",
-          flush=True)
+    build_s, conv_check = common.setup(args.src, args.build)
+    print(f"causal_conv1d fwd + update: built (or reused) in {build_s:.1f} s; against the package's references: "
+          f"{conv_check}", flush=True)
     if args.build_only:
         return
     import torch
@@ -146,7 +146,7 @@ def main():
         if name not in wanted:
             continue
         row = {"row": name, "model": shape, "batch": batch, "prompt": prompt, "n1": n1, "n2": n2,
-               "state_dtype": "bf16", "device": device}
+               "state_dtype": "bf16", "device": device, "conv_check": conv_check}
         try:
             if shape != model_shape:
                 model, model_shape = None, None

@@ -27,14 +27,15 @@ def main():
     ap.add_argument("--build", default=common.BUILD_DIR)
     args = ap.parse_args()
 
-    common.setup(args.src, args.build)
+    _, conv_check = common.setup(args.src, args.build)
     import torch
     from causal_conv1d.cpp_functions import causal_conv1d_fwd_function
     from mamba_ssm.ops.triton import ssd_combined
     # The fused path runs only with the CUDA conv; say so rather than time a slower fallback.
     assert causal_conv1d_fwd_function is not None and ssd_combined.causal_conv1d_fwd_function is not None
 
-    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, mamba_ssm from {args.src}/mamba", flush=True)
+    print(f"# {torch.cuda.get_device_name()}, torch {torch.__version__}, mamba_ssm from {args.src}/mamba; "
+          f"causal_conv1d against the package's references: {conv_check}", flush=True)
     rows = [("2.7b 4k", "mamba2-2.7b", 1, 4096), ("2.7b 16k", "mamba2-2.7b", 1, 16384)]
     if args.rows == "all":
         rows += [("2.7b b32x512", "mamba2-2.7b", 32, 512), ("mamba2-130m 4k", "mamba2-130m", 1, 4096)]
