@@ -11,6 +11,7 @@
 #include <fstream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <random>
 
 #include "engine/sampler.h"
@@ -380,6 +381,44 @@ TEST_F(SpeculativeTest, StopInsideAVerifyRowLandsTheStateFirst) {
   const GenerateResult turn2 = engine.run({request(next, 6)}).front();
   EXPECT_EQ(turn2.cached_prompt_tokens, static_cast<int64_t>(prompt.size() + got.tokens.size()));
   EXPECT_EQ(turn2.tokens, test::run_alone(*model, request(next, 6)).tokens);
+}
+
+// After a refused draft the kept tokens wait for the request's next verify row (no forward of their own). A request
+// cancelled in between still saves the state of every committed token: cancelled after each step in turn, its state
+// file holds the tokens it fed and their state from one plain forward (1e-5: another split, as above).
+TEST_F(SpeculativeTest, CancelBetweenVerifiesSavesTheCommittedTokensState) {
+  test::TempDir tmp("mambacpp_spec_cancel");
+  const std::vector<int32_t> prompt = test::random_tokens(9, 47, 210);
+  const std::vector<int32_t> plain_tokens = test::run_alone(*model, request(prompt, 30)).tokens;
+  int64_t refused = 0;
+  for (int steps = 1; steps <= 12; ++steps) {
+    GenerateRequest spec = with_draft_model(request(prompt, 30), 4, /*adaptive=*/false);
+    spec.save_state = tmp.file("spec.state");
+    std::optional<GenerateResult> result;
+    spec.on_event = [&](const RequestEvent& e) {
+      if (e.finished) result = *e.result;
+    };
+    Engine engine(*model, nullptr, with_draft(*draft));
+    const RequestId id = engine.submit(std::move(spec));
+    for (int i = 0; i < steps && !result; ++i) engine.step();
+    if (result) break;  // finished before this many steps: every later count is the same run
+    ASSERT_TRUE(engine.cancel(id));
+    while (!result) engine.step();
+    refused += result->draft_tokens - result->accepted_draft_tokens;
+    ASSERT_LE(result->tokens.size(), plain_tokens.size());
+    EXPECT_TRUE(std::equal(result->tokens.begin(), result->tokens.end(), plain_tokens.begin())) << steps << " steps";
+    std::vector<int32_t> saved;
+    const std::vector<float> got = state_in_file(*model, tmp.file("spec.state"), &saved);
+    // The prompt and every generated token but the last (the one the next step would feed).
+    std::vector<int32_t> fed = prompt;
+    fed.insert(fed.end(), result->tokens.begin(), result->tokens.end() - 1);
+    EXPECT_EQ(saved, fed) << steps << " steps";
+    auto fresh = model->create_state(1);
+    const Sequence whole = Sequence::tokens(saved, 0);
+    model->forward(*fresh, {&whole, 1}, Output::None);
+    EXPECT_LT(test::max_rel_diff(got, fresh->read_slot(0)), 1e-5) << steps << " steps";
+  }
+  EXPECT_GT(refused, 0) << "no draft was refused: no cancel fell between a refusal and the next verify";
 }
 
 TEST(SpeculativeHybrid, KvRowsRollBackToTheCommittedTokens) {

@@ -16,8 +16,9 @@
 // draft model's own slot run k one-token steps from the committed tokens and restored afterwards), then one more
 // forward verifies every such row [next, d1..dk] with logits at every position. The target's tokens are chosen row
 // by row as decode would choose them; a request keeps the matching prefix plus the target's next token. Its slot was
-// snapshotted before the verify: when a draft was refused, the snapshot is restored and the kept tokens are run
-// again, so the state, the KV rows and everything cached from them stand for committed tokens only. A verify row is
+// snapshotted before the verify: when a draft was refused, the snapshot is restored, so the state, the KV rows and
+// everything cached from them stand for committed tokens only, and the kept tokens are fed again at the front of the
+// request's next verify row (Run::unfed: no forward of their own; at a finish they run at once). A verify row is
 // a split of the sequence like any prefill piece: its logits and states are those of decode steps up to rounding
 // (CPU fp32: within 1e-5, tests/model_invariance_test.cpp), so greedy tokens are the plain ones but at near-ties.
 #include "mambacpp/engine.h"
@@ -46,6 +47,7 @@
 #include "mambacpp/state.h"
 #include "mambacpp/tokenizer.h"
 #include "model/mtp.h"
+#include "model/step_pieces.h"
 
 namespace mambacpp {
 
@@ -83,7 +85,8 @@ struct Run {
   std::optional<TokenConstraint> grammar;  // the request's grammar, where it has one
   std::set<int32_t> stop_tokens;
   size_t max_stop_len = 0;
-  std::vector<int32_t> fed;  // the tokens the slot's state stands for
+  std::vector<int32_t> fed;  // the tokens committed to the slot's state: it holds all but the last `unfed`
+  int64_t unfed = 0;         // after a refused draft, the kept tokens wait here to ride with the next verify
   bool decoding = false;     // false: prefilling prompt[fed.size(), L-1)
   int32_t next = 0;          // decoding: the token the next row feeds
   size_t emitted = 0;        // bytes of result.text already streamed
@@ -303,6 +306,7 @@ struct Engine::Impl {
 
   // What a finished request does with its state (cache it, save it), then its last event.
   void finalize(Run& r, const GeneratedToken* token) {
+    feed_unfed(r);
     remember(r);
     if (!r.req.save_state.empty()) {
       try {
@@ -615,12 +619,14 @@ struct Engine::Impl {
     k = std::min<int64_t>(k, r.req.max_new_tokens - static_cast<int64_t>(r.result.tokens.size()) - 1);
     const int64_t limit = model.context_limit();
     if (limit > 0) k = std::min<int64_t>(k, limit - static_cast<int64_t>(r.fed.size()) - 1);
+    // The verify row [unfed tokens, next, drafts] stays a short piece, which the model runs with decode steps' bits.
+    k = std::min<int64_t>(k, kStepPieceMaxLen - 1 - r.unfed);
     return static_cast<int>(std::max<int64_t>(k, 0));
   }
 
-  // Drafts for the decoding requests that speculate; those with drafts leave `decode_rows` and are returned. Requests
-  // drafting with the MTP block are returned with or without drafts: their verify hands the block the model's hidden
-  // states.
+  // Drafts for the decoding requests that speculate; those with drafts, or with kept tokens to feed (Run::unfed),
+  // leave `decode_rows` and are returned. Requests drafting with the MTP block are returned with or without drafts:
+  // their verify hands the block the model's hidden states.
   std::vector<Run*> plan_speculation(std::vector<Run*>& decode_rows, Clock::time_point& now) {
     std::vector<Run*> keep, spec, by_model, by_mtp;
     for (Run* r : decode_rows) {
@@ -642,7 +648,7 @@ struct Engine::Impl {
         context.push_back(r->next);
         r->draft = ngram_draft(context, r->req.speculative.draft_ngram, k);
       }
-      (r->draft.empty() ? keep : spec).push_back(r);
+      (r->draft.empty() && r->unfed == 0 ? keep : spec).push_back(r);
     }
     if (!by_model.empty()) {
       try {
@@ -655,7 +661,7 @@ struct Engine::Impl {
         }
       }
       for (Run* r : by_model)
-        if (!r->done) (r->draft.empty() ? keep : spec).push_back(r);
+        if (!r->done) (r->draft.empty() && r->unfed == 0 ? keep : spec).push_back(r);
     }
     if (!by_mtp.empty()) {
       run_mtp(by_mtp, now);
@@ -813,13 +819,14 @@ struct Engine::Impl {
       if (r->draft_want > 1) mtp_state->restore(r->slot, r->draft_snapshot);
   }
 
-  // One forward over every speculating row [next, drafts], the target's choice row by row, and each state landed
-  // on the tokens it commits.
+  // One forward over every speculating row [unfed tokens, next, drafts], the target's choice row by row, and each
+  // state landed on the tokens it commits.
   void verify(const std::vector<Run*>& rows, Clock::time_point& now) {
     std::vector<std::vector<int32_t>> inputs(rows.size());
     std::vector<Sequence> seqs;
     for (size_t i = 0; i < rows.size(); ++i) {
       Run& r = *rows[i];
+      inputs[i].assign(r.fed.end() - r.unfed, r.fed.end());
       inputs[i].push_back(r.next);
       inputs[i].insert(inputs[i].end(), r.draft.begin(), r.draft.end());
       seqs.push_back(Sequence::tokens(inputs[i], r.slot));
@@ -835,16 +842,16 @@ struct Engine::Impl {
       return;
     }
     now = Clock::now();
-    std::vector<size_t> rerun;         // rows whose kept tokens run again from the snapshot
-    std::vector<size_t> rerun_len;
+    std::vector<Run*> rerun;  // finished rows whose kept tokens run now, from the snapshot
     int64_t offset = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       Run& r = *rows[i];
       const std::vector<int32_t>& row = inputs[i];
-      const int64_t first = offset;
+      const int64_t first = offset + r.unfed;  // the row of `next`
       offset += static_cast<int64_t>(row.size());
-      const int drafted = static_cast<int>(row.size()) - 1;
-      // The target's tokens: row j gives the token after row[0..j]; it goes on while it equals the draft row[j+1].
+      const std::span<const int32_t> fresh = std::span<const int32_t>(row).subspan(static_cast<size_t>(r.unfed));
+      const int drafted = static_cast<int>(fresh.size()) - 1;
+      // The target's tokens: row j gives the token after fresh[0..j]; it goes on while it equals the draft fresh[j+1].
       std::vector<GeneratedToken> toks;
       int accepted = 0;
       try {
@@ -855,13 +862,13 @@ struct Engine::Impl {
           bool kept = false;
           if (r.sampler->params().greedy()) {
             tok.id = r.sampler->sample(sampleable(logits, buf));
-            kept = j < drafted && tok.id == row[static_cast<size_t>(j) + 1];
+            kept = j < drafted && tok.id == fresh[static_cast<size_t>(j) + 1];
           } else {
             const std::vector<TokenProb> p = r.sampler->distribution(sampleable(logits, buf));
             if (j < drafted) {
               const std::span<const TokenProb> q =
                   r.draft_q.empty() ? std::span<const TokenProb>() : std::span<const TokenProb>(r.draft_q[static_cast<size_t>(j)]);
-              const SpeculativeChoice c = speculative_choice(p, q, row[static_cast<size_t>(j) + 1], r.spec_rng);
+              const SpeculativeChoice c = speculative_choice(p, q, fresh[static_cast<size_t>(j) + 1], r.spec_rng);
               tok.id = c.token, kept = c.accepted;
             } else {
               tok.id = draw_from(p, r.spec_rng);
@@ -881,7 +888,7 @@ struct Engine::Impl {
       }
       // The tokens go out as decode steps would send them; a stop (token, string, length) may come before the last.
       r.landing = true;
-      size_t committed = 0;  // tokens of `row` the state must stand for: one per token handled
+      size_t committed = 0;  // tokens of `fresh` the state must stand for: one per token handled
       for (GeneratedToken& tok : toks) {
         ++committed;
         accept_token(r, std::move(tok), now, /*sampler_accepted=*/true);
@@ -889,25 +896,28 @@ struct Engine::Impl {
       }
       r.landing = false;
       if (uses_mtp(r)) keep_mtp_hidden(r, out.hidden, first, static_cast<int64_t>(committed));
-      r.fed.insert(r.fed.end(), row.begin(), row.begin() + static_cast<std::ptrdiff_t>(committed));
+      r.fed.insert(r.fed.end(), fresh.begin(), fresh.begin() + static_cast<std::ptrdiff_t>(committed));
       accepted = std::min(accepted, static_cast<int>(committed));
       r.result.draft_tokens += drafted;
       r.result.accepted_draft_tokens += accepted;
       counters.draft_tokens += drafted;
       counters.accepted_draft_tokens += accepted;
-      r.draft_length.record(drafted, accepted);
-      if (committed < row.size()) {
-        state->restore(r.slot, r.verify_snapshot);
-        rerun.push_back(i);
-        rerun_len.push_back(committed);
-      } else if (r.done) {
-        finalize(r, r.final_token);
+      if (drafted > 0) r.draft_length.record(drafted, accepted);
+      if (committed == fresh.size()) {  // the state stands for the whole row
+        r.unfed = 0;
+        if (r.done) finalize(r, r.final_token);
+        continue;
       }
+      // A draft was refused: back to the snapshot, the kept tokens (with those it had not fed yet) left to feed.
+      // They ride with the next verify, unless the request is done (its state is cached or saved now), drafts with
+      // the MTP block (which takes the hidden states of each committed position once) or they would crowd the row.
+      state->restore(r.slot, r.verify_snapshot);
+      r.unfed += static_cast<int64_t>(committed);
+      if (r.done || uses_mtp(r) || r.unfed > kStepPieceMaxLen / 2) rerun.push_back(&r);
     }
     if (rerun.empty()) return;
     seqs.clear();
-    for (size_t n = 0; n < rerun.size(); ++n)
-      seqs.push_back(Sequence::tokens({inputs[rerun[n]].data(), rerun_len[n]}, rows[rerun[n]]->slot));
+    for (Run* r : rerun) seqs.push_back(Sequence::tokens({r->fed.data() + r->fed.size() - r->unfed, static_cast<size_t>(r->unfed)}, r->slot));
     std::string error;
     try {
       model.forward(*state, seqs, Output::None);
@@ -915,20 +925,36 @@ struct Engine::Impl {
       error = e.what();
     }
     now = Clock::now();
-    for (size_t n = 0; n < rerun.size(); ++n) {
-      Run& r = *rows[rerun[n]];
+    for (Run* r : rerun) {
       if (!error.empty()) {  // the state is back at the snapshot: so are the committed tokens
-        state->restore(r.slot, r.verify_snapshot);
-        r.fed.resize(r.fed.size() - rerun_len[n]);
-        if (!r.done) {
-          fail_run(r, error, now);
+        state->restore(r->slot, r->verify_snapshot);
+        r->fed.resize(r->fed.size() - static_cast<size_t>(r->unfed));
+        r->unfed = 0;
+        if (!r->done) {
+          fail_run(*r, error, now);
           continue;
         }
-        r.result.error = error;
-        r.result.finish_reason = FinishReason::Cancelled;
+        r->result.error = error;
+        r->result.finish_reason = FinishReason::Cancelled;
       }
-      if (r.done) finalize(r, r.final_token);
+      r->unfed = 0;
+      if (r->done) finalize(*r, r->final_token);
     }
+  }
+
+  // Feeds a finishing request's unfed tokens (verify leaves none for a request it finishes; a cancel may come
+  // between), so that what is cached or saved stands for every committed token.
+  void feed_unfed(Run& r) {
+    if (r.unfed == 0) return;
+    const Sequence seq = Sequence::tokens({r.fed.data() + r.fed.size() - r.unfed, static_cast<size_t>(r.unfed)}, r.slot);
+    try {
+      model.forward(*state, {&seq, 1}, Output::None);
+    } catch (const std::exception& e) {
+      state->restore(r.slot, r.verify_snapshot);
+      r.fed.resize(r.fed.size() - static_cast<size_t>(r.unfed));
+      if (r.result.error.empty()) r.result.error = e.what();
+    }
+    r.unfed = 0;
   }
 
   // Frees the slots of finished requests.
