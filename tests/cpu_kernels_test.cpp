@@ -493,6 +493,7 @@ TEST(CpuKernels, Linear) {
     for (DType dt : {DType::F32, DType::F16, DType::BF16}) {
       linear_case(1, 67, 37, dt, true, 401);
       linear_case(3, 13, 5, dt, true, 405);
+      linear_case(4, 67, 75, dt, true, 407);  // the GEMV's shares of several 16-row blocks, each read once for 4 tokens
       linear_case(37, 67, 37, dt, true, 402);
       linear_case(37, 300, 50, dt, false, 403);
     }

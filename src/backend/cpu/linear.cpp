@@ -35,10 +35,16 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
     parallel_tasks(threads, parts, [&](int64_t part) {
       const int64_t b0 = n_blocks * part / parts, b1 = n_blocks * (part + 1) / parts;
       const int64_t o0 = b0 * kRowsPerBlock, nr = std::min(b1 * kRowsPerBlock, out) - o0;
-      for (int64_t t = 0; t < T; ++t) {
-        simd::dot_rows(x[t], block_ptr(o0), w.dtype, in, nr, y[t] + o0);
-        add_bias(bias, o0, nr, y[t] + o0);
+      if (T == 1) {
+        simd::dot_rows(x[0], block_ptr(o0), w.dtype, in, nr, y[0] + o0);
+      } else {
+        // Block by block, every token while the block is in cache: W is read from memory once, not once a token.
+        for (int64_t b = o0; b < o0 + nr; b += kRowsPerBlock) {
+          const int64_t n = std::min(kRowsPerBlock, o0 + nr - b);
+          for (int64_t t = 0; t < T; ++t) simd::dot_rows(x[t], block_ptr(b), w.dtype, in, n, y[t] + b);
+        }
       }
+      for (int64_t t = 0; t < T; ++t) add_bias(bias, o0, nr, y[t] + o0);
       if (epilogue) epilogue(o0, nr);
     });
     return;
