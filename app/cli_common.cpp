@@ -216,7 +216,8 @@ void add_speculative_options(CLI::App& cmd, SpeculativeCliOptions& opts) {
                "speculative decoding with the model's own multi-token-prediction layers (Nemotron-H checkpoints with "
                "num_nextn_predict_layers, e.g. Nemotron 3 Super)");
   cmd.add_option("--draft-max", opts.draft_max,
-                 "speculative decoding: tokens drafted per step at most (0: " + std::to_string(kDefaultDraftMax) + ")")
+                 "speculative decoding: tokens drafted per step at most (0: " + std::to_string(kDefaultDraftMax) +
+                     "; a verify row holds at most 16 tokens)")
       ->check(IntRange(0, 32))
       ->capture_default_str();
   cmd.add_flag("--draft-fixed", opts.no_adaptive,

@@ -47,7 +47,7 @@ SpeculativeChoice speculative_choice(std::span<const TokenProb> p, std::span<con
 // costs a verify now and then rather than every step.
 //
 // next_at() keeps a batch's verifies few. A step in which any row verifies pays for a whole extra target forward (ungraphed on the
-// GPU, plus a rerun of the kept tokens when a draft was refused), so what a paused row costs is the number of steps
+// GPU, plus the state snapshot and, after a refusal, the restore), so what a paused row costs is the number of steps
 // in which some row verifies, not its own verifies. next_at() therefore
 //  - aligns pauses: a pause of P steps (a power of two) ends at the next multiple of P of the request's generated
 //    tokens, so rows that decode in lockstep (admitted together, paused: one token a step) probe in the same steps,
@@ -85,7 +85,8 @@ constexpr int kMaxPauseSteps = 64;
 
 // The extra cost of a verify over a decode step, in decode steps of the target, for a draft length k: the least
 // expected number of accepted tokens for which a verify pays. `graphed`: the backend replays decode steps as graphs
-// (the GPU), where the verify forward and the rerun run ungraphed. Constants from measurements, see the .cpp.
+// (the GPU), where the verify forward runs ungraphed. Constants from measurements (taken when a refusal still cost a
+// rerun of the kept tokens, which now ride with the next verify), see the .cpp.
 double verify_cost_in_steps(bool graphed);
 
 }  // namespace mambacpp
