@@ -842,7 +842,7 @@ struct Engine::Impl {
       return;
     }
     now = Clock::now();
-    std::vector<Run*> rerun;  // finished rows whose kept tokens run now, from the snapshot
+    std::vector<Run*> rerun;  // rows whose kept tokens run now, from the snapshot (see below)
     int64_t offset = 0;
     for (size_t i = 0; i < rows.size(); ++i) {
       Run& r = *rows[i];
@@ -917,7 +917,7 @@ struct Engine::Impl {
     }
     if (rerun.empty()) return;
     seqs.clear();
-    for (Run* r : rerun) seqs.push_back(Sequence::tokens({r->fed.data() + r->fed.size() - r->unfed, static_cast<size_t>(r->unfed)}, r->slot));
+    for (Run* r : rerun) seqs.push_back(unfed_tokens(*r));
     std::string error;
     try {
       model.forward(*state, seqs, Output::None);
@@ -942,11 +942,15 @@ struct Engine::Impl {
     }
   }
 
+  static Sequence unfed_tokens(const Run& r) {
+    return Sequence::tokens({r.fed.data() + r.fed.size() - r.unfed, static_cast<size_t>(r.unfed)}, r.slot);
+  }
+
   // Feeds a finishing request's unfed tokens (verify leaves none for a request it finishes; a cancel may come
   // between), so that what is cached or saved stands for every committed token.
   void feed_unfed(Run& r) {
     if (r.unfed == 0) return;
-    const Sequence seq = Sequence::tokens({r.fed.data() + r.fed.size() - r.unfed, static_cast<size_t>(r.unfed)}, r.slot);
+    const Sequence seq = unfed_tokens(r);
     try {
       model.forward(*state, {&seq, 1}, Output::None);
     } catch (const std::exception& e) {
