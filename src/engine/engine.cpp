@@ -306,7 +306,8 @@ struct Engine::Impl {
 
   // What a finished request does with its state (cache it, save it), then its last event.
   void finalize(Run& r, const GeneratedToken* token) {
-    feed_unfed(r);
+    // Verify feeds the tokens of a request it finishes; a cancel may come between two verifies.
+    if (const std::string e = feed_unfed({&r}); !e.empty() && r.result.error.empty()) r.result.error = e;
     remember(r);
     if (!r.req.save_state.empty()) {
       try {
@@ -916,20 +917,10 @@ struct Engine::Impl {
       if (r.done || uses_mtp(r) || r.unfed > kStepPieceMaxLen / 2) rerun.push_back(&r);
     }
     if (rerun.empty()) return;
-    seqs.clear();
-    for (Run* r : rerun) seqs.push_back(unfed_tokens(*r));
-    std::string error;
-    try {
-      model.forward(*state, seqs, Output::None);
-    } catch (const std::exception& e) {
-      error = e.what();
-    }
+    const std::string error = feed_unfed(rerun);
     now = Clock::now();
     for (Run* r : rerun) {
-      if (!error.empty()) {  // the state is back at the snapshot: so are the committed tokens
-        state->restore(r->slot, r->verify_snapshot);
-        r->fed.resize(r->fed.size() - static_cast<size_t>(r->unfed));
-        r->unfed = 0;
+      if (!error.empty()) {  // back at the snapshot: the kept tokens are not committed
         if (!r->done) {
           fail_run(*r, error, now);
           continue;
@@ -937,28 +928,37 @@ struct Engine::Impl {
         r->result.error = error;
         r->result.finish_reason = FinishReason::Cancelled;
       }
-      r->unfed = 0;
       if (r->done) finalize(*r, r->final_token);
     }
   }
 
-  static Sequence unfed_tokens(const Run& r) {
-    return Sequence::tokens({r.fed.data() + r.fed.size() - r.unfed, static_cast<size_t>(r.unfed)}, r.slot);
-  }
-
-  // Feeds a finishing request's unfed tokens (verify leaves none for a request it finishes; a cancel may come
-  // between), so that what is cached or saved stands for every committed token.
-  void feed_unfed(Run& r) {
-    if (r.unfed == 0) return;
-    const Sequence seq = unfed_tokens(r);
-    try {
-      model.forward(*state, {&seq, 1}, Output::None);
-    } catch (const std::exception& e) {
-      state->restore(r.slot, r.verify_snapshot);
-      r.fed.resize(r.fed.size() - static_cast<size_t>(r.unfed));
-      if (r.result.error.empty()) r.result.error = e.what();
+  // Feeds the unfed tokens of `runs` in one forward, so that their states stand for every committed token (before a
+  // finish caches or saves them, or where they may not wait for the next verify). Returns the error of a failed
+  // forward, whose rows go back to their snapshots with those tokens dropped from `fed`; empty on success.
+  std::string feed_unfed(const std::vector<Run*>& runs) {
+    std::vector<Run*> feeding;
+    std::vector<Sequence> seqs;
+    for (Run* r : runs) {
+      if (r->unfed == 0) continue;
+      feeding.push_back(r);
+      const size_t n = static_cast<size_t>(r->unfed);
+      seqs.push_back(Sequence::tokens({r->fed.data() + r->fed.size() - n, n}, r->slot));
     }
-    r.unfed = 0;
+    if (seqs.empty()) return {};
+    std::string error;
+    try {
+      model.forward(*state, seqs, Output::None);
+    } catch (const std::exception& e) {
+      error = e.what();
+    }
+    for (Run* r : feeding) {
+      if (!error.empty()) {
+        state->restore(r->slot, r->verify_snapshot);
+        r->fed.resize(r->fed.size() - static_cast<size_t>(r->unfed));
+      }
+      r->unfed = 0;
+    }
+    return error;
   }
 
   // Frees the slots of finished requests.

@@ -35,7 +35,7 @@ void linear_f32(Rows<const float> x, WeightRef w, WeightRef bias, Rows<float> y,
     parallel_tasks(threads, parts, [&](int64_t part) {
       const int64_t b0 = n_blocks * part / parts, b1 = n_blocks * (part + 1) / parts;
       const int64_t o0 = b0 * kRowsPerBlock, nr = std::min(b1 * kRowsPerBlock, out) - o0;
-      if (T == 1) {
+      if (T == 1) {  // the share as one stream, which the hardware prefetcher follows best
         simd::dot_rows(x[0], block_ptr(o0), w.dtype, in, nr, y[0] + o0);
       } else {
         // Block by block, every token while the block is in cache: W is read from memory once, not once a token.
