@@ -81,13 +81,6 @@ __device__ __forceinline__ float f16_bits_to_f(uint32_t bits) {
   return __half2float(__ushort_as_half(static_cast<unsigned short>(bits)));
 }
 
-// A small unsigned integer (< 2^23) as float, exactly, without the quarter-rate int-to-float conversion: the float
-// whose mantissa holds e above 2^23, minus 2^23 (both exact). With bias 2^23 + c the result is e - c, also exact
-// (q6_k's e - 32: the operands lie within a factor 2 of each other).
-__device__ __forceinline__ float kq_uint_to_f(uint32_t e, float bias = 8388608.0f) {
-  return __fsub_rn(__uint_as_float(0x4B000000u | e), bias);
-}
-
 // The 6-bit scale and min of q4_k sub-block `is` (0..7) from the 12 scale bytes s0 = bytes 0..3, s1 = 4..7, s2 = 8..11
 // (ggml's get_scale_min_k4).
 __device__ __forceinline__ void kq_scale_min(int is, uint32_t s0, uint32_t s1, uint32_t s2, float& sc, float& m) {
@@ -168,25 +161,28 @@ __device__ __forceinline__ void kq_unit_load(const QuantMatrix& w, int64_t o, in
 //                q[0..3] (2j + 1), 3 = high nibbles of q[4..7] (2j + 1); q5_k's fifth bit from h (bit 2j or 2j + 1).
 //   q6_k:        G 0 = low nibbles of ql | qh bits 0-1, 1 = low nibbles 32 bytes on | bits 2-3, 2 = high nibbles |
 //                bits 4-5, 3 = high nibbles 32 bytes on | bits 6-7; minus 32.
+// The quant e (0..63) becomes a float without the int-to-float conversion: the float whose mantissa holds e above 2^23,
+// minus 2^23 (or 2^23 + 32 for q6_k's e - 32), every step exact (Sterbenz), so the values are those of float(e).
 template <WeightFormat F, int G>
 __device__ __forceinline__ void kq_group(const KqUnitRaw<F>& r, float* out) {
   constexpr int kw = (G & 1) ? 4 : 0;  // which 16 quant bytes
 #pragma unroll
-  for (int k = 0; k < 4; ++k)
+  for (int k = 0; k < 4; ++k) {
+    // The 4 quants of bytes 4k .. 4k + 3, one per byte (each < 64), decoded a word at a time.
+    const uint32_t v = r.q[kw + k];
+    uint32_t e = G < 2 ? (v & 0x0f0f0f0fu) : ((v >> 4) & 0x0f0f0f0fu);
+    if constexpr (F == WeightFormat::Q5_K) e |= ((r.h[kw + k] >> (2 * r.j + (G >> 1))) & 0x01010101u) << 4;
+    if constexpr (F == WeightFormat::Q6_K) e |= ((r.h[k] >> (2 * G)) & 0x03030303u) << 4;
 #pragma unroll
     for (int t = 0; t < 4; ++t) {
-      const int l = 4 * k + t;
-      const uint32_t byte = byte_of(r.q[kw + k], t);
-      if constexpr (F != WeightFormat::Q6_K) {
-        uint32_t e = G < 2 ? (byte & 0xfu) : (byte >> 4);
-        if constexpr (F == WeightFormat::Q5_K) e += ((byte_of(r.h[kw + k], t) >> (2 * r.j + (G >> 1))) & 1u) << 4;
-        out[l] = __fmaf_rn(r.s[G < 2 ? 0 : 2], kq_uint_to_f(e), r.s[G < 2 ? 1 : 3]);
-      } else {
-        const uint32_t lo = G < 2 ? (byte & 0xfu) : (byte >> 4);
-        const uint32_t hi = (byte_of(r.h[k], t) >> (2 * G)) & 3u;
-        out[l] = __fmul_rn(r.s[G], kq_uint_to_f(lo | (hi << 4), 8388608.0f + 32.0f));
-      }
+      // Byte t of e as the low byte of the float 2^23 + e_t (byte_perm: e's byte t, then two zero bytes, then 0x4B).
+      const float f = __uint_as_float(__byte_perm(e, 0x4B000000u, 0x7540u | t));
+      if constexpr (F != WeightFormat::Q6_K)
+        out[4 * k + t] = __fmaf_rn(r.s[G < 2 ? 0 : 2], __fsub_rn(f, 8388608.0f), r.s[G < 2 ? 1 : 3]);
+      else
+        out[4 * k + t] = __fmul_rn(r.s[G], __fsub_rn(f, 8388608.0f + 32.0f));
     }
+  }
 }
 
 // The 64 dequantized elements of unit u of row o, group after group (out[16 g + l]).
