@@ -227,7 +227,7 @@ class Backend {
   virtual void copy_to_host(void* host_dst, const void* src, size_t bytes) = 0;
   virtual void copy(void* dst, const void* src, size_t bytes) = 0;
   // Several device-to-device copies of disjoint regions, in any order: a state slot's snapshot is one region per
-  // layer tensor, which a device backend may do in one launch instead of one copy call each.
+  // layer tensor, so a device backend does them in one launch instead of one copy call each.
   struct CopyRegion {
     void* dst;
     const void* src;

@@ -85,6 +85,16 @@ void CudaBackend::copy(void* dst, const void* src, size_t bytes) {
   if (bytes) MAMBACPP_CUDA_CHECK(cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, stream()));
 }
 
+void CudaBackend::copy_many(const std::vector<CopyRegion>& regions) {
+  CopyRegionBatch batch;
+  for (const CopyRegion& r : regions) {
+    if (!r.bytes) continue;
+    batch.dst[batch.n] = r.dst, batch.src[batch.n] = r.src, batch.bytes[batch.n] = r.bytes;
+    if (++batch.n == kCopyRegionBatch) launch_copy_regions(batch, stream()), batch.n = 0;
+  }
+  launch_copy_regions(batch, stream());
+}
+
 void CudaBackend::fill_zero(void* dst, size_t bytes) {
   if (bytes) MAMBACPP_CUDA_CHECK(cudaMemsetAsync(dst, 0, bytes, stream()));
 }

@@ -50,6 +50,7 @@ class CudaBackend final : public Backend {
   void copy_from_host(void* dst, const void* host_src, size_t bytes) override;
   void copy_to_host(void* host_dst, const void* src, size_t bytes) override;
   void copy(void* dst, const void* src, size_t bytes) override;
+  void copy_many(const std::vector<CopyRegion>& regions) override;
   void fill_zero(void* dst, size_t bytes) override;
   void synchronize() override;
   TensorView adopt_weight(const TensorView& host) override;

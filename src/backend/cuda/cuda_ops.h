@@ -29,6 +29,17 @@ struct DevWeight {
 };
 
 // ---- elementwise.cu ---------------------------------------------------------------------------------------------
+// Up to kCopyRegionBatch device-to-device copies of disjoint regions in one launch (Backend::copy_many); the batch
+// is a kernel parameter (3 KB of the 4 KB a launch takes): a 64-layer model's slot is one launch.
+inline constexpr int kCopyRegionBatch = 128;
+struct CopyRegionBatch {
+  void* dst[kCopyRegionBatch];
+  const void* src[kCopyRegionBatch];
+  uint64_t bytes[kCopyRegionBatch];
+  int n = 0;
+};
+void launch_copy_regions(const CopyRegionBatch& b, cudaStream_t stream);
+
 // dst[i] = src[i] converted (f32/f16/bf16 -> f32/f16/bf16), n contiguous elements.
 void launch_convert(const void* src, DType from, void* dst, DType to, int64_t n, cudaStream_t stream);
 // y [T, D] rounded to bf16 values in place (nearest even), as a GEMM's bf16 output holds them.

@@ -1,5 +1,5 @@
 // Small memory-bound kernels: dtype conversion (weights at load), embedding gather, to_f32, add_inplace,
-// gather_rows and the bias broadcast of the GEMM path. Grid-stride loops with 64-bit indices; 2-D kernels put
+// gather_rows, the bias broadcast of the GEMM path and batched region copies (state snapshots). Grid-stride loops with 64-bit indices; 2-D kernels put
 // rows on grid.y-strided loops and columns on threads so that every warp reads consecutive addresses.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
@@ -109,6 +109,23 @@ __global__ void bias_kernel(DevWeight bias, F32Rows y, int64_t T, int64_t out) {
   }
 }
 
+// grid.y: one region each; grid.x strides over its 16-byte units (a byte loop where an end is not 16-byte aligned).
+__global__ void copy_regions_kernel(CopyRegionBatch b) {
+  const int r = blockIdx.y;
+  char* dst = static_cast<char*>(b.dst[r]);
+  const char* src = static_cast<const char*>(b.src[r]);
+  const uint64_t n = b.bytes[r];
+  const uint64_t first = blockIdx.x * uint64_t(blockDim.x) + threadIdx.x, step = uint64_t(gridDim.x) * blockDim.x;
+  if (((reinterpret_cast<uintptr_t>(dst) | reinterpret_cast<uintptr_t>(src)) & 15) == 0) {
+    const uint64_t units = n / 16;
+    for (uint64_t i = first; i < units; i += step)
+      reinterpret_cast<uint4*>(dst)[i] = reinterpret_cast<const uint4*>(src)[i];
+    for (uint64_t i = units * 16 + first; i < n; i += step) dst[i] = src[i];
+  } else {
+    for (uint64_t i = first; i < n; i += step) dst[i] = src[i];
+  }
+}
+
 }  // namespace
 
 void launch_convert(const void* src, DType from, void* dst, DType to, int64_t n, cudaStream_t stream) {
@@ -179,6 +196,15 @@ void launch_gather_rows(const void* x, int64_t x_stride, const int64_t* rows, in
 void launch_broadcast_bias(DevWeight bias, F32Rows y, int64_t T, int64_t out, cudaStream_t stream) {
   if (T <= 0 || out <= 0) return;
   bias_kernel<<<dim3(grid_for(out), rows_grid(T)), kThreads, 0, stream>>>(bias, y, T, out);
+  MAMBACPP_CUDA_LAUNCHED();
+}
+
+void launch_copy_regions(const CopyRegionBatch& b, cudaStream_t stream) {
+  if (b.n <= 0) return;
+  uint64_t most = 0;
+  for (int r = 0; r < b.n; ++r) most = b.bytes[r] > most ? b.bytes[r] : most;
+  const int x = grid_for(static_cast<int64_t>((most + 15) / 16), 64);
+  copy_regions_kernel<<<dim3(x, b.n), kThreads, 0, stream>>>(b);
   MAMBACPP_CUDA_LAUNCHED();
 }
 

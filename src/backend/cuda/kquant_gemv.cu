@@ -19,46 +19,69 @@ constexpr int kThreads = 256;  // 8 warps = 8 output features per block
 constexpr int kFeaturesPerBlock = kThreads / 32;
 constexpr int kMaxRowsPerLaunch = 8;
 
+// Blocks per SM asked of the register allocator. At a few rows the kernel is bound by the latency of its weight loads
+// (each lane has one or two units of a row to fetch), so it needs many warps in flight: 4 blocks (32 warps, <= 64
+// registers) at 1 row, the batch-1 decode; more rows hold more sums (3 blocks at 2 rows, 2 beyond: <= 80 / 128
+// registers, a few spilled words at most, in L1).
+template <int NT>
+inline constexpr int kMinBlocks = NT == 1 ? 4 : (NT == 2 ? 3 : 2);
+
+// Row r's products with group G of a decoded unit, chained onto part (elements in order).
+template <bool XVEC>
+__device__ __forceinline__ float kq_dot16(const float* wv, const float* xg, float part) {
+#pragma unroll
+  for (int q = 0; q < 4; ++q) {
+    float4 xv;
+    if constexpr (XVEC) {
+      xv = *reinterpret_cast<const float4*>(xg + 4 * q);
+    } else {
+      const float* p = xg + 4 * q;
+      xv = make_float4(p[0], p[1], p[2], p[3]);
+    }
+    part = __fmaf_rn(wv[4 * q], xv.x, part);
+    part = __fmaf_rn(wv[4 * q + 1], xv.y, part);
+    part = __fmaf_rn(wv[4 * q + 2], xv.z, part);
+    part = __fmaf_rn(wv[4 * q + 3], xv.w, part);
+  }
+  return part;
+}
+
+template <WeightFormat F, int G, int NT, bool XVEC>
+__device__ __forceinline__ void kq_group_rows(const KqUnitRaw<F>& raw, ConstF32Rows x, int64_t p0, float* part) {
+  float wf[16];
+  kq_group<F, G>(raw, wf);
+#pragma unroll
+  for (int r = 0; r < NT; ++r)
+    part[r] = kq_dot16<XVEC>(wf, x.data + r * x.stride + p0 + G * kq_group_stride<F>, part[r]);
+}
+
 // XVEC: x 16-byte aligned with a stride that keeps it so (float4 loads); otherwise scalar loads, the same sums. The
-// choice depends on x's layout, never on the row count.
+// choice depends on x's layout, never on the row count. The unit's bytes are loaded first, then decoded 16 elements
+// (a group) at a time, so only one group's floats live in registers; each row's chain still runs over the unit's 64
+// elements in order, so the sums are those of decoding the whole unit first.
 template <WeightFormat F, int NT, bool XVEC>
-__global__ void __launch_bounds__(kThreads) kquant_gemv_kernel(ConstF32Rows x, QuantMatrix w, DevWeight bias,
-                                                              F32Rows y) {
+__global__ void __launch_bounds__(kThreads, kMinBlocks<NT>) kquant_gemv_kernel(ConstF32Rows x, QuantMatrix w,
+                                                                              DevWeight bias, F32Rows y) {
   const int lane = threadIdx.x & 31;
   const int64_t o = blockIdx.x * int64_t(kFeaturesPerBlock) + (threadIdx.x >> 5);
   if (o >= w.rows) return;  // the whole warp leaves together
-  const int64_t n_units = w.cols / kKqUnitElems;
-  constexpr int GS = kq_group_stride<F>;
+  const int n_units = static_cast<int>(w.cols / kKqUnitElems);
   float acc[NT];
 #pragma unroll
   for (int r = 0; r < NT; ++r) acc[r] = 0.0f;
-  for (int64_t u = lane; u < n_units; u += 32) {
-    float wf[kKqUnitElems];
-    kq_unit<F>(w, o, u, wf);
+  for (int u = lane; u < n_units; u += 32) {
+    KqUnitRaw<F> raw;
+    kq_unit_load<F>(w, o, u, raw);
     const int64_t p0 = kq_unit_pos<F>(u);
+    float part[NT];
 #pragma unroll
-    for (int r = 0; r < NT; ++r) {
-      const float* xr = x.data + r * x.stride + p0;
-      float part = 0.0f;
+    for (int r = 0; r < NT; ++r) part[r] = 0.0f;
+    kq_group_rows<F, 0, NT, XVEC>(raw, x, p0, part);
+    kq_group_rows<F, 1, NT, XVEC>(raw, x, p0, part);
+    kq_group_rows<F, 2, NT, XVEC>(raw, x, p0, part);
+    kq_group_rows<F, 3, NT, XVEC>(raw, x, p0, part);
 #pragma unroll
-      for (int g = 0; g < 4; ++g)
-#pragma unroll
-        for (int q = 0; q < 4; ++q) {
-          float4 xv;
-          if constexpr (XVEC) {
-            xv = *reinterpret_cast<const float4*>(xr + g * GS + 4 * q);
-          } else {
-            const float* p = xr + g * GS + 4 * q;
-            xv = make_float4(p[0], p[1], p[2], p[3]);
-          }
-          const float* wv = wf + 16 * g + 4 * q;
-          part = __fmaf_rn(wv[0], xv.x, part);
-          part = __fmaf_rn(wv[1], xv.y, part);
-          part = __fmaf_rn(wv[2], xv.z, part);
-          part = __fmaf_rn(wv[3], xv.w, part);
-        }
-      acc[r] = __fadd_rn(acc[r], part);
-    }
+    for (int r = 0; r < NT; ++r) acc[r] = __fadd_rn(acc[r], part[r]);
   }
 #pragma unroll
   for (int r = 0; r < NT; ++r) acc[r] = warp_sum(acc[r]);

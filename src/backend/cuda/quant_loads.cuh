@@ -94,50 +94,46 @@ __device__ __forceinline__ void kq_scale_min(int is, uint32_t s0, uint32_t s1, u
   }
 }
 
-// The 64 dequantized elements of unit u of row o, group after group (out[16 g + l]).
+// A unit's stored bytes, loaded once (every load issued before any decoding), and its sub-blocks' float scales.
+//   q4_k / q5_k: q = quant bytes 32j .. 32j + 31 of the block (q[0..3] the first 16, q[4..7] the next 16), h = q5_k's
+//                qh bytes (h[0..3] bytes 0..15, h[4..7] 16..31), s[0], s[1] = d*sc and -dmin*m of sub-block 2j,
+//                s[2], s[3] of sub-block 2j + 1, j = the unit's index in its block.
+//   q6_k:        q[0..3] = ql at the unit, q[4..7] = ql 32 bytes on, h[0..3] = qh at the unit, s[k] = d*sc of group k.
 template <WeightFormat F>
-__device__ __forceinline__ void kq_unit(const QuantMatrix& w, int64_t o, int64_t u, float* out) {
+struct KqUnitRaw {
+  static constexpr bool kQ5 = F == WeightFormat::Q5_K;
+  uint32_t q[8];
+  uint32_t h[kQ5 ? 8 : (F == WeightFormat::Q6_K ? 4 : 1)];
+  float s[4];
+  int j;
+};
+
+template <WeightFormat F>
+__device__ __forceinline__ void kq_unit_load(const QuantMatrix& w, int64_t o, int64_t u, KqUnitRaw<F>& r) {
   const int64_t nb = w.cols / 256, b = u >> 2;
   if constexpr (F != WeightFormat::Q6_K) {
     constexpr bool Q5 = F == WeightFormat::Q5_K;
     const uint8_t* blk = w.q + (o * nb + b) * (Q5 ? 176 : 144);
-    const uint4 hdr = __ldg(reinterpret_cast<const uint4*>(blk));
     const int j = static_cast<int>(u & 3);
     const uint8_t* qs = blk + (Q5 ? 48 : 16) + 32 * j;
+    const uint4 hdr = __ldg(reinterpret_cast<const uint4*>(blk));
     const uint4 qa = __ldg(reinterpret_cast<const uint4*>(qs));
     const uint4 qb = __ldg(reinterpret_cast<const uint4*>(qs + 16));
-    // q5_k's fifth bits: qh[l] bit 2j for element 64j + l, bit 2j + 1 for element 64j + 32 + l (l < 32).
-    uint4 ha = make_uint4(0, 0, 0, 0), hb = ha;
+    r.q[0] = qa.x, r.q[1] = qa.y, r.q[2] = qa.z, r.q[3] = qa.w;
+    r.q[4] = qb.x, r.q[5] = qb.y, r.q[6] = qb.z, r.q[7] = qb.w;
     if constexpr (Q5) {
-      ha = __ldg(reinterpret_cast<const uint4*>(blk + 16));
-      hb = __ldg(reinterpret_cast<const uint4*>(blk + 32));
+      const uint4 ha = __ldg(reinterpret_cast<const uint4*>(blk + 16));
+      const uint4 hb = __ldg(reinterpret_cast<const uint4*>(blk + 32));
+      r.h[0] = ha.x, r.h[1] = ha.y, r.h[2] = ha.z, r.h[3] = ha.w;
+      r.h[4] = hb.x, r.h[5] = hb.y, r.h[6] = hb.z, r.h[7] = hb.w;
     }
     const float d = f16_bits_to_f(hdr.x & 0xffffu), dmin = f16_bits_to_f(hdr.x >> 16);
     float sc1, m1, sc2, m2;
     kq_scale_min(2 * j, hdr.y, hdr.z, hdr.w, sc1, m1);
     kq_scale_min(2 * j + 1, hdr.y, hdr.z, hdr.w, sc2, m2);
-    const float d1 = __fmul_rn(d, sc1), nm1 = -__fmul_rn(dmin, m1);
-    const float d2 = __fmul_rn(d, sc2), nm2 = -__fmul_rn(dmin, m2);
-    const uint32_t a[4] = {qa.x, qa.y, qa.z, qa.w}, c[4] = {qb.x, qb.y, qb.z, qb.w};
-    const uint32_t h0[4] = {ha.x, ha.y, ha.z, ha.w}, h1[4] = {hb.x, hb.y, hb.z, hb.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const int l = 4 * k + t;
-        uint32_t e0 = byte_of(a[k], t) & 0xfu, e1 = byte_of(c[k], t) & 0xfu;
-        uint32_t e2 = byte_of(a[k], t) >> 4, e3 = byte_of(c[k], t) >> 4;
-        if constexpr (Q5) {
-          e0 += ((byte_of(h0[k], t) >> (2 * j)) & 1u) << 4;
-          e1 += ((byte_of(h1[k], t) >> (2 * j)) & 1u) << 4;
-          e2 += ((byte_of(h0[k], t) >> (2 * j + 1)) & 1u) << 4;
-          e3 += ((byte_of(h1[k], t) >> (2 * j + 1)) & 1u) << 4;
-        }
-        out[l] = __fmaf_rn(d1, static_cast<float>(e0), nm1);
-        out[16 + l] = __fmaf_rn(d1, static_cast<float>(e1), nm1);
-        out[32 + l] = __fmaf_rn(d2, static_cast<float>(e2), nm2);
-        out[48 + l] = __fmaf_rn(d2, static_cast<float>(e3), nm2);
-      }
+    r.s[0] = __fmul_rn(d, sc1), r.s[1] = -__fmul_rn(dmin, m1);
+    r.s[2] = __fmul_rn(d, sc2), r.s[3] = -__fmul_rn(dmin, m2);
+    r.j = j;
   } else {
     const int64_t rows = w.rows, cols = w.cols;
     const int h = static_cast<int>((u >> 1) & 1), g2 = static_cast<int>(u & 1);
@@ -147,30 +143,57 @@ __device__ __forceinline__ void kq_unit(const QuantMatrix& w, int64_t o, int64_t
                        b * 16 + 8 * h + g2;
     const __half* dd =
         reinterpret_cast<const __half*>(w.q + rows * (cols / 2) + rows * (cols / 4) + rows * (cols / 16));
-    const float d = __half2float(dd[o * nb + b]);
     const uint4 va = __ldg(reinterpret_cast<const uint4*>(ql));
     const uint4 vb = __ldg(reinterpret_cast<const uint4*>(ql + 32));
     const uint4 vh = __ldg(reinterpret_cast<const uint4*>(qh));
-    float ds[4];
+    const float d = __half2float(__ldg(dd + o * nb + b));
+    r.q[0] = va.x, r.q[1] = va.y, r.q[2] = va.z, r.q[3] = va.w;
+    r.q[4] = vb.x, r.q[5] = vb.y, r.q[6] = vb.z, r.q[7] = vb.w;
+    r.h[0] = vh.x, r.h[1] = vh.y, r.h[2] = vh.z, r.h[3] = vh.w;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) ds[k] = __fmul_rn(d, static_cast<float>(__ldg(sc + 2 * k)));
-    const uint32_t a[4] = {va.x, va.y, va.z, va.w}, c[4] = {vb.x, vb.y, vb.z, vb.w}, hh[4] = {vh.x, vh.y, vh.z, vh.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k)
-#pragma unroll
-      for (int t = 0; t < 4; ++t) {
-        const int l = 4 * k + t;
-        const uint32_t A = byte_of(a[k], t), C = byte_of(c[k], t), H = byte_of(hh[k], t);
-        const int q0 = static_cast<int>((A & 0xfu) | ((H & 3u) << 4)) - 32;
-        const int q1 = static_cast<int>((C & 0xfu) | (((H >> 2) & 3u) << 4)) - 32;
-        const int q2 = static_cast<int>((A >> 4) | (((H >> 4) & 3u) << 4)) - 32;
-        const int q3 = static_cast<int>((C >> 4) | (((H >> 6) & 3u) << 4)) - 32;
-        out[l] = __fmul_rn(ds[0], static_cast<float>(q0));
-        out[16 + l] = __fmul_rn(ds[1], static_cast<float>(q1));
-        out[32 + l] = __fmul_rn(ds[2], static_cast<float>(q2));
-        out[48 + l] = __fmul_rn(ds[3], static_cast<float>(q3));
-      }
+    for (int k = 0; k < 4; ++k) r.s[k] = __fmul_rn(d, static_cast<float>(__ldg(sc + 2 * k)));
+    r.j = 0;
   }
+}
+
+// Group G (0..3) of a loaded unit: its 16 dequantized elements (out[l] = element 16 G + l of the unit), ggml's values.
+//   q4_k / q5_k: G 0 = low nibbles of q[0..3] (sub-block 2j), 1 = low nibbles of q[4..7] (2j), 2 = high nibbles of
+//                q[0..3] (2j + 1), 3 = high nibbles of q[4..7] (2j + 1); q5_k's fifth bit from h (bit 2j or 2j + 1).
+//   q6_k:        G 0 = low nibbles of ql | qh bits 0-1, 1 = low nibbles 32 bytes on | bits 2-3, 2 = high nibbles |
+//                bits 4-5, 3 = high nibbles 32 bytes on | bits 6-7; minus 32.
+// The quant e (0..63) becomes a float without the int-to-float conversion: the float whose mantissa holds e above 2^23,
+// minus 2^23 (or 2^23 + 32 for q6_k's e - 32), every step exact (Sterbenz), so the values are those of float(e).
+template <WeightFormat F, int G>
+__device__ __forceinline__ void kq_group(const KqUnitRaw<F>& r, float* out) {
+  constexpr int kw = (G & 1) ? 4 : 0;  // which 16 quant bytes
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    // The 4 quants of bytes 4k .. 4k + 3, one per byte (each < 64), decoded a word at a time.
+    const uint32_t v = r.q[kw + k];
+    uint32_t e = G < 2 ? (v & 0x0f0f0f0fu) : ((v >> 4) & 0x0f0f0f0fu);
+    if constexpr (F == WeightFormat::Q5_K) e |= ((r.h[kw + k] >> (2 * r.j + (G >> 1))) & 0x01010101u) << 4;
+    if constexpr (F == WeightFormat::Q6_K) e |= ((r.h[k] >> (2 * G)) & 0x03030303u) << 4;
+#pragma unroll
+    for (int t = 0; t < 4; ++t) {
+      // Byte t of e as the low byte of the float 2^23 + e_t (byte_perm: e's byte t, then two zero bytes, then 0x4B).
+      const float f = __uint_as_float(__byte_perm(e, 0x4B000000u, 0x7540u | t));
+      if constexpr (F != WeightFormat::Q6_K)
+        out[4 * k + t] = __fmaf_rn(r.s[G < 2 ? 0 : 2], __fsub_rn(f, 8388608.0f), r.s[G < 2 ? 1 : 3]);
+      else
+        out[4 * k + t] = __fmul_rn(r.s[G], __fsub_rn(f, 8388608.0f + 32.0f));
+    }
+  }
+}
+
+// The 64 dequantized elements of unit u of row o, group after group (out[16 g + l]).
+template <WeightFormat F>
+__device__ __forceinline__ void kq_unit(const QuantMatrix& w, int64_t o, int64_t u, float* out) {
+  KqUnitRaw<F> r;
+  kq_unit_load<F>(w, o, u, r);
+  kq_group<F, 0>(r, out);
+  kq_group<F, 1>(r, out + 16);
+  kq_group<F, 2>(r, out + 32);
+  kq_group<F, 3>(r, out + 48);
 }
 
 }  // namespace mambacpp::cuda
