@@ -1,6 +1,8 @@
 #include "model/step_pieces.h"
 
 #include <algorithm>
+#include <cstdlib>
+#include <cstring>
 
 #include "model/decode_step.h"
 
@@ -12,6 +14,16 @@ bool is_short(const Sequence& s) {
   return !s.token_ids.empty() && s.embeddings.ndim == 0 && static_cast<int64_t>(s.token_ids.size()) <= kStepPieceMaxLen;
 }
 
+// The device A/B of dev/device_m1pieces54.sh, to be removed once it is measured: MAMBACPP_STEP_PIECES_SUCCESSIVE=1
+// runs short pieces as successive decode forwards only (never as one forward).
+bool successive_only() {
+  static const bool on = [] {
+    const char* v = std::getenv("MAMBACPP_STEP_PIECES_SUCCESSIVE");
+    return v != nullptr && std::strcmp(v, "1") == 0;
+  }();
+  return on;
+}
+
 // Dense 16-bit weights: the fast fused decode kernels take them, row by row (a quantized or f32 projection would
 // take kernels whose bits depend on the row count).
 bool fast_dense(const Weight& w) { return w.empty() || (w.dense() && w.data.dtype != DType::F32); }
@@ -20,9 +32,13 @@ bool fast_dense(const Weight& w) { return w.empty() || (w.dense() && w.data.dtyp
 
 bool step_pieces_one_forward(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
   const ModelConfig& c = m.config;
-  if (m.backend->device() != Device::CUDA) return false;
+  if (successive_only() || m.backend->device() != Device::CUDA) return false;
   if (output != Output::None && output != Output::LastLogits && output != Output::AllLogits) return false;
-  if (c.hybrid() || c.arch != Arch::Mamba2 || c.moe.n_experts != 0) return false;
+  if (c.hybrid() || c.moe.n_experts != 0) return false;
+  // Mamba-1: its scan loops over each sequence's tokens too (mamba1_scan.cu); FalconMamba's dt/B/C norms (and
+  // Jamba's) take another decode recipe, which keeps the successive forwards.
+  const bool mamba1 = c.arch == Arch::Mamba1;
+  if (c.arch != Arch::Mamba2 && !(mamba1 && c.mixer_rms_eps == 0)) return false;
   if (m.options.precision != Precision::Fast || !m.options.batch_invariant || !m.options.fused_decode) return false;
   int64_t rows = 0;
   bool multi = false;
@@ -34,8 +50,11 @@ bool step_pieces_one_forward(const Model::Impl& m, std::span<const Sequence> seq
   if (!multi || rows > std::min<int64_t>(kStepPieceMaxRows, std::max<int64_t>(1, m.options.max_batch_tokens)))
     return false;
   if (!fast_dense(m.weights.lm_head)) return false;
-  for (const LayerWeights& w : m.weights.layers)
+  for (const LayerWeights& w : m.weights.layers) {
     if (!fast_dense(w.in_proj) || !fast_dense(w.out_proj)) return false;
+    // Mamba-1's x_proj (a fused_linear of its own) and dt_proj (the pinned GEMM before the scan): row by row.
+    if (mamba1 && (!fast_dense(w.x_proj) || !fast_dense(w.dt_proj))) return false;
+  }
   return true;
 }
 

@@ -27,9 +27,9 @@ using ForwardFn =
 // Whether `seqs` run as ONE decode forward (decode_step), each sequence's tokens in order through the step kernels
 // and every other op row by row, so each token gets the bits of a decode step while the weights are read once: a
 // CUDA backend, fast precision with batch invariance and the fused decode recipes, dense 16-bit projections, pure
-// Mamba-2 (Mamba-1's scan, hybrids' attention and exact precision's row-count-dependent fused GEMVs keep the
-// successive decode forwards of step_pieces), an output of None / LastLogits / AllLogits, token ids only, every
-// sequence 1..kStepPieceMaxLen tokens, at least one of several, at most kStepPieceMaxRows rows in all.
+// Mamba-2 or Mamba-1 (not FalconMamba's normed dt/B/C; hybrids' attention and exact precision's row-count-dependent
+// fused GEMVs keep the successive decode forwards of step_pieces), an output of None / LastLogits / AllLogits, token
+// ids only, every sequence 1..kStepPieceMaxLen tokens, at least one of several, at most kStepPieceMaxRows rows in all.
 bool step_pieces_one_forward(const Model::Impl& m, std::span<const Sequence> seqs, Output output);
 
 // Whether `seqs` take the step-piece route: a CUDA backend, an output of None / LastLogits / AllLogits, token ids

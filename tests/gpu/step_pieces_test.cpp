@@ -14,6 +14,7 @@
 #include "mambacpp/model.h"
 #include "mambacpp/precision.h"
 #include "mambacpp/shapes.h"
+#include "model/model_impl.h"
 #include "model/step_pieces.h"
 #include "support/test_support.h"
 
@@ -217,6 +218,122 @@ INSTANTIATE_TEST_SUITE_P(ShapePrecisionState, GpuStepPieces,
                              if (ch == '-') ch = '_';
                            return s;
                          });
+
+// Mamba-1 (fast precision): many short pieces of different lengths in one forward, against rounds of decode steps
+// over the same sequences. Rounds of four sequences or more take the one-thread-per-channel step kernel and the
+// piece the sequence kernel (mamba1_scan.cu), so this also checks that the two agree token by token, with the state
+// rounded between tokens as a store would.
+class GpuStepPiecesMamba1 : public ::testing::TestWithParam<DType> {};
+
+TEST_P(GpuStepPiecesMamba1, ManyPiecesEqualDecodeRounds) {
+  MAMBACPP_REQUIRE_GPU();
+  const DType state_dtype = GetParam();
+  auto model = gpu_model("mamba-130m", Precision::Fast);
+  const int64_t V = model->config().vocab_size;
+  test::TempDir dir;
+  const std::vector<int64_t> lens = {2, 5, 1, 9, 16, 3};
+  const int64_t n = static_cast<int64_t>(lens.size());
+  auto a = model->create_state(n, state_dtype);
+  auto b = model->create_state(n, state_dtype);
+  std::vector<std::vector<int32_t>> toks;
+  std::vector<Sequence> seqs;
+  for (int64_t i = 0; i < n; ++i) {
+    const std::vector<int32_t> p = prefix(V, 60 + static_cast<uint64_t>(i));
+    for (StateCache* st : {a.get(), b.get()}) {
+      const Sequence s = Sequence::tokens(p, i);
+      model->forward(*st, {&s, 1}, Output::None);
+    }
+    toks.push_back(test::random_tokens(lens[static_cast<size_t>(i)], V, 70 + static_cast<uint64_t>(i)));
+  }
+  int64_t total = 0;
+  std::vector<int64_t> first(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    seqs.push_back(Sequence::tokens(toks[static_cast<size_t>(i)], i));
+    first[static_cast<size_t>(i)] = total;
+    total += lens[static_cast<size_t>(i)];
+  }
+  const ForwardResult got = model->forward(*a, seqs, Output::AllLogits);
+  ASSERT_EQ(got.rows, total);
+  for (int64_t r = 0; r < 16; ++r) {
+    std::vector<Sequence> step;
+    std::vector<int64_t> who;
+    for (int64_t i = 0; i < n; ++i)
+      if (r < lens[static_cast<size_t>(i)]) {
+        step.push_back(Sequence::tokens(
+            std::span<const int32_t>(toks[static_cast<size_t>(i)]).subspan(static_cast<size_t>(r), 1), i));
+        who.push_back(i);
+      }
+    const ForwardResult want = model->forward(*b, step, Output::LastLogits);
+    for (size_t j = 0; j < who.size(); ++j)
+      EXPECT_TRUE(same_bits(got.row(first[static_cast<size_t>(who[j])] + r), want.row(static_cast<int64_t>(j))))
+          << "sequence " << who[j] << " token " << r;
+  }
+  for (int64_t slot = 0; slot < n; ++slot)
+    EXPECT_EQ(state_bytes(*a, slot, dir.path() + "/a.state"), state_bytes(*b, slot, dir.path() + "/b.state"))
+        << "slot " << slot;
+}
+
+INSTANTIATE_TEST_SUITE_P(State, GpuStepPiecesMamba1, ::testing::Values(DType::F32, DType::BF16),
+                         [](const ::testing::TestParamInfo<DType>& i) { return std::string(dtype_name(i.param)); });
+
+// Which calls take the one-forward route (step_pieces_one_forward) on a Mamba-1 model: its predicate over a model's
+// internals (config, options, a CUDA backend, the projections' formats; the weights' values play no part), so the
+// tests above compare the one forward, not successive decode forwards, with the decode steps.
+TEST(GpuStepPiecesRoute, Mamba1ShortPiecesTakeOneForward) {
+  MAMBACPP_REQUIRE_GPU();
+  std::vector<uint16_t> bf16(16);
+  std::vector<float> f32(16);
+  const TensorView w16(bf16.data(), DType::BF16, {4, 4}), w32(f32.data(), DType::F32, {4, 4});
+  auto impl = [&](const std::string& shape, Precision precision) {
+    auto m = std::make_unique<Model::Impl>();
+    m->options.device = DeviceChoice::CUDA;
+    m->options.precision = precision;
+    m->backend = make_backend(m->options);
+    m->config = named_shape(shape);
+    m->config.n_layer = 2;
+    m->weights.lm_head = w16;
+    for (int64_t l = 0; l < m->config.n_layer; ++l) {
+      LayerWeights w;
+      w.kind = m->config.arch == Arch::Mamba1 ? LayerKind::Mamba1 : LayerKind::Mamba2;
+      w.in_proj = w.out_proj = w16;
+      if (m->config.arch == Arch::Mamba1) w.x_proj = w.dt_proj = w16;
+      m->weights.layers.push_back(w);
+    }
+    return m;
+  };
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5}, sixteen(16, 7), one = {9};
+  const std::vector<Sequence> piece = {Sequence::tokens(five, 0)};
+  const std::vector<Sequence> mixed = {Sequence::tokens(five, 0), Sequence::tokens(sixteen, 1),
+                                       Sequence::tokens(one, 2)};
+  const std::vector<Sequence> singles = {Sequence::tokens(one, 0), Sequence::tokens(one, 1)};
+
+  for (const char* shape : {"mamba-130m", "mamba-2.8b"}) {
+    SCOPED_TRACE(shape);
+    auto m = impl(shape, Precision::Fast);
+    ASSERT_EQ(m->config.arch, Arch::Mamba1);
+    ASSERT_EQ(m->backend->device(), Device::CUDA);
+    for (Output o : {Output::None, Output::LastLogits, Output::AllLogits}) {
+      EXPECT_TRUE(step_pieces_one_forward(*m, piece, o));
+      EXPECT_TRUE(step_pieces_one_forward(*m, mixed, o));
+    }
+    EXPECT_FALSE(step_pieces_one_forward(*m, singles, Output::LastLogits));  // a plain decode step
+    EXPECT_FALSE(step_pieces_one_forward(*m, piece, Output::AllLogitsAndHidden));
+    // An f32 dt_proj or x_proj takes kernels whose bits depend on the row count: successive forwards.
+    m->weights.layers[1].dt_proj = w32;
+    EXPECT_FALSE(step_pieces_one_forward(*m, piece, Output::LastLogits));
+    m->weights.layers[1].dt_proj = w16;
+    m->weights.layers[0].x_proj = w32;
+    EXPECT_FALSE(step_pieces_one_forward(*m, piece, Output::LastLogits));
+    m->weights.layers[0].x_proj = w16;
+    // FalconMamba's normed dt/B/C: another decode recipe.
+    m->config.mixer_rms_eps = 1e-6;
+    EXPECT_FALSE(step_pieces_one_forward(*m, piece, Output::LastLogits));
+    m->config.mixer_rms_eps = 0.0;
+    EXPECT_TRUE(step_pieces_one_forward(*m, piece, Output::LastLogits));
+    // Exact precision keeps the successive decode forwards.
+    EXPECT_FALSE(step_pieces_one_forward(*impl(shape, Precision::Exact), piece, Output::LastLogits));
+  }
+}
 
 }  // namespace
 }  // namespace mambacpp

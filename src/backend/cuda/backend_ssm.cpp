@@ -79,7 +79,6 @@ void CudaBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch)
     need(v->dim(0) == T && v->dim(1) == N, "mamba1_scan: B/C expected [", T, ", ", N, "], found ", v->shape_string());
   need(a.D.numel() == DI && a.dt_bias.numel() == DI, "mamba1_scan: D/dt_bias must have ", DI, " elements");
   check_state(a.state, "mamba1_scan: state", {DI, N});
-  need(!batch.step_pieces, "mamba1_scan: a batch of step pieces (BatchLayout::step_pieces) is for Mamba-2 only");
   Mamba1Launch p;
   p.x = crows(a.x);
   if (low_rank && fast_ && a.dt_proj.dtype != DType::F32 && (batch_invariant_ || T > kFusedMaxRows)) {
@@ -108,8 +107,11 @@ void CudaBackend::mamba1_scan(const Mamba1ScanArgs& a, const BatchLayout& batch)
   p.d_state = N;
   p.seqs = device_seqs(batch, a.state.dim(0), T, "mamba1_scan");
   p.n_seqs = n_prepared_seqs_;
-  p.single_tokens = one_token_each(batch);
-  if (!p.single_tokens) mark_prompt_scan();
+  // Step pieces (checked by step_batch: 1..kStepMaxLen tokens each, in row order) take the sequence kernel, each token
+  // a decode step; the one-token step kernel stays for plain decode batches.
+  p.step_pieces = batch.step_pieces && step_batch(batch);
+  p.single_tokens = !p.step_pieces && one_token_each(batch);
+  if (!p.single_tokens && !p.step_pieces) mark_prompt_scan();
   auto long_seq = [](const SeqSpan& s) { return s.len >= kMamba1ChunkedMinLen; };
   if (N == kMamba1PieceStates && !p.dt_proj.data && std::any_of(batch.seqs.begin(), batch.seqs.end(), long_seq)) {
     p.n_pieces = upload_chunk_table(batch, kMamba1Piece);

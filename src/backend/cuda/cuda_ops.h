@@ -136,6 +136,9 @@ struct Mamba1Launch {
   const SeqSpan* seqs = nullptr;  // device
   int64_t n_seqs = 0;
   bool single_tokens = false;  // every sequence has one token (decode): the one-thread-per-channel step kernel
+  // Step pieces (BatchLayout::step_pieces): sequences of 1..kStepMaxLen tokens, each token a decode step, so the
+  // state is rounded to its dtype after every token as a store and reload between steps would (bf16 state).
+  bool step_pieces = false;
   // The chunked scan (mamba1_chunked_scan.cu): sequences of at least kMamba1ChunkedMinLen tokens (d_state
   // kMamba1PieceStates, dt given) are cut into pieces of kMamba1Piece tokens (the chunk table at that size: n_pieces
   // rows, seq_pieces per sequence) scanned in parallel; the sequential kernel takes the others. piece_states

@@ -8,6 +8,8 @@
 // loads overlap the arithmetic of the serial recurrence. States beyond 256 per channel run in extra passes over
 // the sequence (the states of different n never interact; only y sums over them): the first pass writes the
 // partial sum to y, later passes add to it, and the last applies D and the gate.
+// Step pieces (Mamba1Launch::step_pieces) take the same loop over each sequence's tokens, the state rounded to its
+// dtype after every token (y of a token uses its f32 states, as a decode step's does before its store).
 #include <algorithm>
 #include <cstdint>
 
@@ -75,6 +77,7 @@ __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G,
   }
   const float bias = load_f(p.dt_bias.data, p.dt_bias.dtype, cc);
   const float Dc = load_f(p.D.data, p.D.dtype, cc);
+  const bool round_each = p.step_pieces && p.state_bf16;  // as store_state + load_state between decode steps
   wait_for_previous_kernel();  // launched as a dependent (cuda_launch.cuh): weights above, activations below
 
   for (int64_t s = blockIdx.y; s < p.n_seqs; s += gridDim.y) {
@@ -104,6 +107,10 @@ __global__ void __launch_bounds__(kThreads) mamba1_kernel(Mamba1Launch p, int G,
         float v = first_pass ? acc : *yp + acc;
         if (last_pass) v = __fmaf_rn(Dc, cur.x, v) * silu_f(cur.z);
         *yp = v;
+      }
+      if (round_each) {
+#pragma unroll
+        for (int j = 0; j < NPER; ++j) h[j] = __bfloat162float(__float2bfloat16_rn(h[j]));
       }
       cur = nxt;
     }
