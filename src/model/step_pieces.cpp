@@ -1,8 +1,6 @@
 #include "model/step_pieces.h"
 
 #include <algorithm>
-#include <cstdlib>
-#include <cstring>
 
 #include "model/decode_step.h"
 
@@ -14,16 +12,6 @@ bool is_short(const Sequence& s) {
   return !s.token_ids.empty() && s.embeddings.ndim == 0 && static_cast<int64_t>(s.token_ids.size()) <= kStepPieceMaxLen;
 }
 
-// The device A/B of dev/device_m1pieces54.sh, to be removed once it is measured: MAMBACPP_STEP_PIECES_SUCCESSIVE=1
-// runs short pieces as successive decode forwards only (never as one forward).
-bool successive_only() {
-  static const bool on = [] {
-    const char* v = std::getenv("MAMBACPP_STEP_PIECES_SUCCESSIVE");
-    return v != nullptr && std::strcmp(v, "1") == 0;
-  }();
-  return on;
-}
-
 // Dense 16-bit weights: the fast fused decode kernels take them, row by row (a quantized or f32 projection would
 // take kernels whose bits depend on the row count).
 bool fast_dense(const Weight& w) { return w.empty() || (w.dense() && w.data.dtype != DType::F32); }
@@ -32,7 +20,7 @@ bool fast_dense(const Weight& w) { return w.empty() || (w.dense() && w.data.dtyp
 
 bool step_pieces_one_forward(const Model::Impl& m, std::span<const Sequence> seqs, Output output) {
   const ModelConfig& c = m.config;
-  if (successive_only() || m.backend->device() != Device::CUDA) return false;
+  if (m.backend->device() != Device::CUDA) return false;
   if (output != Output::None && output != Output::LastLogits && output != Output::AllLogits) return false;
   if (c.hybrid() || c.moe.n_experts != 0) return false;
   // Mamba-1: its scan loops over each sequence's tokens too (mamba1_scan.cu); FalconMamba's dt/B/C norms (and
