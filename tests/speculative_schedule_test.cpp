@@ -111,6 +111,21 @@ TEST(SpeculativeSchedule, CostGatePausesLowAcceptanceOnly) {
   EXPECT_LE(low_verifies, 12 + 256 / kMaxPauseSteps);
 }
 
+TEST(SpeculativeSchedule, AnOccasionalKeptDraftDoesNotRestartTheBackOff) {
+  // A row whose every fifth verify keeps its draft (at one token: a gain under a verify's cost) pauses as long as
+  // one whose drafts are all refused, instead of starting its back-off over at each such verify (~90 verifies).
+  const double gain = verify_cost_in_steps(true);
+  DraftLength row(4, true);
+  int verifies = 0;
+  for (int64_t g = 0; g < 512; ++g) {
+    if (const int k = row.next_at(g, gain); k > 0) {
+      const bool kept = ++verifies % 5 == 0;
+      row.record(k, kept ? std::min(k, 1) : 0, gain);
+    }
+  }
+  EXPECT_LE(verifies, 12 + 512 / kMaxPauseSteps);
+}
+
 // Through the engine: `requests` greedy requests of equal prompt length stepped one step at a time; the steps in which
 // the engine verified (its draft-token count grew) and the results.
 struct Stepped {

@@ -86,7 +86,8 @@ struct Run {
   std::set<int32_t> stop_tokens;
   size_t max_stop_len = 0;
   std::vector<int32_t> fed;  // the tokens committed to the slot's state: it holds all but the last `unfed`
-  int64_t unfed = 0;         // after a refused draft, the kept tokens wait here to ride with the next verify
+  int64_t unfed = 0;         // after a refused draft, the kept tokens wait here to ride with the next verify (the
+                             // slot stays at verify_snapshot's state until they are fed)
   bool decoding = false;     // false: prefilling prompt[fed.size(), L-1)
   int32_t next = 0;          // decoding: the token the next row feeds
   size_t emitted = 0;        // bytes of result.text already streamed
@@ -825,13 +826,17 @@ struct Engine::Impl {
   void verify(const std::vector<Run*>& rows, Clock::time_point& now) {
     std::vector<std::vector<int32_t>> inputs(rows.size());
     std::vector<Sequence> seqs;
+    // Rows with kept tokens are still at the snapshot of the verify that refused their draft (nothing ran on their
+    // slot since), and a row without drafts commits all of itself: only a fresh row with drafts takes a snapshot.
+    std::vector<char> at_snapshot(rows.size());
     for (size_t i = 0; i < rows.size(); ++i) {
       Run& r = *rows[i];
       inputs[i].assign(r.fed.end() - r.unfed, r.fed.end());
       inputs[i].push_back(r.next);
       inputs[i].insert(inputs[i].end(), r.draft.begin(), r.draft.end());
       seqs.push_back(Sequence::tokens(inputs[i], r.slot));
-      state->snapshot_into(r.slot, r.verify_snapshot);
+      if (r.unfed == 0 && !r.draft.empty()) state->snapshot_into(r.slot, r.verify_snapshot);
+      at_snapshot[i] = r.unfed > 0 || !r.draft.empty();
     }
     ForwardResult out;
     const bool mtp_hidden = std::any_of(rows.begin(), rows.end(), [&](Run* r) { return uses_mtp(*r); });
@@ -839,7 +844,10 @@ struct Engine::Impl {
       out = model.forward(*state, seqs, mtp_hidden ? Output::AllLogitsAndHidden : Output::AllLogits);
     } catch (const std::exception& e) {
       now = Clock::now();
-      for (Run* r : rows) state->restore(r->slot, r->verify_snapshot), fail_run(*r, e.what(), now);
+      for (size_t i = 0; i < rows.size(); ++i) {
+        if (at_snapshot[i]) state->restore(rows[i]->slot, rows[i]->verify_snapshot);
+        fail_run(*rows[i], e.what(), now);
+      }
       return;
     }
     now = Clock::now();
@@ -883,7 +891,7 @@ struct Engine::Impl {
           if (stop || !kept) break;
         }
       } catch (const std::exception& e) {  // e.g. a NaN logit in this row: only this request ends
-        state->restore(r.slot, r.verify_snapshot);
+        if (at_snapshot[i]) state->restore(r.slot, r.verify_snapshot);
         fail_run(r, e.what(), now);
         continue;
       }
@@ -903,7 +911,7 @@ struct Engine::Impl {
       r.result.accepted_draft_tokens += accepted;
       counters.draft_tokens += drafted;
       counters.accepted_draft_tokens += accepted;
-      if (drafted > 0) r.draft_length.record(drafted, accepted);
+      if (drafted > 0) r.draft_length.record(drafted, accepted, uses_mtp(r) ? 0.0 : verify_cost);
       if (committed == fresh.size()) {  // the state stands for the whole row
         r.unfed = 0;
         if (r.done) finalize(r, r.final_token);

@@ -107,12 +107,15 @@ double verify_cost_in_steps(bool graphed) {
   return 2.0;
 }
 
-void DraftLength::record(int drafted, int accepted) {
+void DraftLength::record(int drafted, int accepted, double min_gain) {
   if (!adaptive_ || drafted <= 0) return;
   const double rate = static_cast<double>(accepted) / drafted;
   acceptance_ = measured_ ? 0.5 * acceptance_ + 0.5 * rate : rate;  // the first verify replaces the optimistic prior
   measured_ = true;
-  if (2 * accepted >= drafted) backoff_ = 1;  // a verify that kept half its drafts paid for itself
+  // A verify that kept half its drafts, and at least the tokens a verify costs, paid for itself. (Kept tokens below
+  // the cost do not: at one draft accepted now and then, the back-off would start over at every such verify and a
+  // batch of such rows would verify in most steps.)
+  if (2 * accepted >= drafted && accepted >= min_gain) backoff_ = 1;
   if (accepted >= drafted) {
     k_ = std::min(max_, k_ + 1);
   } else if (2 * accepted < drafted) {

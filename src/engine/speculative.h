@@ -66,7 +66,8 @@ class DraftLength {
   // The draft length for the step that generates the request's token `generated` (0-based count of tokens so far;
   // 0: do not speculate now), with the aligned pauses and the cost gate described above.
   int next_at(int64_t generated, double min_gain);
-  void record(int drafted, int accepted);
+  // The outcome of a verify of `drafted` tokens; `min_gain` as for next_at().
+  void record(int drafted, int accepted, double min_gain = 0.0);
   int current() const { return k_; }
   // Recent acceptance: each verify's accepted / drafted, averaged with weight 1/2 on the newest (1 before any verify,
   // so that a request drafts once; the first verify's rate then replaces it).
