@@ -131,6 +131,7 @@ TEST(SpeculativeSchedule, AnOccasionalKeptDraftDoesNotRestartTheBackOff) {
 struct Stepped {
   std::vector<int64_t> verify_steps;
   int64_t steps = 0;
+  int64_t verify_forwards = 0;  // EngineStats::verify_steps
   std::vector<GenerateResult> results;
 };
 Stepped step_batch(const Model& model, const Model* draft, int requests, int max_new, bool draft_max_of_row) {
@@ -163,6 +164,7 @@ Stepped step_batch(const Model& model, const Model* draft, int requests, int max
     if (now > drafted) out.verify_steps.push_back(out.steps);
     drafted = now;
   }
+  out.verify_forwards = engine.stats().verify_steps;
   return out;
 }
 
@@ -217,9 +219,13 @@ TEST_F(SpeculativeScheduleEngine, RefusedDraftsVerifyInFewStepsAtBatch1And8) {
     for (int64_t v : s.verify_steps) late += v > 100;
     EXPECT_LE(late, (s.steps - 100) / kMaxPauseSteps + 3)
         << "batch " << batch << ": " << late << " of " << s.steps - 100 << " late steps verified";
-    std::printf("[schedule] batch %d: %lld of %lld drafts accepted, %zu verify steps (%lld after step 100) of %lld\n",
+    // Verify forwards: the rows' first verify (before any, drafts are expected to pay) and the next step's, which
+    // feeds the tokens it kept; every later draft is a probe, refused by its decode step's own token.
+    EXPECT_LE(s.verify_forwards, 2) << "batch " << batch;
+    std::printf("[schedule] batch %d: %lld of %lld drafts accepted, %zu steps drafted (%lld after step 100), %lld "
+                "verify forwards, %lld steps\n",
                 batch, static_cast<long long>(accepted), static_cast<long long>(drafted), s.verify_steps.size(),
-                static_cast<long long>(late), static_cast<long long>(s.steps));
+                static_cast<long long>(late), static_cast<long long>(s.verify_forwards), static_cast<long long>(s.steps));
     // Greedy: the plain tokens.
     for (int i = 0; i < batch; ++i) {
       GenerateRequest plain;

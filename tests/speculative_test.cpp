@@ -189,6 +189,28 @@ class SpeculativeTest : public ::testing::Test {
   std::unique_ptr<Model> model, draft;
 };
 
+TEST_F(SpeculativeTest, ModelDraftingForItselfFollowsAChunkedPrefillAndACacheHit) {
+  // The draft model follows the prompt chunk by chunk in the prefill steps, from the prompt's start when a cached
+  // prefix skips the target's prefill of it: drafting for itself, every draft is still accepted.
+  const std::vector<int32_t> prompt = test::random_tokens(100, 47, 77);
+  EngineOptions o = with_draft(*model);
+  o.batch_tokens = 16;
+  o.state_cache_mb = 64;
+  Engine engine(*model, nullptr, o);
+  for (int pass = 0; pass < 2; ++pass) {
+    std::vector<int32_t> p = prompt;
+    if (pass == 1) p.insert(p.end(), {5, 9, 13});  // a hit on the first request's cached prompt
+    const GenerateRequest plain = request(p, 20);
+    std::vector<GenerateRequest> one;
+    one.push_back(with_draft_model(plain, 4));
+    const GenerateResult got = engine.run(std::move(one)).front();
+    ASSERT_EQ(got.tokens, test::run_alone(*model, plain).tokens) << "pass " << pass;
+    EXPECT_GT(got.draft_tokens, 0);
+    EXPECT_EQ(got.accepted_draft_tokens, got.draft_tokens) << "pass " << pass;
+    if (pass == 1) EXPECT_GT(got.cached_prompt_tokens, 0);
+  }
+}
+
 TEST_F(SpeculativeTest, GreedyPromptLookupGivesThePlainTokens) {
   int64_t drafted = 0, accepted = 0;
   for (uint64_t s = 0; s < 6; ++s) {

@@ -507,6 +507,7 @@ void Server::handle_metrics(httplib::Response& res) const {
   metric("cache_budget_bytes", "gauge", "The prefix cache budget (--state-cache-mb).", s.cache_budget_bytes);
   metric("draft_tokens_total", "counter", "Tokens drafted for speculative decoding.", s.draft_tokens);
   metric("accepted_draft_tokens_total", "counter", "Drafted tokens the model agreed with.", s.accepted_draft_tokens);
+  metric("verify_steps_total", "counter", "Engine steps that ran a speculative verify forward.", s.verify_steps);
   m << "# HELP mambacpp_draft_acceptance_rate Accepted drafted tokens / drafted tokens (0 before any draft).\n"
     << "# TYPE mambacpp_draft_acceptance_rate gauge\nmambacpp_draft_acceptance_rate "
     << (s.draft_tokens > 0 ? double(s.accepted_draft_tokens) / double(s.draft_tokens) : 0.0) << "\n";

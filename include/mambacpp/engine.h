@@ -157,6 +157,7 @@ struct EngineStats {
   int64_t cache_hits = 0, cache_misses = 0, cached_tokens = 0;  // over every admitted request
   int64_t steps = 0;
   int64_t draft_tokens = 0, accepted_draft_tokens = 0;  // over every verification since the engine started
+  int64_t verify_steps = 0;  // steps that ran a verify forward (speculation; a refused probe runs none)
 };
 
 class Engine {

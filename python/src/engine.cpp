@@ -212,6 +212,7 @@ void bind_engine(py::module_& m) {
         d["cache_bytes"] = s.cache_bytes, d["cache_budget_bytes"] = s.cache_budget_bytes;
         d["cache_hits"] = s.cache_hits, d["cache_misses"] = s.cache_misses, d["cached_tokens"] = s.cached_tokens;
         d["draft_tokens"] = s.draft_tokens, d["accepted_draft_tokens"] = s.accepted_draft_tokens;
+        d["verify_steps"] = s.verify_steps;
         d["steps"] = s.steps;
         return d;
       });

@@ -21,6 +21,11 @@
 // request's next verify row (Run::unfed: no forward of their own; at a finish they run at once). A verify row is
 // a split of the sequence like any prefill piece: its logits and states are those of decode steps up to rounding
 // (CPU fp32: within 1e-5, tests/model_invariance_test.cpp), so greedy tokens are the plain ones but at near-ties.
+//
+// A request whose verifies have not been paying (low acceptance) drafts now and then as a probe: its drafts ride its
+// one-token row, and the token that step samples checks the first; only when they match does the rest verify, in
+// the same step. A refused probe costs its drafts alone. A draft model follows each prompt through its prefill
+// chunks.
 #include "mambacpp/engine.h"
 
 #include <algorithm>
@@ -100,6 +105,8 @@ struct Run {
   std::vector<int32_t> draft;                   // this step's drafted tokens
   std::vector<std::vector<TokenProb>> draft_q;  // draft model, sampling: the distribution each draft was drawn from
   int draft_want = 0;                           // draft model: tokens to draft this step
+  bool probe = false;       // this step's drafts ride its decode row: the step's own token checks the first one
+  int probe_accepted = 0;   // a probe whose first draft the step's token matched: 1 while the rest verify
   int64_t draft_fed = 0;                        // draft model: the tokens of `fed` its slot stands for
   std::optional<Sampler> draft_sampler;         // draft model, sampling: the request's chain without its penalties
   std::mt19937_64 spec_rng;                     // sampling: the drafts' and the rejection rule's draws
@@ -474,7 +481,7 @@ struct Engine::Impl {
     for (auto& run : runs)
       if (run->decoding) decode_rows.push_back(run.get());
     // Speculating rows verify in a call of their own; they count one budget token each, as decode rows.
-    const std::vector<Run*> spec_rows = plan_speculation(decode_rows, now);
+    std::vector<Run*> spec_rows = plan_speculation(decode_rows, now);
     int64_t budget = options.batch_tokens - static_cast<int64_t>(decode_rows.size() + spec_rows.size());
     if (decode_rows.empty() && spec_rows.empty()) budget = std::max<int64_t>(budget, 1);
     const int64_t interval = options.state_checkpoint_interval;
@@ -504,6 +511,8 @@ struct Engine::Impl {
     } else {
       forward(prefill_rows, prefill_len, decode_rows, now);
     }
+    for (Run* r : decode_rows)
+      if (r->probe) check_probe(*r, spec_rows);
     if (!spec_rows.empty()) verify(spec_rows, now);
     retire();
     publish();
@@ -583,6 +592,7 @@ struct Engine::Impl {
     }
     for (Run* r : mtp_runs) r->draft_want = 0;  // prefill: the block catches up, nothing is drafted
     if (!mtp_runs.empty()) run_mtp(mtp_runs, now);
+    if (options.draft_model) prefill_draft(prefill, now);
     for (size_t i = 0; i < decode.size(); ++i) {
       Run& r = *decode[i];
       r.fed.push_back(r.next);
@@ -631,10 +641,20 @@ struct Engine::Impl {
   // their verify hands the block the model's hidden states.
   std::vector<Run*> plan_speculation(std::vector<Run*>& decode_rows, Clock::time_point& now) {
     std::vector<Run*> keep, spec, by_model, by_mtp;
+    // Probes (engine/speculative.h DraftLength::pays): a row whose verifies have not been paying drafts as usual,
+    // but keeps its decode row; the token the step samples there checks the first draft (check_probe). A refused
+    // probe then costs only its drafts: no snapshot, no verify forward, no kept tokens to feed.
+    const auto sort = [&](Run* r) {
+      if (r->draft.empty() && r->unfed == 0) return r->probe = false, keep.push_back(r);
+      if (r->probe) return keep.push_back(r);
+      r->probe = false;
+      spec.push_back(r);
+    };
     for (Run* r : decode_rows) {
       r->draft.clear();
       r->draft_q.clear();
       const int k = draft_budget(*r);
+      r->probe = k > 0 && r->unfed == 0 && !uses_mtp(*r) && !r->draft_length.pays(verify_cost);
       if (uses_mtp(*r)) {
         r->draft_want = k;
         by_mtp.push_back(r);
@@ -650,7 +670,7 @@ struct Engine::Impl {
         context.push_back(r->next);
         r->draft = ngram_draft(context, r->req.speculative.draft_ngram, k);
       }
-      (r->draft.empty() && r->unfed == 0 ? keep : spec).push_back(r);
+      sort(r);
     }
     if (!by_model.empty()) {
       try {
@@ -663,7 +683,7 @@ struct Engine::Impl {
         }
       }
       for (Run* r : by_model)
-        if (!r->done) (r->draft.empty() && r->unfed == 0 ? keep : spec).push_back(r);
+        if (!r->done) sort(r);
     }
     if (!by_mtp.empty()) {
       run_mtp(by_mtp, now);
@@ -672,6 +692,63 @@ struct Engine::Impl {
     }
     decode_rows = std::move(keep);
     return spec;
+  }
+
+  // After the decode step of a probe (plan_speculation): the token it sampled there is the target's choice after
+  // `next`. When it is the first draft, the rest of the drafts verify in this step (rows: spec_rows), from the state
+  // the step left; otherwise the drafts are dropped. Greedy: that token is the argmax, as the verify's would be;
+  // sampling: it is drawn from the target's distribution, so the output keeps that distribution, and a deterministic
+  // draft is kept with probability p(draft), as the rejection rule keeps it.
+  void check_probe(Run& r, std::vector<Run*>& spec_rows) {
+    r.probe = false;
+    if (r.done) return;  // finished (or failed) in the step: nothing left to verify
+    const int drafted = static_cast<int>(r.draft.size());
+    if (r.next != r.draft.front()) {
+      record_drafts(r, drafted, 0);
+      r.draft.clear();
+      r.draft_q.clear();
+      return;
+    }
+    r.draft.erase(r.draft.begin());
+    if (!r.draft_q.empty()) r.draft_q.erase(r.draft_q.begin());
+    if (r.draft.empty()) return record_drafts(r, 1, 1);
+    r.probe_accepted = 1;
+    spec_rows.push_back(&r);
+  }
+
+  void record_drafts(Run& r, int drafted, int accepted) {
+    r.result.draft_tokens += drafted;
+    r.result.accepted_draft_tokens += accepted;
+    counters.draft_tokens += drafted;
+    counters.accepted_draft_tokens += accepted;
+    r.draft_length.record(drafted, accepted, uses_mtp(r) ? 0.0 : verify_cost);
+  }
+
+  // The draft model follows each prefill chunk in the same step (one forward of its own), so that a request's first
+  // draft does not run the whole prompt inside a decode step, where every other row would wait for it. A failure
+  // ends those requests, as a failed draft does.
+  void prefill_draft(const std::vector<Run*>& prefill, Clock::time_point& now) {
+    std::vector<Run*> runs;
+    std::vector<Sequence> seqs;
+    for (Run* r : prefill) {
+      const SpeculativeParams& sp = r->req.speculative;
+      if (r->done || !sp.enabled() || !sp.draft_model || r->grammar || r->req.max_new_tokens == 0) continue;
+      if (r->draft_fed >= static_cast<int64_t>(r->fed.size())) continue;
+      runs.push_back(r);
+      seqs.push_back(Sequence::tokens({r->fed.data() + r->draft_fed, r->fed.size() - static_cast<size_t>(r->draft_fed)}, r->slot));
+    }
+    if (seqs.empty()) return;
+    try {
+      options.draft_model->forward(*draft_state, seqs, Output::None);
+    } catch (const std::exception& e) {
+      now = Clock::now();
+      for (Run* r : runs) {
+        draft_state->reset(r->slot);
+        fail_run(*r, std::string("draft model: ") + e.what(), now);
+      }
+      return;
+    }
+    for (Run* r : runs) r->draft_fed = static_cast<int64_t>(r->fed.size());
   }
 
   // A draft from a row of the draft model's logits: greedy requests take its argmax (lowest id on ties), sampling
@@ -840,6 +917,7 @@ struct Engine::Impl {
     }
     ForwardResult out;
     const bool mtp_hidden = std::any_of(rows.begin(), rows.end(), [&](Run* r) { return uses_mtp(*r); });
+    ++counters.verify_steps;
     try {
       out = model.forward(*state, seqs, mtp_hidden ? Output::AllLogitsAndHidden : Output::AllLogits);
     } catch (const std::exception& e) {
@@ -907,11 +985,8 @@ struct Engine::Impl {
       if (uses_mtp(r)) keep_mtp_hidden(r, out.hidden, first, static_cast<int64_t>(committed));
       r.fed.insert(r.fed.end(), fresh.begin(), fresh.begin() + static_cast<std::ptrdiff_t>(committed));
       accepted = std::min(accepted, static_cast<int>(committed));
-      r.result.draft_tokens += drafted;
-      r.result.accepted_draft_tokens += accepted;
-      counters.draft_tokens += drafted;
-      counters.accepted_draft_tokens += accepted;
-      if (drafted > 0) r.draft_length.record(drafted, accepted, uses_mtp(r) ? 0.0 : verify_cost);
+      if (drafted > 0) record_drafts(r, drafted + r.probe_accepted, accepted + r.probe_accepted);
+      r.probe_accepted = 0;
       if (committed == fresh.size()) {  // the state stands for the whole row
         r.unfed = 0;
         if (r.done) finalize(r, r.final_token);

@@ -8,6 +8,7 @@
 // matched) gives the target's own next token. Sampling: speculative_choice() below.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <random>
 #include <span>
@@ -54,7 +55,9 @@ SpeculativeChoice speculative_choice(std::span<const TokenProb> p, std::span<con
 //    and rows paused longer probe on a subset of the shorter pauses' steps;
 //  - gates on cost: a request drafts only while its expected accepted tokens, recent acceptance x draft length, reach
 //    `min_gain`, the verify's extra cost in decode steps (verify_cost_in_steps()); below it, it pauses as above and
-//    probes at the pause's end with its current length, so that a row whose acceptance comes back resumes.
+//    probes at the pause's end with its current length, so that a row whose acceptance comes back resumes. The
+//    engine checks a probe's first draft against the token of the row's own decode step (pays()), so a refused
+//    probe costs no verify.
 // Whether a request drafts depends on its own history only, never on the other rows: a seed gives the same tokens
 // in any batch (sampling draws from the verify's generator), and a request reports the same draft counts alone and in
 // a batch. Reading the other rows (verify only when the batch's summed expected gain pays for the step) would trade
@@ -69,6 +72,11 @@ class DraftLength {
   // The outcome of a verify of `drafted` tokens; `min_gain` as for next_at().
   void record(int drafted, int accepted, double min_gain = 0.0);
   int current() const { return k_; }
+  // Whether a verify at the current length is expected to pay for itself (next_at's gate); a length next_at hands
+  // out while it does not is a probe.
+  bool pays(double min_gain) const {
+    return !adaptive_ || acceptance_ * k_ >= std::min(min_gain, static_cast<double>(max_));
+  }
   // Recent acceptance: each verify's accepted / drafted, averaged with weight 1/2 on the newest (1 before any verify,
   // so that a request drafts once; the first verify's rate then replaces it).
   double acceptance() const { return acceptance_; }
