@@ -636,15 +636,15 @@ struct Engine::Impl {
     return static_cast<int>(std::max<int64_t>(k, 0));
   }
 
-  // Drafts for the decoding requests that speculate; those with drafts, or with kept tokens to feed (Run::unfed),
-  // leave `decode_rows` and are returned. Requests drafting with the MTP block are returned with or without drafts:
-  // their verify hands the block the model's hidden states.
+  // Drafts for the decoding requests that speculate; those with drafts (probes aside: they keep their decode row),
+  // or with kept tokens to feed (Run::unfed), leave `decode_rows` and are returned. Requests drafting with the MTP
+  // block are returned with or without drafts: their verify hands the block the model's hidden states.
   std::vector<Run*> plan_speculation(std::vector<Run*>& decode_rows, Clock::time_point& now) {
     std::vector<Run*> keep, spec, by_model, by_mtp;
     // Probes (engine/speculative.h DraftLength::pays): a row whose verifies have not been paying drafts as usual,
     // but keeps its decode row; the token the step samples there checks the first draft (check_probe). A refused
     // probe then costs only its drafts: no snapshot, no verify forward, no kept tokens to feed.
-    const auto sort = [&](Run* r) {
+    const auto place = [&](Run* r) {
       if (r->draft.empty() && r->unfed == 0) return r->probe = false, keep.push_back(r);
       if (r->probe) return keep.push_back(r);
       r->probe = false;
@@ -670,7 +670,7 @@ struct Engine::Impl {
         context.push_back(r->next);
         r->draft = ngram_draft(context, r->req.speculative.draft_ngram, k);
       }
-      sort(r);
+      place(r);
     }
     if (!by_model.empty()) {
       try {
@@ -683,7 +683,7 @@ struct Engine::Impl {
         }
       }
       for (Run* r : by_model)
-        if (!r->done) sort(r);
+        if (!r->done) place(r);
     }
     if (!by_mtp.empty()) {
       run_mtp(by_mtp, now);
