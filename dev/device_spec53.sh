@@ -14,7 +14,7 @@ build() { bash .deps/build_from_debs.sh build .deps/debs . build-gpu -DMAMBACPP_
   -DMAMBACPP_PYTHON=OFF -- mambacpp_cli $2 > "$OUT/build_$1.log" 2>&1 || { grep -E "error" "$OUT/build_$1.log" | head; exit 1; }; }
 build new mambacpp_gpu_tests
 echo "build $((SECONDS - t0)) s"
-timeout 90 build-gpu/tests/mambacpp_gpu_tests --gtest_filter="GpuSpeculative*:GpuEngine*:GpuStepPieces*" --gtest_brief=1 2>&1 | grep -E "FAILED|PASSED" | head
+timeout 90 build-gpu/tests/mambacpp_gpu_tests --gtest_filter="*GpuSpeculative*:*GpuEngine*:*GpuStepPieces*" --gtest_brief=1 2>&1 | grep -E "FAILED|PASSED" | head
 echo "build $((SECONDS - t0)) s"
 W=build-gpu/w; t=$W/t27; mkdir -p $W
 [ -f $t/config.json ] || timeout 60 python3 dev/random_hf_mamba2.py mamba2-2.7b "$t" > /dev/null 2>&1
