@@ -646,9 +646,7 @@ struct Engine::Impl {
     // probe then costs only its drafts: no snapshot, no verify forward, no kept tokens to feed.
     const auto place = [&](Run* r) {
       if (r->draft.empty() && r->unfed == 0) return r->probe = false, keep.push_back(r);
-      if (r->probe) return keep.push_back(r);
-      r->probe = false;
-      spec.push_back(r);
+      (r->probe ? keep : spec).push_back(r);
     };
     for (Run* r : decode_rows) {
       r->draft.clear();

@@ -81,7 +81,7 @@ int DraftLength::next_at(int64_t generated, double min_gain) {
   }
   int steps = pause_;
   // A request that keeps every draft at the length it asked for drafts, whatever the cost model says of that length.
-  if (steps == 0 && acceptance_ * k_ < std::min(min_gain, static_cast<double>(max_))) {
+  if (steps == 0 && !pays(min_gain)) {
     // The gate: a verify would not pay. Pause as a refused one-token verify does, with the same back-off.
     steps = backoff_;
     backoff_ = std::min(kMaxPauseSteps, backoff_ * 2);

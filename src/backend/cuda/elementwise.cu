@@ -1,6 +1,7 @@
 // Small memory-bound kernels: dtype conversion (weights at load), embedding gather, to_f32, add_inplace,
-// gather_rows, the bias broadcast of the GEMM path and batched region copies (state snapshots). Grid-stride loops with 64-bit indices; 2-D kernels put
-// rows on grid.y-strided loops and columns on threads so that every warp reads consecutive addresses.
+// gather_rows, the bias broadcast of the GEMM path and batched region copies (state snapshots). Grid-stride loops
+// with 64-bit indices; 2-D kernels put rows on grid.y-strided loops and columns on threads so that every warp reads
+// consecutive addresses.
 #include "backend/cuda/cuda_check.h"
 #include "backend/cuda/cuda_common.cuh"
 #include "backend/cuda/cuda_ops.h"
